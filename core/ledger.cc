@@ -1,0 +1,598 @@
+#include "core/ledger.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/assert.h"
+#include "core/checked_math.h"
+#include "core/retry_after.h"
+
+namespace tally {
+namespace {
+
+bool validId(const std::string& id, uint64_t bytes_max) {
+  return !id.empty() && id.size() <= bytes_max;
+}
+
+ReservationReply invalidArgument(std::string message) {
+  return {.code = ReplyCode::kInvalidArgument, .message = std::move(message)};
+}
+
+ReservationReply notFound(const std::string& reservation_id) {
+  return {.code = ReplyCode::kNotFound, .message = "no reservation '" + reservation_id + "'"};
+}
+
+ReservationReply answer(ReplyCode code, const Reservation& receipt, bool duplicate = false,
+                        Units refunded_units = 0) {
+  return {
+      .code = code, .duplicate = duplicate, .refunded_units = refunded_units, .receipt = receipt};
+}
+
+std::string checkIds(const std::string& reservation_id, const std::string* operation_id) {
+  if (!validId(reservation_id, limits::kReservationIdBytesMax)) {
+    return "reservation id must be 1.." + std::to_string(limits::kReservationIdBytesMax) + " bytes";
+  }
+  if (operation_id != nullptr && !validId(*operation_id, limits::kOperationIdBytesMax)) {
+    return "operation id must be 1.." + std::to_string(limits::kOperationIdBytesMax) + " bytes";
+  }
+  return {};
+}
+
+}  // namespace
+
+const char* replyCodeName(ReplyCode code) {
+  switch (code) {
+    case ReplyCode::kOk: return "OK";
+    case ReplyCode::kRejected: return "REJECTED";
+    case ReplyCode::kIdempotencyConflict: return "IDEMPOTENCY_CONFLICT";
+    case ReplyCode::kOperationConflict: return "OPERATION_CONFLICT";
+    case ReplyCode::kExpired: return "EXPIRED";
+    case ReplyCode::kInvalidState: return "INVALID_STATE";
+    case ReplyCode::kNotFound: return "NOT_FOUND";
+    case ReplyCode::kInvalidArgument: return "INVALID_ARGUMENT";
+    case ReplyCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
+    case ReplyCode::kArithmeticOverflow: return "ARITHMETIC_OVERFLOW";
+  }
+  return "UNKNOWN";
+}
+
+Ledger::Ledger(LedgerOptions options) : options_(options) {}
+
+uint64_t Ledger::advance(uint64_t now_ms) {
+  now_ms_ = std::max(now_ms_, now_ms);
+  return now_ms_;
+}
+
+Reservation* Ledger::lookup(const std::string& reservation_id) {
+  auto it = reservations_.find(reservation_id);
+  return it == reservations_.end() ? nullptr : &it->second;
+}
+
+const Reservation* Ledger::findReservation(const std::string& reservation_id) const {
+  auto it = reservations_.find(reservation_id);
+  return it == reservations_.end() ? nullptr : &it->second;
+}
+
+AccountEntry* Ledger::accountOf(const Reservation& reservation) {
+  AccountEntry* entry = accounts_.find(
+      AccountKey{reservation.subject, reservation.route, reservation.policy_generation});
+  TALLY_ASSERT(entry != nullptr);  // a reservation that holds units always has its account
+  // Every caller is about to change the balances: the store must hear of it.
+  accounts_.markChanged(entry->key);
+  return entry;
+}
+
+void Ledger::touched(const Reservation& reservation) {
+  upserted_.insert(reservation.reservation_id);
+}
+
+void Ledger::transition(Reservation* reservation, ReservationState to, uint64_t now_ms) {
+  TALLY_ASSERT(canTransition(reservation->state, to));
+  reservation->state = to;
+  if (isTerminal(to) && reservation->closed_at_ms == 0) {
+    reservation->closed_at_ms = now_ms;
+    retention_queue_.push(
+        {saturatingAdd(now_ms, options_.retention_ms), reservation->reservation_id});
+  }
+  touched(*reservation);
+}
+
+Status Ledger::restoreReservation(const Reservation& reservation) {
+  if (!validId(reservation.reservation_id, limits::kReservationIdBytesMax)) {
+    return Status::corruption("stored reservation has an invalid id");
+  }
+  if (reservation.state == ReservationState::kRequested ||
+      reservation.state == ReservationState::kReservationUnknown) {
+    return Status::corruption("reservation '" + reservation.reservation_id +
+                              "' stored in agent-only state " +
+                              reservationStateName(reservation.state));
+  }
+  if (!reservations_.emplace(reservation.reservation_id, reservation).second) {
+    return Status::corruption("reservation '" + reservation.reservation_id + "' stored twice");
+  }
+  now_ms_ = std::max(
+      {now_ms_, reservation.created_at_ms, reservation.started_at_ms, reservation.closed_at_ms});
+  return Status::ok();
+}
+
+void Ledger::enqueueDeadlines(const Reservation& reservation) {
+  switch (reservation.state) {
+    case ReservationState::kReserved:
+    case ReservationState::kExpiring:  // a crash between the halves: the tick finishes it
+      expiry_queue_.push({reservation.expires_at_ms, reservation.reservation_id});
+      break;
+    case ReservationState::kUsageUnknown: {
+      const AccountEntry* entry = accounts_.find(
+          AccountKey{reservation.subject, reservation.route, reservation.policy_generation});
+      TALLY_ASSERT(entry != nullptr);
+      hard_limit_queue_.push(
+          {saturatingAdd(reservation.started_at_ms, entry->budget.hard_execution_limit_ms),
+           reservation.reservation_id});
+      break;
+    }
+    default:
+      if (isTerminal(reservation.state)) {
+        retention_queue_.push({saturatingAdd(reservation.closed_at_ms, options_.retention_ms),
+                               reservation.reservation_id});
+      }
+      break;
+  }
+}
+
+Status Ledger::finishRestore(uint64_t now_ms) {
+  for (const auto& [id, reservation] : reservations_) {
+    if (holdsUnits(reservation.state) &&
+        accounts_.find(AccountKey{reservation.subject, reservation.route,
+                                  reservation.policy_generation}) == nullptr) {
+      return Status::corruption("reservation '" + id + "' holds units of a missing account");
+    }
+  }
+  for (const auto& [id, reservation] : reservations_) enqueueDeadlines(reservation);
+  advance(now_ms);
+  const AuditReport report = audit(now_ms_);
+  if (!report.conserved) {
+    return Status::corruption("restored ledger fails its audit: " + report.violations.front());
+  }
+  (void)accounts_.takeChangedAccounts();
+  (void)accounts_.takePoliciesChanged();
+  upserted_.clear();
+  deleted_.clear();
+  return Status::ok();
+}
+
+PolicyReply Ledger::publishPolicy(Policy policy, uint64_t now_ms) {
+  advance(now_ms);
+  return accounts_.publish(std::move(policy));
+}
+
+PolicyReply Ledger::rollbackPolicy(uint64_t now_ms) {
+  advance(now_ms);
+  return accounts_.rollback();
+}
+
+ReservationReply Ledger::reject(const ReserveRequest& request, Generation generation,
+                                LimitingDimension dimension, int64_t retry_after_ms,
+                                uint64_t now_ms) {
+  // Stamp the epoch of the budget that refused it, or the hourly period when none matched.
+  EpochPeriod period = EpochPeriod::kHour;
+  if (const Policy* policy = accounts_.policy(generation)) {
+    if (const Budget* budget = matchBudget(*policy, request.subject, request.route)) {
+      period = budget->accounting_epoch;
+    }
+  }
+  Reservation& rejected = reservations_[request.reservation_id];
+  rejected = Reservation{
+      .reservation_id = request.reservation_id,
+      .request_digest = request.request_digest,
+      .subject = request.subject,
+      .route = request.route,
+      .policy_generation = generation,
+      .accounting_epoch_ms = accountingEpochStartMs(now_ms, period),
+      .reserved_units = request.units,
+      .created_at_ms = now_ms,
+      .limiting_dimension = dimension,
+      .retry_after_ms = retry_after_ms,
+  };
+  transition(&rejected, ReservationState::kRejected, now_ms);
+  return answer(ReplyCode::kRejected, rejected);
+}
+
+ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms) {
+  now_ms = advance(now_ms);
+  if (std::string error = checkIds(request.reservation_id, nullptr); !error.empty()) {
+    return invalidArgument(std::move(error));
+  }
+  if (request.units == 0) return invalidArgument("units must be positive");
+  if (request.subject.empty() || request.subject.size() > limits::kSubjectBytesMax) {
+    return invalidArgument("subject must be 1.." + std::to_string(limits::kSubjectBytesMax) +
+                           " bytes");
+  }
+  if (request.route.empty() || request.route.size() > limits::kRouteBytesMax) {
+    return invalidArgument("route must be 1.." + std::to_string(limits::kRouteBytesMax) + " bytes");
+  }
+  if (const Reservation* existing = lookup(request.reservation_id)) {
+    if (existing->request_digest != request.request_digest) {
+      return answer(ReplyCode::kIdempotencyConflict, *existing);
+    }
+    const ReplyCode code =
+        existing->state == ReservationState::kRejected ? ReplyCode::kRejected : ReplyCode::kOk;
+    return answer(code, *existing, /*duplicate=*/true);
+  }
+  if (reservations_.size() >= options_.reservations_max) {
+    return {.code = ReplyCode::kResourceExhausted, .message = "reservation table is full"};
+  }
+
+  bool table_full = false;
+  Admission admission = accounts_.admit(request.subject, request.route, request.policy_generation,
+                                        now_ms, &table_full);
+  if (table_full)
+    return {.code = ReplyCode::kResourceExhausted, .message = "account table is full"};
+  if (admission.refused != LimitingDimension::kNone) {
+    // No budget or a draining generation: retrying the same request never helps.
+    int64_t retry_after_ms = kRetryNever;
+    if (admission.entry != nullptr) {
+      const Account& account = admission.entry->account;
+      retry_after_ms = retryAfterMs({.units = request.units,
+                                     .available = account.balances().available,
+                                     .debt = accounts_.debt({request.subject, request.route}),
+                                     .refill_per_second = account.bucket().refill_per_second,
+                                     .burst = account.bucket().burst});
+    }
+    return reject(request, admission.generation, admission.refused, retry_after_ms, now_ms);
+  }
+
+  AccountEntry& entry = *admission.entry;
+  const Budget& budget = entry.budget;
+  const AccountCode code = entry.account.reserve(request.units, budget.max_single_reservation);
+  switch (code) {
+    case AccountCode::kOk: accounts_.markChanged(entry.key); break;
+    case AccountCode::kAboveMaxSingle:
+      return reject(request, admission.generation, LimitingDimension::kMaxSingleReservation,
+                    kRetryNever, now_ms);
+    case AccountCode::kInsufficientAvailable: {
+      const int64_t retry_after_ms = retryAfterMs({.units = request.units,
+                                                   .available = entry.account.balances().available,
+                                                   .debt = 0,
+                                                   .refill_per_second = budget.refill_per_second,
+                                                   .burst = budget.burst});
+      return reject(request, admission.generation, LimitingDimension::kCapacity, retry_after_ms,
+                    now_ms);
+    }
+    case AccountCode::kOverflow:
+      return {.code = ReplyCode::kArithmeticOverflow, .message = "reserved units overflow"};
+    default: TALLY_UNREACHABLE();
+  }
+  // Point of no return: capacity is reduced; the receipt and the balance persist together.
+  Reservation& reservation = reservations_[request.reservation_id];
+  reservation = Reservation{
+      .reservation_id = request.reservation_id,
+      .request_digest = request.request_digest,
+      .subject = request.subject,
+      .route = request.route,
+      .policy_generation = admission.generation,
+      .accounting_epoch_ms = accountingEpochStartMs(now_ms, budget.accounting_epoch),
+      .reserved_units = request.units,
+      .created_at_ms = now_ms,
+      .expires_at_ms = saturatingAdd(now_ms, budget.hold_ttl_ms),
+  };
+  transition(&reservation, ReservationState::kReserved, now_ms);
+  expiry_queue_.push({reservation.expires_at_ms, reservation.reservation_id});
+  return answer(ReplyCode::kOk, reservation);
+}
+
+ReservationReply Ledger::start(const StartRequest& request, uint64_t now_ms) {
+  now_ms = advance(now_ms);
+  if (std::string error = checkIds(request.reservation_id, &request.operation_id); !error.empty()) {
+    return invalidArgument(std::move(error));
+  }
+  Reservation* reservation = lookup(request.reservation_id);
+  if (reservation == nullptr) return notFound(request.reservation_id);
+  switch (reservation->state) {
+    case ReservationState::kReserved:
+      if (now_ms >= reservation->expires_at_ms) {
+        // The hold ran out before the start arrived: the expiry wins the CAS.
+        beginExpiry(reservation->reservation_id, now_ms);
+        completeExpiry(reservation->reservation_id, now_ms);
+        return answer(ReplyCode::kExpired, *reservation, false, reservation->refunded_units);
+      }
+      reservation->operation_id = request.operation_id;
+      reservation->started_at_ms = now_ms;
+      transition(reservation, ReservationState::kStarted, now_ms);
+      return answer(ReplyCode::kOk, *reservation);
+    case ReservationState::kStarted:
+    case ReservationState::kUsageUnknown:
+    case ReservationState::kSettled:
+    case ReservationState::kSettledWithDebt:
+      if (reservation->operation_id == request.operation_id) {
+        return answer(ReplyCode::kOk, *reservation, /*duplicate=*/true);
+      }
+      return answer(ReplyCode::kOperationConflict, *reservation);
+    case ReservationState::kExpiring:
+    case ReservationState::kExpired: return answer(ReplyCode::kExpired, *reservation);
+    default: return answer(ReplyCode::kInvalidState, *reservation);
+  }
+}
+
+void Ledger::returnUnits(Reservation* reservation, ReservationState to, uint64_t now_ms) {
+  AccountEntry* entry = accountOf(*reservation);
+  const AccountCode code = entry->account.release(reservation->reserved_units);
+  TALLY_ASSERT(code == AccountCode::kOk);  // `reserved` covers every live reservation
+  reservation->refunded_units = reservation->reserved_units;
+  transition(reservation, to, now_ms);
+  accounts_.rebalance({reservation->subject, reservation->route}, now_ms);
+}
+
+ReservationReply Ledger::release(const ReleaseRequest& request, uint64_t now_ms) {
+  now_ms = advance(now_ms);
+  if (std::string error = checkIds(request.reservation_id, nullptr); !error.empty()) {
+    return invalidArgument(std::move(error));
+  }
+  Reservation* reservation = lookup(request.reservation_id);
+  if (reservation == nullptr) return notFound(request.reservation_id);
+  switch (reservation->state) {
+    case ReservationState::kReserved:
+      returnUnits(reservation, ReservationState::kReleased, now_ms);
+      return answer(ReplyCode::kOk, *reservation, false, reservation->refunded_units);
+    case ReservationState::kReleased:
+      if (faults_.double_refund_release) {
+        // Deliberately wrong: returns the units a second time (when `reserved` still has them,
+        // which leaves `reserved` short of what live reservations hold).
+        (void)accountOf(*reservation)->account.release(reservation->reserved_units);
+        return answer(ReplyCode::kOk, *reservation, true, reservation->reserved_units);
+      }
+      return answer(ReplyCode::kOk, *reservation, /*duplicate=*/true);
+    case ReservationState::kExpiring:
+    case ReservationState::kExpired: return answer(ReplyCode::kExpired, *reservation);
+    default: return answer(ReplyCode::kInvalidState, *reservation);
+  }
+}
+
+ReservationReply Ledger::markUnknown(const MarkUnknownRequest& request, uint64_t now_ms) {
+  now_ms = advance(now_ms);
+  if (std::string error = checkIds(request.reservation_id, &request.operation_id); !error.empty()) {
+    return invalidArgument(std::move(error));
+  }
+  Reservation* reservation = lookup(request.reservation_id);
+  if (reservation == nullptr) return notFound(request.reservation_id);
+  switch (reservation->state) {
+    case ReservationState::kStarted: {
+      if (reservation->operation_id != request.operation_id) {
+        return answer(ReplyCode::kOperationConflict, *reservation);
+      }
+      transition(reservation, ReservationState::kUsageUnknown, now_ms);
+      const AccountEntry* entry = accounts_.find(
+          AccountKey{reservation->subject, reservation->route, reservation->policy_generation});
+      TALLY_ASSERT(entry != nullptr);
+      hard_limit_queue_.push(
+          {saturatingAdd(reservation->started_at_ms, entry->budget.hard_execution_limit_ms),
+           reservation->reservation_id});
+      if (faults_.refund_usage_unknown) {
+        // Deliberately wrong: "a timeout is a refund".
+        AccountEntry* broken = accountOf(*reservation);
+        (void)broken->account.release(reservation->reserved_units);
+        return answer(ReplyCode::kOk, *reservation, false, reservation->reserved_units);
+      }
+      return answer(ReplyCode::kOk, *reservation);
+    }
+    case ReservationState::kUsageUnknown:
+    case ReservationState::kSettled:
+    case ReservationState::kSettledWithDebt:
+      if (reservation->operation_id != request.operation_id) {
+        return answer(ReplyCode::kOperationConflict, *reservation);
+      }
+      return answer(ReplyCode::kOk, *reservation, /*duplicate=*/true);
+    default: return answer(ReplyCode::kInvalidState, *reservation);
+  }
+}
+
+ReservationReply Ledger::settle(const SettleRequest& request, uint64_t now_ms) {
+  return applyReceipt(request.reservation_id, request.operation_id, request.actual_units, now_ms);
+}
+
+ReservationReply Ledger::reportOperation(const ReportOperationRequest& request, uint64_t now_ms) {
+  return applyReceipt(request.reservation_id, request.operation_id, request.actual_units, now_ms);
+}
+
+ReservationReply Ledger::applyReceipt(const std::string& reservation_id,
+                                      const std::string& operation_id, Units actual_units,
+                                      uint64_t now_ms) {
+  now_ms = advance(now_ms);
+  if (std::string error = checkIds(reservation_id, &operation_id); !error.empty()) {
+    return invalidArgument(std::move(error));
+  }
+  Reservation* reservation = lookup(reservation_id);
+  if (reservation == nullptr) return notFound(reservation_id);
+  const bool started = reservation->state == ReservationState::kStarted ||
+                       reservation->state == ReservationState::kUsageUnknown;
+  const bool settled = reservation->state == ReservationState::kSettled ||
+                       reservation->state == ReservationState::kSettledWithDebt;
+  if (!started && !settled) return answer(ReplyCode::kInvalidState, *reservation);
+  if (reservation->operation_id != operation_id) {
+    return answer(ReplyCode::kOperationConflict, *reservation);
+  }
+  if (started) return closeWithReceipt(reservation, actual_units, now_ms);
+  if (reservation->closed_by_hard_limit && !reservation->late_receipt_applied) {
+    return lateReceipt(reservation, actual_units, now_ms);
+  }
+  return answer(ReplyCode::kOk, *reservation, /*duplicate=*/true);
+}
+
+ReservationReply Ledger::closeWithReceipt(Reservation* reservation, Units actual_units,
+                                          uint64_t now_ms) {
+  AccountEntry* entry = accountOf(*reservation);
+  const SettleOutcome outcome =
+      entry->account.settle(reservation->reserved_units, actual_units, entry->budget.max_overdraft);
+  if (outcome.code == AccountCode::kOverflow) {
+    return {.code = ReplyCode::kArithmeticOverflow,
+            .receipt = *reservation,
+            .message = "settled units overflow"};
+  }
+  TALLY_ASSERT(outcome.code == AccountCode::kOk);
+  reservation->actual_units = actual_units;
+  reservation->refunded_units = outcome.refunded;
+  reservation->debt_units = outcome.debt_issued;
+  reservation->overdraft_breach = outcome.overdraft_breach;
+  // SPEC §4: any settle above the reservation is SETTLED_WITH_DEBT, whether `available`
+  // covered the excess or overdraft did (debt_units says how much became debt).
+  transition(reservation,
+             actual_units > reservation->reserved_units ? ReservationState::kSettledWithDebt
+                                                        : ReservationState::kSettled,
+             now_ms);
+  accounts_.rebalance({reservation->subject, reservation->route}, now_ms);
+  return answer(ReplyCode::kOk, *reservation, false, outcome.refunded);
+}
+
+ReservationReply Ledger::lateReceipt(Reservation* reservation, Units actual_units,
+                                     uint64_t now_ms) {
+  // Closed as fully consumed at the hard limit: a smaller actual refunds nothing (the units
+  // were treated as spent), a larger one is charged like a settle above the reservation.
+  reservation->late_receipt_applied = true;
+  if (actual_units > reservation->reserved_units) {
+    AccountEntry* entry = accountOf(*reservation);
+    const SettleOutcome outcome = entry->account.chargeExtra(
+        actual_units - reservation->reserved_units, entry->budget.max_overdraft);
+    if (outcome.code == AccountCode::kOverflow) {
+      reservation->late_receipt_applied = false;
+      return {.code = ReplyCode::kArithmeticOverflow,
+              .receipt = *reservation,
+              .message = "settled units overflow"};
+    }
+    reservation->actual_units = actual_units;
+    reservation->debt_units = outcome.debt_issued;
+    reservation->overdraft_breach = outcome.overdraft_breach;
+    transition(reservation, ReservationState::kSettledWithDebt, now_ms);
+  }
+  touched(*reservation);
+  return answer(ReplyCode::kOk, *reservation);
+}
+
+ReservationReply Ledger::query(const QueryRequest& request) const {
+  if (std::string error = checkIds(request.reservation_id, nullptr); !error.empty()) {
+    return invalidArgument(std::move(error));
+  }
+  const Reservation* reservation = findReservation(request.reservation_id);
+  if (reservation == nullptr) return notFound(request.reservation_id);
+  return answer(ReplyCode::kOk, *reservation);
+}
+
+bool Ledger::beginExpiry(const std::string& reservation_id, uint64_t now_ms) {
+  now_ms = advance(now_ms);
+  Reservation* reservation = lookup(reservation_id);
+  if (reservation == nullptr || reservation->state != ReservationState::kReserved ||
+      now_ms < reservation->expires_at_ms) {
+    return false;
+  }
+  transition(reservation, ReservationState::kExpiring, now_ms);
+  return true;
+}
+
+bool Ledger::completeExpiry(const std::string& reservation_id, uint64_t now_ms) {
+  now_ms = advance(now_ms);
+  Reservation* reservation = lookup(reservation_id);
+  if (reservation == nullptr || reservation->state != ReservationState::kExpiring) return false;
+  returnUnits(reservation, ReservationState::kExpired, now_ms);
+  return true;
+}
+
+bool Ledger::closeByHardLimit(Reservation* reservation, uint64_t now_ms) {
+  const AccountEntry* owner = accounts_.find(
+      AccountKey{reservation->subject, reservation->route, reservation->policy_generation});
+  TALLY_ASSERT(owner != nullptr);
+  if (now_ms < saturatingAdd(reservation->started_at_ms, owner->budget.hard_execution_limit_ms)) {
+    return false;
+  }
+  AccountEntry* entry = accountOf(*reservation);
+  const SettleOutcome outcome = entry->account.settle(
+      reservation->reserved_units, reservation->reserved_units, entry->budget.max_overdraft);
+  TALLY_ASSERT(outcome.code == AccountCode::kOk && outcome.refunded == 0);
+  reservation->actual_units = reservation->reserved_units;
+  reservation->closed_by_hard_limit = true;
+  transition(reservation, ReservationState::kSettled, now_ms);
+  return true;
+}
+
+TickOutcome Ledger::tick(uint64_t now_ms, uint64_t items_max) {
+  now_ms = advance(now_ms);
+  TickOutcome outcome;
+  // Queues hold stale entries (a reservation started, released or re-queued); each pop checks
+  // the reservation's current state before acting.
+  while (!expiry_queue_.empty() && expiry_queue_.top().at_ms <= now_ms &&
+         outcome.expired < items_max) {
+    const std::string id = expiry_queue_.top().reservation_id;
+    expiry_queue_.pop();
+    const Reservation* reservation = lookup(id);
+    const bool claimed =
+        reservation != nullptr &&
+        (reservation->state == ReservationState::kExpiring || beginExpiry(id, now_ms));
+    if (claimed && completeExpiry(id, now_ms)) ++outcome.expired;
+  }
+  while (!hard_limit_queue_.empty() && hard_limit_queue_.top().at_ms <= now_ms &&
+         outcome.closed_by_hard_limit < items_max) {
+    const std::string id = hard_limit_queue_.top().reservation_id;
+    hard_limit_queue_.pop();
+    Reservation* reservation = lookup(id);
+    if (reservation != nullptr && reservation->state == ReservationState::kUsageUnknown &&
+        closeByHardLimit(reservation, now_ms)) {
+      ++outcome.closed_by_hard_limit;
+    }
+  }
+  while (!retention_queue_.empty() && retention_queue_.top().at_ms <= now_ms &&
+         outcome.compacted < items_max) {
+    const std::string id = retention_queue_.top().reservation_id;
+    retention_queue_.pop();
+    auto it = reservations_.find(id);
+    if (it == reservations_.end() || !isTerminal(it->second.state)) continue;
+    reservations_.erase(it);
+    upserted_.erase(id);
+    deleted_.push_back(id);
+    ++outcome.compacted;
+  }
+  return outcome;
+}
+
+AuditReport Ledger::audit(uint64_t now_ms) const {
+  AuditReport report;
+  report.accounts = accounts_.view(std::max(now_ms, now_ms_));
+  std::map<AccountKey, Units> held;
+  for (const auto& [id, reservation] : reservations_) {
+    if (!holdsUnits(reservation.state)) continue;
+    Units& sum =
+        held[AccountKey{reservation.subject, reservation.route, reservation.policy_generation}];
+    sum = saturatingAdd(sum, reservation.reserved_units);
+  }
+  for (const AccountView& view : report.accounts) {
+    const std::string name =
+        view.key.subject + "/" + view.key.route + "@" + std::to_string(view.key.generation);
+    if (!view.conserved) {
+      report.violations.push_back(name + ": conservation equation does not hold");
+    }
+    auto it = held.find(view.key);
+    const Units live = it == held.end() ? 0 : it->second;
+    if (live != view.balances.reserved) {
+      report.violations.push_back(name + ": reserved " + std::to_string(view.balances.reserved) +
+                                  " but live reservations hold " + std::to_string(live));
+    }
+    if (it != held.end()) held.erase(it);
+  }
+  for (const auto& [key, units] : held) {
+    report.violations.push_back(key.subject + "/" + key.route + "@" +
+                                std::to_string(key.generation) + ": reservations hold " +
+                                std::to_string(units) + " units but there is no account");
+  }
+  report.conserved = report.violations.empty();
+  return report;
+}
+
+LedgerChanges Ledger::takeChanges() {
+  LedgerChanges changes;
+  changes.reservations_upserted.assign(upserted_.begin(), upserted_.end());
+  std::sort(changes.reservations_upserted.begin(), changes.reservations_upserted.end());
+  upserted_.clear();
+  changes.reservations_deleted = std::move(deleted_);
+  deleted_.clear();
+  changes.accounts = accounts_.takeChangedAccounts();
+  changes.policies = accounts_.takePoliciesChanged();
+  return changes;
+}
+
+}  // namespace tally

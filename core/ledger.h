@@ -1,0 +1,144 @@
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <queue>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/account_book.h"
+#include "core/ledger_types.h"
+#include "core/limits.h"
+#include "core/reservation.h"
+
+// The central ledger state machine (SPEC §4, §5): the only place that spends capacity.
+//
+// Pure and deterministic: no I/O, no clock reads, no threads. Every call takes `now_ms`, the
+// ledger clock (Unix milliseconds, never decreasing: an earlier value is treated as the latest
+// seen). Expiry, hard-limit closing and compaction happen only in tick(now_ms).
+//
+// Owned by one thread (the ledger's loop, a test, or the simulator). The shell persists what
+// takeChanges() names after each batch, before it replies.
+//
+// Invariants (checked by audit() and asserted on every transition):
+//  * every account conserves and no balance is negative;
+//  * each account's `reserved` equals the units held by its RESERVED, EXPIRING, STARTED and
+//    USAGE_UNKNOWN reservations;
+//  * the same reservation id never debits twice; settle, release and expiry return units at
+//    most once; USAGE_UNKNOWN never returns units.
+
+namespace tally {
+
+struct LedgerOptions {
+  uint64_t retention_ms = limits::kRetentionMsDefault;
+  uint64_t reservations_max = limits::kReservationsMax;
+};
+
+struct TickOutcome {
+  uint64_t expired = 0;
+  uint64_t closed_by_hard_limit = 0;
+  uint64_t compacted = 0;
+};
+
+struct LedgerChanges {
+  std::vector<std::string> reservations_upserted;
+  std::vector<std::string> reservations_deleted;
+  std::vector<AccountKey> accounts;
+  bool policies = false;
+
+  bool empty() const {
+    return reservations_upserted.empty() && reservations_deleted.empty() && accounts.empty() &&
+           !policies;
+  }
+};
+
+// Test-only faults, off by default. They exist so the property suite can prove it fails when
+// the ledger is wrong; production code never sets them.
+struct LedgerFaults {
+  bool refund_usage_unknown = false;   // treat USAGE_UNKNOWN as unconsumed on mark-unknown
+  bool double_refund_release = false;  // a duplicate release refunds again
+};
+
+class Ledger {
+ public:
+  explicit Ledger(LedgerOptions options = {});
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+
+  // Rebuilding from the durable record, before serving: policies and accounts through
+  // accounts(), then every stored reservation, then finishRestore(). Restored state is not
+  // reported by takeChanges() (it is already durable).
+  Status restoreReservation(const Reservation& reservation);
+  // Rebuilds the deadline queues, checks the audit, and sets the clock to at least `now_ms`.
+  Status finishRestore(uint64_t now_ms);
+
+  PolicyReply publishPolicy(Policy policy, uint64_t now_ms);
+  PolicyReply rollbackPolicy(uint64_t now_ms);
+
+  ReservationReply reserve(const ReserveRequest& request, uint64_t now_ms);
+  ReservationReply start(const StartRequest& request, uint64_t now_ms);
+  ReservationReply settle(const SettleRequest& request, uint64_t now_ms);
+  ReservationReply release(const ReleaseRequest& request, uint64_t now_ms);
+  ReservationReply markUnknown(const MarkUnknownRequest& request, uint64_t now_ms);
+  ReservationReply reportOperation(const ReportOperationRequest& request, uint64_t now_ms);
+  ReservationReply query(const QueryRequest& request) const;
+
+  // Expires RESERVED reservations past expiresAt, closes USAGE_UNKNOWN ones past the hard
+  // execution limit as fully consumed, and compacts terminal ones past retention; at most
+  // `items_max` of each per call so a tick never stalls the loop.
+  TickOutcome tick(uint64_t now_ms, uint64_t items_max = 10'000);
+
+  // The two halves of expiry, exposed so the simulator can interleave a start between them.
+  // beginExpiry is the CAS RESERVED → EXPIRING (only once expiresAt has passed);
+  // completeExpiry is EXPIRING → EXPIRED, returning the units. Each returns whether it acted.
+  bool beginExpiry(const std::string& reservation_id, uint64_t now_ms);
+  bool completeExpiry(const std::string& reservation_id, uint64_t now_ms);
+
+  AuditReport audit(uint64_t now_ms) const;
+  AccountBook& accounts() { return accounts_; }
+  const AccountBook& accounts() const { return accounts_; }
+  const Reservation* findReservation(const std::string& reservation_id) const;
+  size_t reservationCount() const { return reservations_.size(); }
+
+  LedgerChanges takeChanges();
+  void setFaultsForTesting(LedgerFaults faults) { faults_ = faults; }
+
+ private:
+  struct Deadline {
+    uint64_t at_ms;
+    std::string reservation_id;
+    bool operator>(const Deadline& other) const { return at_ms > other.at_ms; }
+  };
+  using DeadlineQueue = std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>>;
+
+  uint64_t advance(uint64_t now_ms);
+  Reservation* lookup(const std::string& reservation_id);
+  AccountEntry* accountOf(const Reservation& reservation);
+  void transition(Reservation* reservation, ReservationState to, uint64_t now_ms);
+  void touched(const Reservation& reservation);
+  ReservationReply reject(const ReserveRequest& request, Generation generation,
+                          LimitingDimension dimension, int64_t retry_after_ms, uint64_t now_ms);
+  // settle and reportOperation share this: an operation receipt with actual units.
+  ReservationReply applyReceipt(const std::string& reservation_id, const std::string& operation_id,
+                                Units actual_units, uint64_t now_ms);
+  ReservationReply closeWithReceipt(Reservation* reservation, Units actual_units, uint64_t now_ms);
+  ReservationReply lateReceipt(Reservation* reservation, Units actual_units, uint64_t now_ms);
+  void returnUnits(Reservation* reservation, ReservationState to, uint64_t now_ms);
+  bool closeByHardLimit(Reservation* reservation, uint64_t now_ms);
+  void enqueueDeadlines(const Reservation& reservation);
+
+  LedgerOptions options_;
+  LedgerFaults faults_;
+  uint64_t now_ms_ = 0;
+  AccountBook accounts_;
+  std::unordered_map<std::string, Reservation> reservations_;
+  DeadlineQueue expiry_queue_;      // RESERVED reservations by expiresAt
+  DeadlineQueue hard_limit_queue_;  // USAGE_UNKNOWN by startedAt + hard execution limit
+  DeadlineQueue retention_queue_;   // terminal reservations by closedAt + retention
+  std::unordered_set<std::string> upserted_;
+  std::vector<std::string> deleted_;
+};
+
+}  // namespace tally

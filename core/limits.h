@@ -1,0 +1,35 @@
+#pragma once
+
+#include <cstdint>
+
+// Every queue, map, frame and identifier has a named maximum, here and nowhere else.
+
+namespace tally::limits {
+
+inline constexpr uint64_t kReservationIdBytesMax = 128;
+inline constexpr uint64_t kOperationIdBytesMax = 128;
+inline constexpr uint64_t kSubjectBytesMax = 256;
+inline constexpr uint64_t kRouteBytesMax = 256;
+inline constexpr uint64_t kRegionBytesMax = 64;
+inline constexpr uint64_t kUnitNameBytesMax = 64;
+
+// Policy values: bounded so that no sequence of operations over centuries overflows 64 bits.
+inline constexpr uint64_t kBurstUnitsMax = uint64_t{1} << 50;
+inline constexpr uint64_t kRefillPerSecondMax = uint64_t{1} << 40;
+inline constexpr uint64_t kHoldTtlMsMax = 7ull * 24 * 3600 * 1000;
+inline constexpr uint64_t kHardExecutionLimitMsMax = 30ull * 24 * 3600 * 1000;
+inline constexpr uint64_t kBudgetsPerPolicyMax = 100'000;
+
+// Ledger tables. Inserting past these is refused with a typed error, never an abort.
+inline constexpr uint64_t kReservationsMax = 50'000'000;
+inline constexpr uint64_t kAccountsMax = 10'000'000;
+inline constexpr uint64_t kGenerationsMax = 1'000'000;
+
+// Wire.
+inline constexpr uint64_t kFrameBytesMaxDefault = 1 << 20;
+inline constexpr uint64_t kRequestsInFlightPerConnectionMax = 4096;
+
+// Retention of terminal reservations before compaction (the idempotency window).
+inline constexpr uint64_t kRetentionMsDefault = 24ull * 3600 * 1000;
+
+}  // namespace tally::limits
