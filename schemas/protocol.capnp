@@ -1,0 +1,206 @@
+# The request/response envelope spoken by tally-ledger, tally-agent and tallyctl, mirrored by
+# core/ledger_types.h. Each message travels as one frame (wire/frame.h): a 4-byte little-endian
+# length, then the message in the standard unpacked serialization.
+#
+# Only append fields and union members; never renumber, retype or reorder enumerants. Requests
+# carry an id chosen by the client and may be pipelined; the response echoes the id.
+
+@0xa6d69c091cc39c30;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("tally::schema");
+
+using Budget = import "admission_budget.capnp";
+using Reservation = import "limit_reservation.capnp";
+
+# --- Canonical request digest ----------------------------------------------------------------
+
+struct CanonicalReserve {
+  # The identifying fields of a reserve request. Its canonical encoding (capnp::canonicalize) is
+  # what wire/digest.cc hashes into the request digest. NEVER change this struct: every stored
+  # digest and every peer depends on its exact layout (tests/wire/digest_test.cc pins it).
+  reservationId @0 :Text;
+  subject @1 :Text;
+  route @2 :Text;
+  units @3 :UInt64;
+  policyGeneration @4 :UInt64;
+  priority @5 :UInt32;
+}
+
+# --- Requests --------------------------------------------------------------------------------
+
+struct ReserveRequest {
+  reservationId @0 :Text;
+  requestDigest @1 :Data;          # sha256 of CanonicalReserve, exactly 32 bytes
+  subject @2 :Text;
+  route @3 :Text;
+  units @4 :UInt64;
+  policyGeneration @5 :UInt64;     # 0: whatever generation is active
+  priority @6 :UInt32;
+}
+
+struct StartRequest {
+  reservationId @0 :Text;
+  operationId @1 :Text;
+}
+
+struct SettleRequest {
+  reservationId @0 :Text;
+  operationId @1 :Text;
+  actualUnits @2 :UInt64;
+}
+
+struct ReleaseRequest {
+  reservationId @0 :Text;
+}
+
+struct QueryRequest {
+  reservationId @0 :Text;
+}
+
+struct MarkUnknownRequest {
+  reservationId @0 :Text;
+  operationId @1 :Text;
+}
+
+struct ReportOperationRequest {
+  # An operation receipt: the only thing that resolves USAGE_UNKNOWN.
+  reservationId @0 :Text;
+  operationId @1 :Text;
+  actualUnits @2 :UInt64;
+}
+
+struct AuditRequest {
+  subject @0 :Text;                # empty: every subject
+  route @1 :Text;                  # empty: every route
+}
+
+struct HealthRequest {}
+
+struct PublishPolicyRequest {
+  # A PolicyV1 without its generation: the ledger assigns the next one.
+  budgets @0 :List(Budget.AdmissionBudgetV1);
+}
+
+struct RollbackPolicyRequest {
+  # Republishes the previous policy as a new generation; the current one drains.
+}
+
+struct ShowPolicyRequest {
+  generation @0 :UInt64;           # 0: the active generation
+}
+
+struct Request {
+  requestId @0 :UInt64;
+  union {
+    unspecified @1 :Void;          # default: an empty message is no request at all
+    reserve @2 :ReserveRequest;
+    start @3 :StartRequest;
+    settle @4 :SettleRequest;
+    release @5 :ReleaseRequest;
+    query @6 :QueryRequest;
+    markUnknown @7 :MarkUnknownRequest;
+    reportOperation @8 :ReportOperationRequest;
+    audit @9 :AuditRequest;
+    health @10 :HealthRequest;
+    publishPolicy @11 :PublishPolicyRequest;
+    rollbackPolicy @12 :RollbackPolicyRequest;
+    showPolicy @13 :ShowPolicyRequest;
+  }
+}
+
+# --- Responses -------------------------------------------------------------------------------
+
+enum ReplyCode {
+  # core ReplyCode, same order.
+  ok @0;
+  rejected @1;
+  idempotencyConflict @2;
+  operationConflict @3;
+  expired @4;
+  invalidState @5;
+  notFound @6;
+  invalidArgument @7;
+  resourceExhausted @8;
+  arithmeticOverflow @9;
+}
+
+enum GenerationState {
+  # core GenerationState, same order.
+  active @0;
+  draining @1;
+  drained @2;
+}
+
+struct ReservationReply {
+  code @0 :ReplyCode;
+  duplicate @1 :Bool;              # repeated an earlier request; nothing changed
+  refundedUnits @2 :UInt64;        # returned to available by this call
+  receipt @3 :Reservation.LimitReservationV1;
+  message @4 :Text;
+}
+
+struct PolicyReply {
+  code @0 :ReplyCode;
+  generation @1 :UInt64;
+  message @2 :Text;
+  policy @3 :Budget.PolicyV1;      # showPolicy only
+}
+
+struct AccountAudit {
+  subject @0 :Text;
+  route @1 :Text;
+  policyGeneration @2 :UInt64;
+  accountingEpochMs @3 :UInt64;
+  generationState @4 :GenerationState;
+  debt @5 :UInt64;
+  opening @6 :UInt64;
+  minted @7 :UInt64;
+  overdraftIssued @8 :UInt64;
+  available @9 :UInt64;
+  reserved @10 :UInt64;
+  spent @11 :UInt64;
+  retiredForEmergency @12 :UInt64;
+  overdraftRepaid @13 :UInt64;
+  transferredOut @14 :UInt64;
+  conserved @15 :Bool;
+}
+
+struct AuditReply {
+  accounts @0 :List(AccountAudit);
+  conserved @1 :Bool;
+  violations @2 :List(Text);       # human-readable, empty when conserved
+}
+
+struct HealthReply {
+  status @0 :Text;
+  version @1 :Text;
+  nowMs @2 :UInt64;
+}
+
+enum ErrorCode {
+  unspecified @0;
+  malformedFrame @1;               # bytes that are not a valid message
+  frameTooLarge @2;                # the length prefix exceeded frame_bytes_max
+  unknownMessage @3;               # a request kind this peer does not know
+  invalidArgument @4;              # a field out of bounds (over-long id, bad digest length, …)
+  unavailable @5;                  # retry later (e.g. the ledger is unreachable)
+  internal @6;
+}
+
+struct ErrorReply {
+  code @0 :ErrorCode;
+  message @1 :Text;
+}
+
+struct Response {
+  requestId @0 :UInt64;
+  union {
+    unspecified @1 :Void;          # default: an empty message is no response at all
+    reservation @2 :ReservationReply;
+    policy @3 :PolicyReply;
+    audit @4 :AuditReply;
+    health @5 :HealthReply;
+    error @6 :ErrorReply;
+  }
+}

@@ -1,0 +1,55 @@
+# The ledger's durable record (ledger/sqlite_store.h), mirrored by ledger/store.h.
+#
+# One StoreBatchV1 is one row of the SQLite `log` table; the folded tables hold one
+# PolicyRecordV1, AccountRecordV1 or ReservationRecordV1 per row. Every record is a full image:
+# a later image of the same row replaces an earlier one.
+#
+# These bytes live on disk for as long as a data dir does: only append fields, never renumber,
+# retype or reorder them.
+
+@0xc4d78f9948b6f3aa;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("tally::schema");
+
+using import "admission_budget.capnp".PolicyV1;
+using import "limit_reservation.capnp".LimitReservationV1;
+
+struct PolicyRecordV1 {
+  policy @0 :PolicyV1;             # policy.generation is set
+  republishedFrom @1 :UInt64;      # rollback source generation, 0 if none
+}
+
+struct AccountRecordV1 {
+  # core AccountKey, Balances and the refill state of one Account.
+  subject @0 :Text;
+  route @1 :Text;
+  generation @2 :UInt64;
+  opening @3 :UInt64;
+  minted @4 :UInt64;
+  overdraftIssued @5 :UInt64;
+  available @6 :UInt64;
+  reserved @7 :UInt64;
+  spent @8 :UInt64;
+  retiredForEmergency @9 :UInt64;
+  overdraftRepaid @10 :UInt64;
+  transferredOut @11 :UInt64;
+  refillClockMs @12 :UInt64;
+  refillCarry @13 :UInt64;
+}
+
+struct ReservationRecordV1 {
+  # limitReservation.v1 plus the ledger-internal state it does not carry on the wire.
+  reservation @0 :LimitReservationV1;
+  lateReceiptApplied @1 :Bool;     # core Reservation::late_receipt_applied
+}
+
+struct StoreBatchV1 {
+  # Within one batch, deletedReservations apply before the upserts (an id compacted and then
+  # reused in the same batch ends up present).
+  policies @0 :List(PolicyRecordV1);
+  accounts @1 :List(AccountRecordV1);
+  reservations @2 :List(ReservationRecordV1);
+  deletedReservations @3 :List(Text);
+  ledgerClockMs @4 :UInt64;        # the ledger clock's high-water mark at this batch
+}

@@ -1,0 +1,784 @@
+#include "wire/codec.h"
+
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+
+#include "wire/enum_mapping.h"
+#include "wire/frame.h"
+
+// Every read helper below may throw kj::Exception on malformed bytes; only the public entry
+// points (toCore, decode*) catch it, through catchDecodeErrors().
+
+#define TALLY_WIRE_RETURN_IF_ERROR(expr)            \
+  do {                                              \
+    if (Status status_ = (expr); !status_.isOk()) { \
+      return status_;                               \
+    }                                               \
+  } while (false)
+
+namespace tally::wire {
+namespace {
+
+// --- Decode boundary --------------------------------------------------------------------------
+
+template <typename F>
+auto catchDecodeErrors(F&& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const kj::Exception& exception) {
+    return Status::corruption(std::string("malformed message: ") +
+                              exception.getDescription().cStr());
+  }
+}
+
+// Runs `read` on the message in `frame`, copied into word-aligned memory first: a frame sits at
+// any offset of a socket buffer, and Cap'n Proto reads words in place.
+template <typename T, typename F>
+Result<T> withMessage(std::span<const uint8_t> frame, F&& read) {
+  if (frame.empty() || frame.size() % sizeof(capnp::word) != 0) {
+    return Status::corruption("message of " + std::to_string(frame.size()) +
+                              " bytes is not a positive whole number of 8-byte words");
+  }
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(frame.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), frame.data(), frame.size());
+  return catchDecodeErrors([&]() -> Result<T> {
+    capnp::FlatArrayMessageReader message(words.asPtr(), decodeReaderOptions());
+    if (message.getEnd() != words.end()) {
+      return Status::corruption(
+          "message is followed by " +
+          std::to_string((words.end() - message.getEnd()) * sizeof(capnp::word)) +
+          " trailing bytes");
+    }
+    return read(message);
+  });
+}
+
+Status withContext(const Status& status, const std::string& context) {
+  if (status.code() != StatusCode::kInvalidArgument) return status;
+  return Status::invalidArgument(context + "." + status.message());
+}
+
+// --- Field readers ----------------------------------------------------------------------------
+
+Status readText(capnp::Text::Reader text, uint64_t bytes_max, const char* field, std::string* out) {
+  if (text.size() > bytes_max) {
+    return Status::invalidArgument(std::string(field) + ": " + std::to_string(text.size()) +
+                                   " bytes, at most " + std::to_string(bytes_max) + " allowed");
+  }
+  out->assign(text.begin(), text.size());
+  return Status::ok();
+}
+
+Status readDigest(capnp::Data::Reader data, const char* field, Digest* out) {
+  if (data.size() != out->size()) {
+    return Status::invalidArgument(std::string(field) + ": " + std::to_string(data.size()) +
+                                   " bytes, exactly " + std::to_string(out->size()) + " required");
+  }
+  std::memcpy(out->data(), data.begin(), out->size());
+  return Status::ok();
+}
+
+template <typename Core, typename Wire>
+Status readEnum(Wire value, const char* field, Core* out) {
+  std::optional<Core> core = enumToCore(value);
+  if (!core) {
+    return Status::invalidArgument(std::string(field) + ": unknown value " +
+                                   std::to_string(static_cast<uint16_t>(value)));
+  }
+  *out = *core;
+  return Status::ok();
+}
+
+Status checkListSize(uint64_t size, uint64_t size_max, const char* field) {
+  if (size > size_max) {
+    return Status::invalidArgument(std::string(field) + ": " + std::to_string(size) +
+                                   " entries, at most " + std::to_string(size_max) + " allowed");
+  }
+  return Status::ok();
+}
+
+capnp::Text::Reader textOf(const std::string& value) {
+  return capnp::Text::Reader(value.data(), value.size());
+}
+
+capnp::Data::Reader dataOf(const Digest& digest) {
+  return capnp::Data::Reader(digest.data(), digest.size());
+}
+
+// --- Policy and reservation -------------------------------------------------------------------
+
+Status readBudget(schema::AdmissionBudgetV1::Reader reader, Budget* out) {
+  TALLY_WIRE_RETURN_IF_ERROR(readText(reader.getSubjectPattern(), limits::kSubjectBytesMax,
+                                      "subjectPattern", &out->subject_pattern));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getRoute(), limits::kRouteBytesMax, "route", &out->route));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getRegion(), limits::kRegionBytesMax, "region", &out->region));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getUnit(), limits::kUnitNameBytesMax, "unit", &out->unit));
+  out->refill_per_second = reader.getRefillPerSecond();
+  out->burst = reader.getBurst();
+  out->max_single_reservation = reader.getMaxSingleReservation();
+  out->hold_ttl_ms = reader.getHoldTtlMs();
+  out->hard_execution_limit_ms = reader.getHardExecutionLimitMs();
+  out->max_overdraft = reader.getMaxOverdraft();
+  out->priority = reader.getPriority();
+  out->weight = reader.getWeight();
+  out->fairness_budget_permille = reader.getFairnessBudgetPermille();
+  TALLY_WIRE_RETURN_IF_ERROR(readText(reader.getEstimatorDigest(), kEstimatorDigestBytesMax,
+                                      "estimatorDigest", &out->estimator_digest));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readEnum(reader.getAccountingEpoch(), "accountingEpoch", &out->accounting_epoch));
+  auto emergency = reader.getEmergency();
+  out->emergency.enabled = emergency.getEnabled();
+  out->emergency.shard_units = emergency.getShardUnits();
+  out->emergency.shard_ttl_ms = emergency.getShardTtlMs();
+  auto rollout = reader.getRollout();
+  TALLY_WIRE_RETURN_IF_ERROR(readEnum(rollout.getMode(), "rollout.mode", &out->rollout.mode));
+  out->rollout.percent = rollout.getPercent();
+  return Status::ok();
+}
+
+Status readBudgets(capnp::List<schema::AdmissionBudgetV1>::Reader list, std::vector<Budget>* out) {
+  TALLY_WIRE_RETURN_IF_ERROR(checkListSize(list.size(), limits::kBudgetsPerPolicyMax, "budgets"));
+  out->reserve(list.size());
+  for (uint32_t i = 0; i < list.size(); ++i) {
+    Budget budget;
+    if (Status status = readBudget(list[i], &budget); !status.isOk()) {
+      return withContext(status, "budgets[" + std::to_string(i) + "]");
+    }
+    out->push_back(std::move(budget));
+  }
+  return Status::ok();
+}
+
+Result<Budget> readBudget(schema::AdmissionBudgetV1::Reader reader) {
+  Budget budget;
+  TALLY_WIRE_RETURN_IF_ERROR(readBudget(reader, &budget));
+  return budget;
+}
+
+Result<Policy> readPolicy(schema::PolicyV1::Reader reader) {
+  Policy policy;
+  policy.generation = reader.getGeneration();
+  TALLY_WIRE_RETURN_IF_ERROR(readBudgets(reader.getBudgets(), &policy.budgets));
+  return policy;
+}
+
+Result<Reservation> readReservation(schema::LimitReservationV1::Reader reader) {
+  Reservation out;
+  TALLY_WIRE_RETURN_IF_ERROR(readText(reader.getReservationId(), limits::kReservationIdBytesMax,
+                                      "reservationId", &out.reservation_id));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readDigest(reader.getRequestDigest(), "requestDigest", &out.request_digest));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getSubject(), limits::kSubjectBytesMax, "subject", &out.subject));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getRoute(), limits::kRouteBytesMax, "route", &out.route));
+  out.policy_generation = reader.getPolicyGeneration();
+  out.accounting_epoch_ms = reader.getAccountingEpochMs();
+  out.reserved_units = reader.getReservedUnits();
+  out.actual_units = reader.getActualUnits();
+  out.refunded_units = reader.getRefundedUnits();
+  out.debt_units = reader.getDebtUnits();
+  TALLY_WIRE_RETURN_IF_ERROR(readText(reader.getOperationId(), limits::kOperationIdBytesMax,
+                                      "operationId", &out.operation_id));
+  out.created_at_ms = reader.getCreatedAtMs();
+  out.expires_at_ms = reader.getExpiresAtMs();
+  out.started_at_ms = reader.getStartedAtMs();
+  out.closed_at_ms = reader.getClosedAtMs();
+  TALLY_WIRE_RETURN_IF_ERROR(readEnum(reader.getState(), "state", &out.state));
+  TALLY_WIRE_RETURN_IF_ERROR(readText(reader.getOrigin(), kOriginBytesMax, "origin", &out.origin));
+  out.closed_by_hard_limit = reader.getClosedByHardLimit();
+  out.overdraft_breach = reader.getOverdraftBreach();
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readEnum(reader.getLimitingDimension(), "limitingDimension", &out.limiting_dimension));
+  out.retry_after_ms = reader.getRetryAfterMs();
+  return out;
+}
+
+// --- Requests ---------------------------------------------------------------------------------
+
+Status readReservationId(capnp::Text::Reader text, std::string* out) {
+  return readText(text, limits::kReservationIdBytesMax, "reservationId", out);
+}
+
+Status readOperationId(capnp::Text::Reader text, std::string* out) {
+  return readText(text, limits::kOperationIdBytesMax, "operationId", out);
+}
+
+Result<ReserveRequest> readReserve(schema::ReserveRequest::Reader reader) {
+  ReserveRequest out;
+  TALLY_WIRE_RETURN_IF_ERROR(readReservationId(reader.getReservationId(), &out.reservation_id));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readDigest(reader.getRequestDigest(), "requestDigest", &out.request_digest));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getSubject(), limits::kSubjectBytesMax, "subject", &out.subject));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getRoute(), limits::kRouteBytesMax, "route", &out.route));
+  out.units = reader.getUnits();
+  out.policy_generation = reader.getPolicyGeneration();
+  out.priority = reader.getPriority();
+  return out;
+}
+
+Result<StartRequest> readStart(schema::StartRequest::Reader reader) {
+  StartRequest out;
+  TALLY_WIRE_RETURN_IF_ERROR(readReservationId(reader.getReservationId(), &out.reservation_id));
+  TALLY_WIRE_RETURN_IF_ERROR(readOperationId(reader.getOperationId(), &out.operation_id));
+  return out;
+}
+
+Result<SettleRequest> readSettle(schema::SettleRequest::Reader reader) {
+  SettleRequest out;
+  TALLY_WIRE_RETURN_IF_ERROR(readReservationId(reader.getReservationId(), &out.reservation_id));
+  TALLY_WIRE_RETURN_IF_ERROR(readOperationId(reader.getOperationId(), &out.operation_id));
+  out.actual_units = reader.getActualUnits();
+  return out;
+}
+
+Result<ReleaseRequest> readRelease(schema::ReleaseRequest::Reader reader) {
+  ReleaseRequest out;
+  TALLY_WIRE_RETURN_IF_ERROR(readReservationId(reader.getReservationId(), &out.reservation_id));
+  return out;
+}
+
+Result<QueryRequest> readQuery(schema::QueryRequest::Reader reader) {
+  QueryRequest out;
+  TALLY_WIRE_RETURN_IF_ERROR(readReservationId(reader.getReservationId(), &out.reservation_id));
+  return out;
+}
+
+Result<MarkUnknownRequest> readMarkUnknown(schema::MarkUnknownRequest::Reader reader) {
+  MarkUnknownRequest out;
+  TALLY_WIRE_RETURN_IF_ERROR(readReservationId(reader.getReservationId(), &out.reservation_id));
+  TALLY_WIRE_RETURN_IF_ERROR(readOperationId(reader.getOperationId(), &out.operation_id));
+  return out;
+}
+
+Result<ReportOperationRequest> readReportOperation(schema::ReportOperationRequest::Reader reader) {
+  ReportOperationRequest out;
+  TALLY_WIRE_RETURN_IF_ERROR(readReservationId(reader.getReservationId(), &out.reservation_id));
+  TALLY_WIRE_RETURN_IF_ERROR(readOperationId(reader.getOperationId(), &out.operation_id));
+  out.actual_units = reader.getActualUnits();
+  return out;
+}
+
+Result<AuditRequest> readAudit(schema::AuditRequest::Reader reader) {
+  AuditRequest out;
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getSubject(), limits::kSubjectBytesMax, "subject", &out.subject));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getRoute(), limits::kRouteBytesMax, "route", &out.route));
+  return out;
+}
+
+Result<PublishPolicyRequest> readPublishPolicy(schema::PublishPolicyRequest::Reader reader) {
+  PublishPolicyRequest out;
+  TALLY_WIRE_RETURN_IF_ERROR(readBudgets(reader.getBudgets(), &out.budgets));
+  return out;
+}
+
+Result<ShowPolicyRequest> readShowPolicy(schema::ShowPolicyRequest::Reader reader) {
+  return ShowPolicyRequest{.generation = reader.getGeneration()};
+}
+
+template <typename Variant, typename T>
+Result<Variant> lift(Result<T> result) {
+  if (!result.isOk()) return result.status();
+  return Variant(std::move(result).value());
+}
+
+Result<RequestBody> readRequestBody(schema::Request::Reader reader) {
+  switch (reader.which()) {
+    case schema::Request::UNSPECIFIED: return RequestBody(UnknownMessage{});
+    case schema::Request::RESERVE: return lift<RequestBody>(readReserve(reader.getReserve()));
+    case schema::Request::START: return lift<RequestBody>(readStart(reader.getStart()));
+    case schema::Request::SETTLE: return lift<RequestBody>(readSettle(reader.getSettle()));
+    case schema::Request::RELEASE: return lift<RequestBody>(readRelease(reader.getRelease()));
+    case schema::Request::QUERY: return lift<RequestBody>(readQuery(reader.getQuery()));
+    case schema::Request::MARK_UNKNOWN:
+      return lift<RequestBody>(readMarkUnknown(reader.getMarkUnknown()));
+    case schema::Request::REPORT_OPERATION:
+      return lift<RequestBody>(readReportOperation(reader.getReportOperation()));
+    case schema::Request::AUDIT: return lift<RequestBody>(readAudit(reader.getAudit()));
+    case schema::Request::HEALTH: return RequestBody(HealthRequest{});
+    case schema::Request::PUBLISH_POLICY:
+      return lift<RequestBody>(readPublishPolicy(reader.getPublishPolicy()));
+    case schema::Request::ROLLBACK_POLICY: return RequestBody(RollbackPolicyRequest{});
+    case schema::Request::SHOW_POLICY:
+      return lift<RequestBody>(readShowPolicy(reader.getShowPolicy()));
+  }
+  // A member appended by a newer peer.
+  return RequestBody(UnknownMessage{.which = static_cast<uint16_t>(reader.which())});
+}
+
+Result<Request> readRequest(schema::Request::Reader reader) {
+  Result<RequestBody> body = readRequestBody(reader);
+  if (!body.isOk()) return body.status();
+  return Request{.request_id = reader.getRequestId(), .body = std::move(body).value()};
+}
+
+// --- Replies ----------------------------------------------------------------------------------
+
+Result<ReservationReply> readReservationReply(schema::ReservationReply::Reader reader) {
+  ReservationReply out;
+  TALLY_WIRE_RETURN_IF_ERROR(readEnum(reader.getCode(), "code", &out.code));
+  out.duplicate = reader.getDuplicate();
+  out.refunded_units = reader.getRefundedUnits();
+  if (reader.hasReceipt()) {
+    Result<Reservation> receipt = readReservation(reader.getReceipt());
+    if (!receipt.isOk()) return withContext(receipt.status(), "receipt");
+    out.receipt = std::move(receipt).value();
+  }
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getMessage(), kMessageBytesMax, "message", &out.message));
+  return out;
+}
+
+Result<PolicyAnswer> readPolicyReply(schema::PolicyReply::Reader reader) {
+  PolicyAnswer out;
+  TALLY_WIRE_RETURN_IF_ERROR(readEnum(reader.getCode(), "code", &out.reply.code));
+  out.reply.generation = reader.getGeneration();
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getMessage(), kMessageBytesMax, "message", &out.reply.message));
+  if (reader.hasPolicy()) {
+    Result<Policy> policy = readPolicy(reader.getPolicy());
+    if (!policy.isOk()) return withContext(policy.status(), "policy");
+    out.policy = std::move(policy).value();
+  }
+  return out;
+}
+
+Status readAccount(schema::AccountAudit::Reader reader, AccountView* out) {
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getSubject(), limits::kSubjectBytesMax, "subject", &out->key.subject));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getRoute(), limits::kRouteBytesMax, "route", &out->key.route));
+  out->key.generation = reader.getPolicyGeneration();
+  out->accounting_epoch_ms = reader.getAccountingEpochMs();
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readEnum(reader.getGenerationState(), "generationState", &out->generation_state));
+  out->debt = reader.getDebt();
+  Balances& balances = out->balances;
+  balances.opening = reader.getOpening();
+  balances.minted = reader.getMinted();
+  balances.overdraft_issued = reader.getOverdraftIssued();
+  balances.available = reader.getAvailable();
+  balances.reserved = reader.getReserved();
+  balances.spent = reader.getSpent();
+  balances.retired_for_emergency = reader.getRetiredForEmergency();
+  balances.overdraft_repaid = reader.getOverdraftRepaid();
+  balances.transferred_out = reader.getTransferredOut();
+  out->conserved = reader.getConserved();
+  return Status::ok();
+}
+
+Result<AuditReport> readAuditReply(schema::AuditReply::Reader reader) {
+  AuditReport out;
+  auto accounts = reader.getAccounts();
+  TALLY_WIRE_RETURN_IF_ERROR(checkListSize(accounts.size(), limits::kAccountsMax, "accounts"));
+  out.accounts.reserve(accounts.size());
+  for (uint32_t i = 0; i < accounts.size(); ++i) {
+    AccountView view;
+    if (Status status = readAccount(accounts[i], &view); !status.isOk()) {
+      return withContext(status, "accounts[" + std::to_string(i) + "]");
+    }
+    out.accounts.push_back(std::move(view));
+  }
+  out.conserved = reader.getConserved();
+  auto violations = reader.getViolations();
+  TALLY_WIRE_RETURN_IF_ERROR(checkListSize(violations.size(), kViolationsMax, "violations"));
+  out.violations.reserve(violations.size());
+  for (uint32_t i = 0; i < violations.size(); ++i) {
+    std::string violation;
+    TALLY_WIRE_RETURN_IF_ERROR(
+        readText(violations[i], kMessageBytesMax, "violations[]", &violation));
+    out.violations.push_back(std::move(violation));
+  }
+  return out;
+}
+
+Result<HealthReply> readHealthReply(schema::HealthReply::Reader reader) {
+  HealthReply out;
+  TALLY_WIRE_RETURN_IF_ERROR(readText(reader.getStatus(), kMessageBytesMax, "status", &out.status));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getVersion(), kMessageBytesMax, "version", &out.version));
+  out.now_ms = reader.getNowMs();
+  return out;
+}
+
+Result<ErrorReply> readErrorReply(schema::ErrorReply::Reader reader) {
+  ErrorReply out;
+  TALLY_WIRE_RETURN_IF_ERROR(readEnum(reader.getCode(), "code", &out.code));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getMessage(), kMessageBytesMax, "message", &out.message));
+  return out;
+}
+
+Result<ResponseBody> readResponseBody(schema::Response::Reader reader) {
+  switch (reader.which()) {
+    case schema::Response::UNSPECIFIED: return ResponseBody(UnknownMessage{});
+    case schema::Response::RESERVATION:
+      return lift<ResponseBody>(readReservationReply(reader.getReservation()));
+    case schema::Response::POLICY: return lift<ResponseBody>(readPolicyReply(reader.getPolicy()));
+    case schema::Response::AUDIT: return lift<ResponseBody>(readAuditReply(reader.getAudit()));
+    case schema::Response::HEALTH: return lift<ResponseBody>(readHealthReply(reader.getHealth()));
+    case schema::Response::ERROR: return lift<ResponseBody>(readErrorReply(reader.getError()));
+  }
+  return ResponseBody(UnknownMessage{.which = static_cast<uint16_t>(reader.which())});
+}
+
+Result<Response> readResponse(schema::Response::Reader reader) {
+  Result<ResponseBody> body = readResponseBody(reader);
+  if (!body.isOk()) return body.status();
+  return Response{.request_id = reader.getRequestId(), .body = std::move(body).value()};
+}
+
+}  // namespace
+
+capnp::ReaderOptions decodeReaderOptions() {
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = kDecodeTraversalLimitWords;
+  options.nestingLimit = kDecodeNestingLimit;
+  return options;
+}
+
+const char* errorCodeName(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kUnspecified: return "unspecified";
+    case ErrorCode::kMalformedFrame: return "malformedFrame";
+    case ErrorCode::kFrameTooLarge: return "frameTooLarge";
+    case ErrorCode::kUnknownMessage: return "unknownMessage";
+    case ErrorCode::kInvalidArgument: return "invalidArgument";
+    case ErrorCode::kUnavailable: return "unavailable";
+    case ErrorCode::kInternal: return "internal";
+  }
+  return "invalid";
+}
+
+// --- Envelopes --------------------------------------------------------------------------------
+
+DecodedRequest decodeRequest(std::span<const uint8_t> frame) {
+  std::optional<uint64_t> request_id;
+  Result<RequestBody> body =
+      withMessage<RequestBody>(frame, [&](capnp::MessageReader& message) -> Result<RequestBody> {
+        auto root = message.getRoot<schema::Request>();
+        request_id = root.getRequestId();
+        return readRequestBody(root);
+      });
+  return DecodedRequest{.request_id = request_id, .body = std::move(body)};
+}
+
+Result<Response> decodeResponse(std::span<const uint8_t> frame) {
+  return withMessage<Response>(frame, [](capnp::MessageReader& message) {
+    return readResponse(message.getRoot<schema::Response>());
+  });
+}
+
+Result<std::vector<uint8_t>> encodeRequestFrame(const Request& request, uint64_t frame_bytes_max) {
+  capnp::MallocMessageBuilder message;
+  fromCore(request, message.initRoot<schema::Request>());
+  return encodeFrame(message, frame_bytes_max);
+}
+
+Result<std::vector<uint8_t>> encodeResponseFrame(const Response& response,
+                                                 uint64_t frame_bytes_max) {
+  capnp::MallocMessageBuilder message;
+  fromCore(response, message.initRoot<schema::Response>());
+  return encodeFrame(message, frame_bytes_max);
+}
+
+ErrorReply errorReplyFor(const Status& status) {
+  ErrorCode code = ErrorCode::kInternal;
+  switch (status.code()) {
+    case StatusCode::kCorruption: code = ErrorCode::kMalformedFrame; break;
+    case StatusCode::kResourceExhausted: code = ErrorCode::kFrameTooLarge; break;
+    case StatusCode::kInvalidArgument: code = ErrorCode::kInvalidArgument; break;
+    case StatusCode::kUnavailable: code = ErrorCode::kUnavailable; break;
+    default: break;
+  }
+  return ErrorReply{.code = code, .message = status.message()};
+}
+
+// --- toCore: each guarded, since a caller may hand us a reader over untrusted bytes ----------
+
+Result<Budget> toCore(schema::AdmissionBudgetV1::Reader reader) {
+  return catchDecodeErrors([&] { return readBudget(reader); });
+}
+Result<Policy> toCore(schema::PolicyV1::Reader reader) {
+  return catchDecodeErrors([&] { return readPolicy(reader); });
+}
+Result<Reservation> toCore(schema::LimitReservationV1::Reader reader) {
+  return catchDecodeErrors([&] { return readReservation(reader); });
+}
+Result<ReserveRequest> toCore(schema::ReserveRequest::Reader reader) {
+  return catchDecodeErrors([&] { return readReserve(reader); });
+}
+Result<StartRequest> toCore(schema::StartRequest::Reader reader) {
+  return catchDecodeErrors([&] { return readStart(reader); });
+}
+Result<SettleRequest> toCore(schema::SettleRequest::Reader reader) {
+  return catchDecodeErrors([&] { return readSettle(reader); });
+}
+Result<ReleaseRequest> toCore(schema::ReleaseRequest::Reader reader) {
+  return catchDecodeErrors([&] { return readRelease(reader); });
+}
+Result<QueryRequest> toCore(schema::QueryRequest::Reader reader) {
+  return catchDecodeErrors([&] { return readQuery(reader); });
+}
+Result<MarkUnknownRequest> toCore(schema::MarkUnknownRequest::Reader reader) {
+  return catchDecodeErrors([&] { return readMarkUnknown(reader); });
+}
+Result<ReportOperationRequest> toCore(schema::ReportOperationRequest::Reader reader) {
+  return catchDecodeErrors([&] { return readReportOperation(reader); });
+}
+Result<AuditRequest> toCore(schema::AuditRequest::Reader reader) {
+  return catchDecodeErrors([&] { return readAudit(reader); });
+}
+Result<PublishPolicyRequest> toCore(schema::PublishPolicyRequest::Reader reader) {
+  return catchDecodeErrors([&] { return readPublishPolicy(reader); });
+}
+Result<ShowPolicyRequest> toCore(schema::ShowPolicyRequest::Reader reader) {
+  return catchDecodeErrors([&] { return readShowPolicy(reader); });
+}
+Result<Request> toCore(schema::Request::Reader reader) {
+  return catchDecodeErrors([&] { return readRequest(reader); });
+}
+Result<ReservationReply> toCore(schema::ReservationReply::Reader reader) {
+  return catchDecodeErrors([&] { return readReservationReply(reader); });
+}
+Result<PolicyAnswer> toCore(schema::PolicyReply::Reader reader) {
+  return catchDecodeErrors([&] { return readPolicyReply(reader); });
+}
+Result<AuditReport> toCore(schema::AuditReply::Reader reader) {
+  return catchDecodeErrors([&] { return readAuditReply(reader); });
+}
+Result<HealthReply> toCore(schema::HealthReply::Reader reader) {
+  return catchDecodeErrors([&] { return readHealthReply(reader); });
+}
+Result<ErrorReply> toCore(schema::ErrorReply::Reader reader) {
+  return catchDecodeErrors([&] { return readErrorReply(reader); });
+}
+Result<Response> toCore(schema::Response::Reader reader) {
+  return catchDecodeErrors([&] { return readResponse(reader); });
+}
+
+// --- fromCore ---------------------------------------------------------------------------------
+
+void fromCore(const Budget& budget, schema::AdmissionBudgetV1::Builder builder) {
+  builder.setSubjectPattern(textOf(budget.subject_pattern));
+  builder.setRoute(textOf(budget.route));
+  builder.setRegion(textOf(budget.region));
+  builder.setUnit(textOf(budget.unit));
+  builder.setRefillPerSecond(budget.refill_per_second);
+  builder.setBurst(budget.burst);
+  builder.setMaxSingleReservation(budget.max_single_reservation);
+  builder.setHoldTtlMs(budget.hold_ttl_ms);
+  builder.setHardExecutionLimitMs(budget.hard_execution_limit_ms);
+  builder.setMaxOverdraft(budget.max_overdraft);
+  builder.setPriority(budget.priority);
+  builder.setWeight(budget.weight);
+  builder.setFairnessBudgetPermille(budget.fairness_budget_permille);
+  builder.setEstimatorDigest(textOf(budget.estimator_digest));
+  builder.setAccountingEpoch(enumFromCore(budget.accounting_epoch));
+  auto emergency = builder.initEmergency();
+  emergency.setEnabled(budget.emergency.enabled);
+  emergency.setShardUnits(budget.emergency.shard_units);
+  emergency.setShardTtlMs(budget.emergency.shard_ttl_ms);
+  auto rollout = builder.initRollout();
+  rollout.setMode(enumFromCore(budget.rollout.mode));
+  rollout.setPercent(budget.rollout.percent);
+}
+
+void fromCore(const Policy& policy, schema::PolicyV1::Builder builder) {
+  builder.setGeneration(policy.generation);
+  auto budgets = builder.initBudgets(static_cast<capnp::uint>(policy.budgets.size()));
+  for (size_t i = 0; i < policy.budgets.size(); ++i) {
+    fromCore(policy.budgets[i], budgets[static_cast<capnp::uint>(i)]);
+  }
+}
+
+void fromCore(const Reservation& reservation, schema::LimitReservationV1::Builder builder) {
+  builder.setReservationId(textOf(reservation.reservation_id));
+  builder.setRequestDigest(dataOf(reservation.request_digest));
+  builder.setSubject(textOf(reservation.subject));
+  builder.setRoute(textOf(reservation.route));
+  builder.setPolicyGeneration(reservation.policy_generation);
+  builder.setAccountingEpochMs(reservation.accounting_epoch_ms);
+  builder.setReservedUnits(reservation.reserved_units);
+  builder.setActualUnits(reservation.actual_units);
+  builder.setRefundedUnits(reservation.refunded_units);
+  builder.setDebtUnits(reservation.debt_units);
+  builder.setOperationId(textOf(reservation.operation_id));
+  builder.setCreatedAtMs(reservation.created_at_ms);
+  builder.setExpiresAtMs(reservation.expires_at_ms);
+  builder.setStartedAtMs(reservation.started_at_ms);
+  builder.setClosedAtMs(reservation.closed_at_ms);
+  builder.setState(enumFromCore(reservation.state));
+  builder.setOrigin(textOf(reservation.origin));
+  builder.setClosedByHardLimit(reservation.closed_by_hard_limit);
+  builder.setOverdraftBreach(reservation.overdraft_breach);
+  builder.setLimitingDimension(enumFromCore(reservation.limiting_dimension));
+  builder.setRetryAfterMs(reservation.retry_after_ms);
+}
+
+void fromCore(const ReserveRequest& request, schema::ReserveRequest::Builder builder) {
+  builder.setReservationId(textOf(request.reservation_id));
+  builder.setRequestDigest(dataOf(request.request_digest));
+  builder.setSubject(textOf(request.subject));
+  builder.setRoute(textOf(request.route));
+  builder.setUnits(request.units);
+  builder.setPolicyGeneration(request.policy_generation);
+  builder.setPriority(request.priority);
+}
+
+void fromCore(const StartRequest& request, schema::StartRequest::Builder builder) {
+  builder.setReservationId(textOf(request.reservation_id));
+  builder.setOperationId(textOf(request.operation_id));
+}
+
+void fromCore(const SettleRequest& request, schema::SettleRequest::Builder builder) {
+  builder.setReservationId(textOf(request.reservation_id));
+  builder.setOperationId(textOf(request.operation_id));
+  builder.setActualUnits(request.actual_units);
+}
+
+void fromCore(const ReleaseRequest& request, schema::ReleaseRequest::Builder builder) {
+  builder.setReservationId(textOf(request.reservation_id));
+}
+
+void fromCore(const QueryRequest& request, schema::QueryRequest::Builder builder) {
+  builder.setReservationId(textOf(request.reservation_id));
+}
+
+void fromCore(const MarkUnknownRequest& request, schema::MarkUnknownRequest::Builder builder) {
+  builder.setReservationId(textOf(request.reservation_id));
+  builder.setOperationId(textOf(request.operation_id));
+}
+
+void fromCore(const ReportOperationRequest& request,
+              schema::ReportOperationRequest::Builder builder) {
+  builder.setReservationId(textOf(request.reservation_id));
+  builder.setOperationId(textOf(request.operation_id));
+  builder.setActualUnits(request.actual_units);
+}
+
+void fromCore(const AuditRequest& request, schema::AuditRequest::Builder builder) {
+  builder.setSubject(textOf(request.subject));
+  builder.setRoute(textOf(request.route));
+}
+
+void fromCore(const PublishPolicyRequest& request, schema::PublishPolicyRequest::Builder builder) {
+  auto budgets = builder.initBudgets(static_cast<capnp::uint>(request.budgets.size()));
+  for (size_t i = 0; i < request.budgets.size(); ++i) {
+    fromCore(request.budgets[i], budgets[static_cast<capnp::uint>(i)]);
+  }
+}
+
+void fromCore(const ShowPolicyRequest& request, schema::ShowPolicyRequest::Builder builder) {
+  builder.setGeneration(request.generation);
+}
+
+void fromCore(const Request& request, schema::Request::Builder builder) {
+  builder.setRequestId(request.request_id);
+  struct Visitor {
+    schema::Request::Builder builder;
+    // An unknown member cannot be re-encoded; it goes out as the `unspecified` default.
+    void operator()(const UnknownMessage&) { builder.setUnspecified(); }
+    void operator()(const ReserveRequest& body) { fromCore(body, builder.initReserve()); }
+    void operator()(const StartRequest& body) { fromCore(body, builder.initStart()); }
+    void operator()(const SettleRequest& body) { fromCore(body, builder.initSettle()); }
+    void operator()(const ReleaseRequest& body) { fromCore(body, builder.initRelease()); }
+    void operator()(const QueryRequest& body) { fromCore(body, builder.initQuery()); }
+    void operator()(const MarkUnknownRequest& body) { fromCore(body, builder.initMarkUnknown()); }
+    void operator()(const ReportOperationRequest& body) {
+      fromCore(body, builder.initReportOperation());
+    }
+    void operator()(const AuditRequest& body) { fromCore(body, builder.initAudit()); }
+    void operator()(const HealthRequest&) { builder.initHealth(); }
+    void operator()(const PublishPolicyRequest& body) {
+      fromCore(body, builder.initPublishPolicy());
+    }
+    void operator()(const RollbackPolicyRequest&) { builder.initRollbackPolicy(); }
+    void operator()(const ShowPolicyRequest& body) { fromCore(body, builder.initShowPolicy()); }
+  };
+  std::visit(Visitor{builder}, request.body);
+}
+
+void fromCore(const ReservationReply& reply, schema::ReservationReply::Builder builder) {
+  builder.setCode(enumFromCore(reply.code));
+  builder.setDuplicate(reply.duplicate);
+  builder.setRefundedUnits(reply.refunded_units);
+  fromCore(reply.receipt, builder.initReceipt());
+  builder.setMessage(textOf(reply.message));
+}
+
+void fromCore(const PolicyAnswer& answer, schema::PolicyReply::Builder builder) {
+  builder.setCode(enumFromCore(answer.reply.code));
+  builder.setGeneration(answer.reply.generation);
+  builder.setMessage(textOf(answer.reply.message));
+  if (answer.policy) fromCore(*answer.policy, builder.initPolicy());
+}
+
+void fromCore(const AuditReport& report, schema::AuditReply::Builder builder) {
+  auto accounts = builder.initAccounts(static_cast<capnp::uint>(report.accounts.size()));
+  for (size_t i = 0; i < report.accounts.size(); ++i) {
+    const AccountView& view = report.accounts[i];
+    auto account = accounts[static_cast<capnp::uint>(i)];
+    account.setSubject(textOf(view.key.subject));
+    account.setRoute(textOf(view.key.route));
+    account.setPolicyGeneration(view.key.generation);
+    account.setAccountingEpochMs(view.accounting_epoch_ms);
+    account.setGenerationState(enumFromCore(view.generation_state));
+    account.setDebt(view.debt);
+    account.setOpening(view.balances.opening);
+    account.setMinted(view.balances.minted);
+    account.setOverdraftIssued(view.balances.overdraft_issued);
+    account.setAvailable(view.balances.available);
+    account.setReserved(view.balances.reserved);
+    account.setSpent(view.balances.spent);
+    account.setRetiredForEmergency(view.balances.retired_for_emergency);
+    account.setOverdraftRepaid(view.balances.overdraft_repaid);
+    account.setTransferredOut(view.balances.transferred_out);
+    account.setConserved(view.conserved);
+  }
+  builder.setConserved(report.conserved);
+  auto violations = builder.initViolations(static_cast<capnp::uint>(report.violations.size()));
+  for (size_t i = 0; i < report.violations.size(); ++i) {
+    violations.set(static_cast<capnp::uint>(i), textOf(report.violations[i]));
+  }
+}
+
+void fromCore(const HealthReply& reply, schema::HealthReply::Builder builder) {
+  builder.setStatus(textOf(reply.status));
+  builder.setVersion(textOf(reply.version));
+  builder.setNowMs(reply.now_ms);
+}
+
+void fromCore(const ErrorReply& reply, schema::ErrorReply::Builder builder) {
+  builder.setCode(enumFromCore(reply.code));
+  builder.setMessage(textOf(reply.message));
+}
+
+void fromCore(const Response& response, schema::Response::Builder builder) {
+  builder.setRequestId(response.request_id);
+  struct Visitor {
+    schema::Response::Builder builder;
+    void operator()(const UnknownMessage&) { builder.setUnspecified(); }
+    void operator()(const ReservationReply& body) { fromCore(body, builder.initReservation()); }
+    void operator()(const PolicyAnswer& body) { fromCore(body, builder.initPolicy()); }
+    void operator()(const AuditReport& body) { fromCore(body, builder.initAudit()); }
+    void operator()(const HealthReply& body) { fromCore(body, builder.initHealth()); }
+    void operator()(const ErrorReply& body) { fromCore(body, builder.initError()); }
+  };
+  std::visit(Visitor{builder}, response.body);
+}
+
+}  // namespace tally::wire
+
+#undef TALLY_WIRE_RETURN_IF_ERROR

@@ -1,0 +1,189 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <capnp/message.h>
+
+#include "core/ledger_types.h"
+#include "core/limits.h"
+#include "core/policy.h"
+#include "core/reservation.h"
+#include "core/status.h"
+#include "schemas/admission_budget.capnp.h"
+#include "schemas/limit_reservation.capnp.h"
+#include "schemas/protocol.capnp.h"
+
+// Conversions between Cap'n Proto messages (schemas/) and the core value types.
+//
+// Decoding is the trust boundary. Every toCore()/decode*() function:
+//  * reads with explicit ReaderOptions (decodeReaderOptions());
+//  * turns any kj::Exception thrown by Cap'n Proto on malformed bytes into kCorruption; no
+//    other code in tally catches kj::Exception;
+//  * checks what the schema cannot: text lengths against core/limits.h (kInvalidArgument naming
+//    the field), digests of exactly 32 bytes, enum values this build knows.
+// It never asserts on input. Semantic checks (empty ids, zero units, policy rules) belong to the
+// state machines, which answer them with domain reply codes.
+//
+// Encoding (fromCore(), encode*()) trusts its input: it is our own state.
+
+namespace tally::wire {
+
+// Decode limits, applied at every decode site. The traversal limit allows reading a maximal
+// default-sized frame several times over; the nesting limit is well above the schemas' depth
+// (Response → PolicyReply → PolicyV1 → budgets → AdmissionBudgetV1 → RolloutV1 is 6).
+inline constexpr uint64_t kDecodeTraversalLimitWords =
+    4 * limits::kFrameBytesMaxDefault / sizeof(capnp::word);
+inline constexpr int kDecodeNestingLimit = 16;
+capnp::ReaderOptions decodeReaderOptions();
+
+// Bounds for wire text that core/limits.h has no maximum for.
+inline constexpr uint64_t kOriginBytesMax = 128;  // an emergency shard id
+inline constexpr uint64_t kEstimatorDigestBytesMax = 256;
+inline constexpr uint64_t kMessageBytesMax = 4096;  // reply messages, violations, health text
+inline constexpr uint64_t kViolationsMax = 10'000;
+
+// --- Wire-only messages (the core state machine has no type for these) ----------------------
+
+struct AuditRequest {
+  std::string subject;  // empty: every subject
+  std::string route;    // empty: every route
+};
+struct HealthRequest {};
+struct PublishPolicyRequest {
+  std::vector<Budget> budgets;  // the ledger assigns the generation
+};
+struct RollbackPolicyRequest {};
+struct ShowPolicyRequest {
+  Generation generation = 0;  // 0: the active generation
+};
+
+// A request or response union member this build does not know (a newer peer), or the
+// `unspecified` default of an empty message. Answered with ErrorCode::kUnknownMessage.
+struct UnknownMessage {
+  uint16_t which = 0;  // the raw union discriminant
+};
+
+enum class ErrorCode : uint8_t {
+  kUnspecified = 0,
+  kMalformedFrame,
+  kFrameTooLarge,
+  kUnknownMessage,
+  kInvalidArgument,
+  kUnavailable,
+  kInternal,
+};
+const char* errorCodeName(ErrorCode code);
+
+struct ErrorReply {
+  ErrorCode code = ErrorCode::kUnspecified;
+  std::string message;
+};
+
+struct HealthReply {
+  std::string status;
+  std::string version;
+  uint64_t now_ms = 0;
+};
+
+// A PolicyReply and, for showPolicy only, the policy itself.
+struct PolicyAnswer {
+  PolicyReply reply;
+  std::optional<Policy> policy;
+};
+
+using RequestBody =
+    std::variant<UnknownMessage, ReserveRequest, StartRequest, SettleRequest, ReleaseRequest,
+                 QueryRequest, MarkUnknownRequest, ReportOperationRequest, AuditRequest,
+                 HealthRequest, PublishPolicyRequest, RollbackPolicyRequest, ShowPolicyRequest>;
+
+struct Request {
+  uint64_t request_id = 0;
+  RequestBody body;
+};
+
+using ResponseBody = std::variant<UnknownMessage, ReservationReply, PolicyAnswer, AuditReport,
+                                  HealthReply, ErrorReply>;
+
+struct Response {
+  uint64_t request_id = 0;
+  ResponseBody body;
+};
+
+// --- Envelopes: one frame payload <-> one message ---------------------------------------------
+
+// What a server learns from one request frame. `request_id` is set whenever the envelope could be
+// read, so that even an invalid request is answered under its own id.
+struct DecodedRequest {
+  std::optional<uint64_t> request_id;
+  Result<RequestBody> body;
+};
+
+DecodedRequest decodeRequest(std::span<const uint8_t> frame);
+Result<Response> decodeResponse(std::span<const uint8_t> frame);
+
+// Framed (length-prefixed) encodings; kResourceExhausted if above frame_bytes_max.
+Result<std::vector<uint8_t>> encodeRequestFrame(
+    const Request& request, uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault);
+Result<std::vector<uint8_t>> encodeResponseFrame(
+    const Response& response, uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault);
+
+// The error a server answers with when decoding failed with `status`.
+ErrorReply errorReplyFor(const Status& status);
+
+// --- Per-type conversions ---------------------------------------------------------------------
+
+Result<Budget> toCore(schema::AdmissionBudgetV1::Reader reader);
+Result<Policy> toCore(schema::PolicyV1::Reader reader);
+// Reservation::late_receipt_applied is ledger-internal: not part of limitReservation.v1, it reads
+// as false (schemas/store.capnp persists it).
+Result<Reservation> toCore(schema::LimitReservationV1::Reader reader);
+
+Result<ReserveRequest> toCore(schema::ReserveRequest::Reader reader);
+Result<StartRequest> toCore(schema::StartRequest::Reader reader);
+Result<SettleRequest> toCore(schema::SettleRequest::Reader reader);
+Result<ReleaseRequest> toCore(schema::ReleaseRequest::Reader reader);
+Result<QueryRequest> toCore(schema::QueryRequest::Reader reader);
+Result<MarkUnknownRequest> toCore(schema::MarkUnknownRequest::Reader reader);
+Result<ReportOperationRequest> toCore(schema::ReportOperationRequest::Reader reader);
+Result<AuditRequest> toCore(schema::AuditRequest::Reader reader);
+Result<PublishPolicyRequest> toCore(schema::PublishPolicyRequest::Reader reader);
+Result<ShowPolicyRequest> toCore(schema::ShowPolicyRequest::Reader reader);
+Result<Request> toCore(schema::Request::Reader reader);
+
+Result<ReservationReply> toCore(schema::ReservationReply::Reader reader);
+Result<PolicyAnswer> toCore(schema::PolicyReply::Reader reader);
+Result<AuditReport> toCore(schema::AuditReply::Reader reader);
+Result<HealthReply> toCore(schema::HealthReply::Reader reader);
+Result<ErrorReply> toCore(schema::ErrorReply::Reader reader);
+Result<Response> toCore(schema::Response::Reader reader);
+
+void fromCore(const Budget& budget, schema::AdmissionBudgetV1::Builder builder);
+void fromCore(const Policy& policy, schema::PolicyV1::Builder builder);
+void fromCore(const Reservation& reservation, schema::LimitReservationV1::Builder builder);
+
+void fromCore(const ReserveRequest& request, schema::ReserveRequest::Builder builder);
+void fromCore(const StartRequest& request, schema::StartRequest::Builder builder);
+void fromCore(const SettleRequest& request, schema::SettleRequest::Builder builder);
+void fromCore(const ReleaseRequest& request, schema::ReleaseRequest::Builder builder);
+void fromCore(const QueryRequest& request, schema::QueryRequest::Builder builder);
+void fromCore(const MarkUnknownRequest& request, schema::MarkUnknownRequest::Builder builder);
+void fromCore(const ReportOperationRequest& request,
+              schema::ReportOperationRequest::Builder builder);
+void fromCore(const AuditRequest& request, schema::AuditRequest::Builder builder);
+void fromCore(const PublishPolicyRequest& request, schema::PublishPolicyRequest::Builder builder);
+void fromCore(const ShowPolicyRequest& request, schema::ShowPolicyRequest::Builder builder);
+void fromCore(const Request& request, schema::Request::Builder builder);
+
+void fromCore(const ReservationReply& reply, schema::ReservationReply::Builder builder);
+void fromCore(const PolicyAnswer& answer, schema::PolicyReply::Builder builder);
+void fromCore(const AuditReport& report, schema::AuditReply::Builder builder);
+void fromCore(const HealthReply& reply, schema::HealthReply::Builder builder);
+void fromCore(const ErrorReply& reply, schema::ErrorReply::Builder builder);
+void fromCore(const Response& response, schema::Response::Builder builder);
+
+}  // namespace tally::wire
