@@ -2,7 +2,8 @@
 #
 # One StoreBatchV1 is one row of the SQLite `log` table; the folded tables hold one
 # PolicyRecordV1, AccountRecordV1 or ReservationRecordV1 per row. Every record is a full image:
-# a later image of the same row replaces an earlier one.
+# a later image of the same row replaces an earlier one. Each is stored in the packed
+# serialization (capnp::writePackedMessage), one message per blob.
 #
 # These bytes live on disk for as long as a data dir does: only append fields, never renumber,
 # retype or reorder them.

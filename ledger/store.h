@@ -1,0 +1,73 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/account.h"
+#include "core/policy.h"
+#include "core/reservation.h"
+#include "core/status.h"
+#include "core/types.h"
+
+// The ledger's durable record. The working state lives in memory (core::Ledger); the store
+// holds full images of every changed row, so that a restart rebuilds exactly the state whose
+// replies were sent.
+//
+// Contract:
+//  * commit(batch) returns only once the batch is durable (fsync'd); batches are applied in
+//    commit order and a later image of a row replaces an earlier one. Within one batch,
+//    deleted_reservations apply before the upserts (an id compacted and then reused in the same
+//    batch is present afterwards). Images are idempotent: committing a batch twice is harmless.
+//  * When commit() fails, the batch may or may not be durable; the caller replies to none of
+//    its operations and either retries the same batch or stops serving.
+//  * load() returns the latest image of every row that was ever committed and not deleted.
+//  * A Store is used by one thread at a time (the ledger's commit thread); it is not
+//    thread-safe.
+
+namespace tally::ledger {
+
+struct PolicyRecord {
+  Policy policy;  // policy.generation is set
+  Generation republished_from = 0;
+
+  bool operator==(const PolicyRecord&) const = default;
+};
+
+struct AccountRecord {
+  AccountKey key;
+  Balances balances;
+  uint64_t refill_clock_ms = 0;
+  uint64_t refill_carry = 0;
+
+  bool operator==(const AccountRecord&) const = default;
+};
+
+struct StoreBatch {
+  std::vector<PolicyRecord> policies;
+  std::vector<AccountRecord> accounts;
+  std::vector<Reservation> reservations;
+  std::vector<std::string> deleted_reservations;
+  uint64_t ledger_clock_ms = 0;  // the ledger clock's high-water mark at this batch
+
+  bool empty() const {
+    return policies.empty() && accounts.empty() && reservations.empty() &&
+           deleted_reservations.empty();
+  }
+};
+
+struct StoreContents {
+  std::vector<PolicyRecord> policies;  // ascending generation
+  std::vector<AccountRecord> accounts;
+  std::vector<Reservation> reservations;
+  uint64_t ledger_clock_ms = 0;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  [[nodiscard]] virtual Status commit(const StoreBatch& batch) = 0;
+  [[nodiscard]] virtual Result<StoreContents> load() = 0;
+};
+
+}  // namespace tally::ledger

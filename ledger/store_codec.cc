@@ -1,0 +1,263 @@
+#include "ledger/store_codec.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include <capnp/message.h>
+#include <capnp/serialize-packed.h>
+#include <kj/exception.h>
+#include <kj/io.h>
+
+#include "core/assert.h"
+#include "core/limits.h"
+#include "schemas/store.capnp.h"
+#include "wire/codec.h"
+
+namespace tally::ledger {
+namespace {
+
+// Rough sizes of one encoded item, so that a batch usually fits the first segment.
+constexpr uint64_t kWordsPerAccount = 24;
+constexpr uint64_t kWordsPerReservation = 48;
+constexpr uint64_t kWordsPerPolicy = 256;
+constexpr uint64_t kWordsPerDeletion = 20;
+constexpr uint64_t kWordsOverhead = 64;
+
+// Traversal budget per packed byte. Our records pack to about half their size (ids, digests and
+// counters are rarely zero); 8 words (64 bytes) per packed byte leaves a wide margin for
+// zero-heavy records while still bounding what a damaged blob can make the reader allocate
+// (a zero run packs 256 words into 2 bytes, so the budget cannot be "every possible word").
+constexpr uint64_t kTraversalWordsPerBlobByte = 8;
+
+capnp::Text::Reader textOf(const std::string& value) {
+  return capnp::Text::Reader(value.data(), value.size());
+}
+
+Status asCorruption(const Status& status) {
+  if (status.code() == StatusCode::kCorruption) return status;
+  return Status::corruption(status.message());
+}
+
+// Reads the packed message in `bytes` with limits sized from the blob, and hands its root to
+// `read`. This is the decode boundary: kj::Exception stops here. (Unpacking copies into aligned
+// memory, so SQLite's unaligned blob pointers are fine.)
+template <typename Root, typename T, typename F>
+Result<T> withRoot(std::span<const uint8_t> bytes, F&& read) {
+  if (bytes.empty()) return Status::corruption("empty blob");
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = std::max<uint64_t>(wire::kDecodeTraversalLimitWords,
+                                                     kTraversalWordsPerBlobByte * bytes.size());
+  options.nestingLimit = wire::kDecodeNestingLimit;
+  try {
+    kj::ArrayInputStream input(kj::ArrayPtr<const kj::byte>(bytes.data(), bytes.size()));
+    capnp::PackedMessageReader message(input, options);
+    if (size_t trailing = input.tryGetReadBuffer().size(); trailing != 0) {
+      return Status::corruption("message is followed by " + std::to_string(trailing) +
+                                " trailing bytes");
+    }
+    Result<T> result = read(message.getRoot<Root>());
+    if (!result.isOk()) return asCorruption(result.status());
+    return result;
+  } catch (const kj::Exception& exception) {
+    return Status::corruption(std::string("malformed message: ") +
+                              exception.getDescription().cStr());
+  }
+}
+
+// --- Builders ---------------------------------------------------------------------------------
+
+// A record the decoder would refuse must never reach the disk: it would make the data dir
+// unloadable. The ledger bounds all of these at its input, so a violation is a bug.
+void assertStorable(const Budget& budget) {
+  TALLY_ASSERT(budget.subject_pattern.size() <= limits::kSubjectBytesMax);
+  TALLY_ASSERT(budget.route.size() <= limits::kRouteBytesMax);
+  TALLY_ASSERT(budget.region.size() <= limits::kRegionBytesMax);
+  TALLY_ASSERT(budget.unit.size() <= limits::kUnitNameBytesMax);
+  TALLY_ASSERT(budget.estimator_digest.size() <= wire::kEstimatorDigestBytesMax);
+}
+
+void assertStorable(const Reservation& reservation) {
+  TALLY_ASSERT(reservation.reservation_id.size() <= limits::kReservationIdBytesMax);
+  TALLY_ASSERT(reservation.subject.size() <= limits::kSubjectBytesMax);
+  TALLY_ASSERT(reservation.route.size() <= limits::kRouteBytesMax);
+  TALLY_ASSERT(reservation.operation_id.size() <= limits::kOperationIdBytesMax);
+  TALLY_ASSERT(reservation.origin.size() <= wire::kOriginBytesMax);
+}
+
+void buildPolicy(const PolicyRecord& record, schema::PolicyRecordV1::Builder builder) {
+  TALLY_ASSERT(record.policy.budgets.size() <= limits::kBudgetsPerPolicyMax);
+  for (const Budget& budget : record.policy.budgets) assertStorable(budget);
+  wire::fromCore(record.policy, builder.initPolicy());
+  builder.setRepublishedFrom(record.republished_from);
+}
+
+void buildAccount(const AccountRecord& record, schema::AccountRecordV1::Builder builder) {
+  TALLY_ASSERT(record.key.subject.size() <= limits::kSubjectBytesMax);
+  TALLY_ASSERT(record.key.route.size() <= limits::kRouteBytesMax);
+  builder.setSubject(textOf(record.key.subject));
+  builder.setRoute(textOf(record.key.route));
+  builder.setGeneration(record.key.generation);
+  const Balances& b = record.balances;
+  builder.setOpening(b.opening);
+  builder.setMinted(b.minted);
+  builder.setOverdraftIssued(b.overdraft_issued);
+  builder.setAvailable(b.available);
+  builder.setReserved(b.reserved);
+  builder.setSpent(b.spent);
+  builder.setRetiredForEmergency(b.retired_for_emergency);
+  builder.setOverdraftRepaid(b.overdraft_repaid);
+  builder.setTransferredOut(b.transferred_out);
+  builder.setRefillClockMs(record.refill_clock_ms);
+  builder.setRefillCarry(record.refill_carry);
+}
+
+void buildReservation(const Reservation& reservation,
+                      schema::ReservationRecordV1::Builder builder) {
+  assertStorable(reservation);
+  wire::fromCore(reservation, builder.initReservation());
+  builder.setLateReceiptApplied(reservation.late_receipt_applied);
+}
+
+Blob finish(capnp::MessageBuilder& message) {
+  kj::VectorOutputStream output(capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word));
+  capnp::writePackedMessage(output, message);
+  return kj::heapArray<kj::byte>(output.getArray());
+}
+
+// --- Readers (may throw kj::Exception; called only inside withRoot) ---------------------------
+
+Result<PolicyRecord> readPolicy(schema::PolicyRecordV1::Reader reader) {
+  Result<Policy> policy = wire::toCore(reader.getPolicy());
+  if (!policy.isOk()) return Status::corruption("policy: " + policy.status().message());
+  return PolicyRecord{.policy = std::move(policy).value(),
+                      .republished_from = reader.getRepublishedFrom()};
+}
+
+Result<AccountRecord> readAccount(schema::AccountRecordV1::Reader reader) {
+  AccountRecord record;
+  if (reader.getSubject().size() > limits::kSubjectBytesMax ||
+      reader.getRoute().size() > limits::kRouteBytesMax) {
+    return Status::corruption("account: subject or route longer than allowed");
+  }
+  record.key.subject.assign(reader.getSubject().begin(), reader.getSubject().size());
+  record.key.route.assign(reader.getRoute().begin(), reader.getRoute().size());
+  record.key.generation = reader.getGeneration();
+  Balances& b = record.balances;
+  b.opening = reader.getOpening();
+  b.minted = reader.getMinted();
+  b.overdraft_issued = reader.getOverdraftIssued();
+  b.available = reader.getAvailable();
+  b.reserved = reader.getReserved();
+  b.spent = reader.getSpent();
+  b.retired_for_emergency = reader.getRetiredForEmergency();
+  b.overdraft_repaid = reader.getOverdraftRepaid();
+  b.transferred_out = reader.getTransferredOut();
+  record.refill_clock_ms = reader.getRefillClockMs();
+  record.refill_carry = reader.getRefillCarry();
+  return record;
+}
+
+Result<Reservation> readReservation(schema::ReservationRecordV1::Reader reader) {
+  Result<Reservation> reservation = wire::toCore(reader.getReservation());
+  if (!reservation.isOk()) {
+    return Status::corruption("reservation: " + reservation.status().message());
+  }
+  reservation.value().late_receipt_applied = reader.getLateReceiptApplied();
+  return reservation;
+}
+
+Result<StoreBatch> readBatch(schema::StoreBatchV1::Reader reader) {
+  StoreBatch batch;
+  batch.policies.reserve(reader.getPolicies().size());
+  for (auto policy : reader.getPolicies()) {
+    Result<PolicyRecord> record = readPolicy(policy);
+    if (!record.isOk()) return record.status();
+    batch.policies.push_back(std::move(record).value());
+  }
+  batch.accounts.reserve(reader.getAccounts().size());
+  for (auto account : reader.getAccounts()) {
+    Result<AccountRecord> record = readAccount(account);
+    if (!record.isOk()) return record.status();
+    batch.accounts.push_back(std::move(record).value());
+  }
+  batch.reservations.reserve(reader.getReservations().size());
+  for (auto reservation : reader.getReservations()) {
+    Result<Reservation> record = readReservation(reservation);
+    if (!record.isOk()) return record.status();
+    batch.reservations.push_back(std::move(record).value());
+  }
+  batch.deleted_reservations.reserve(reader.getDeletedReservations().size());
+  for (capnp::Text::Reader id : reader.getDeletedReservations()) {
+    if (id.size() > limits::kReservationIdBytesMax) {
+      return Status::corruption("deletedReservations: id longer than allowed");
+    }
+    batch.deleted_reservations.emplace_back(id.begin(), id.size());
+  }
+  batch.ledger_clock_ms = reader.getLedgerClockMs();
+  return batch;
+}
+
+}  // namespace
+
+Blob encodeBatch(const StoreBatch& batch) {
+  const uint64_t estimate = kWordsOverhead + kWordsPerPolicy * batch.policies.size() +
+                            kWordsPerAccount * batch.accounts.size() +
+                            kWordsPerReservation * batch.reservations.size() +
+                            kWordsPerDeletion * batch.deleted_reservations.size();
+  capnp::MallocMessageBuilder message(static_cast<unsigned>(std::min<uint64_t>(estimate, 1 << 24)));
+  auto builder = message.initRoot<schema::StoreBatchV1>();
+  auto policies = builder.initPolicies(static_cast<unsigned>(batch.policies.size()));
+  for (size_t i = 0; i < batch.policies.size(); ++i) buildPolicy(batch.policies[i], policies[i]);
+  auto accounts = builder.initAccounts(static_cast<unsigned>(batch.accounts.size()));
+  for (size_t i = 0; i < batch.accounts.size(); ++i) buildAccount(batch.accounts[i], accounts[i]);
+  auto reservations = builder.initReservations(static_cast<unsigned>(batch.reservations.size()));
+  for (size_t i = 0; i < batch.reservations.size(); ++i) {
+    buildReservation(batch.reservations[i], reservations[i]);
+  }
+  auto deleted =
+      builder.initDeletedReservations(static_cast<unsigned>(batch.deleted_reservations.size()));
+  for (size_t i = 0; i < batch.deleted_reservations.size(); ++i) {
+    TALLY_ASSERT(batch.deleted_reservations[i].size() <= limits::kReservationIdBytesMax);
+    deleted.set(static_cast<unsigned>(i), textOf(batch.deleted_reservations[i]));
+  }
+  builder.setLedgerClockMs(batch.ledger_clock_ms);
+  return finish(message);
+}
+
+Blob encodePolicyRecord(const PolicyRecord& record) {
+  capnp::MallocMessageBuilder message(kWordsPerPolicy);
+  buildPolicy(record, message.initRoot<schema::PolicyRecordV1>());
+  return finish(message);
+}
+
+Blob encodeAccountRecord(const AccountRecord& record) {
+  capnp::MallocMessageBuilder message(kWordsPerAccount * 2);
+  buildAccount(record, message.initRoot<schema::AccountRecordV1>());
+  return finish(message);
+}
+
+Blob encodeReservationRecord(const Reservation& reservation) {
+  capnp::MallocMessageBuilder message(kWordsPerReservation * 2);
+  buildReservation(reservation, message.initRoot<schema::ReservationRecordV1>());
+  return finish(message);
+}
+
+Result<StoreBatch> decodeBatch(std::span<const uint8_t> bytes) {
+  return withRoot<schema::StoreBatchV1, StoreBatch>(bytes, readBatch);
+}
+
+Result<PolicyRecord> decodePolicyRecord(std::span<const uint8_t> bytes) {
+  return withRoot<schema::PolicyRecordV1, PolicyRecord>(bytes, readPolicy);
+}
+
+Result<AccountRecord> decodeAccountRecord(std::span<const uint8_t> bytes) {
+  return withRoot<schema::AccountRecordV1, AccountRecord>(bytes, readAccount);
+}
+
+Result<Reservation> decodeReservationRecord(std::span<const uint8_t> bytes) {
+  return withRoot<schema::ReservationRecordV1, Reservation>(bytes, readReservation);
+}
+
+}  // namespace tally::ledger

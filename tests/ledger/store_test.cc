@@ -1,0 +1,745 @@
+#include "ledger/sqlite_store.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/limits.h"
+#include "ledger/store_codec.h"
+
+namespace tally::ledger {
+namespace {
+
+// --- Fixtures and sample records ------------------------------------------------------------
+
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/tally-store-test-XXXXXX";
+    const char* made = ::mkdtemp(pattern);
+    if (made == nullptr) {
+      ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
+      return;
+    }
+    path_ = made;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+Budget makeBudget(uint64_t n) {
+  return Budget{.subject_pattern = "tenant-" + std::to_string(n) + "-*",
+                .route = "/v1/chat/" + std::to_string(n),
+                .region = "eu-west-1",
+                .unit = "tokens",
+                .refill_per_second = 100 + n,
+                .burst = 1000 + n,
+                .estimator_digest = "sha256:abc" + std::to_string(n),
+                .max_single_reservation = 600 + n,
+                .hold_ttl_ms = 30'000 + n,
+                .hard_execution_limit_ms = 600'000 + n,
+                .max_overdraft = 50 + n,
+                .priority = 3,
+                .weight = 7,
+                .fairness_budget_permille = 25,
+                .accounting_epoch = EpochPeriod::kDay,
+                .emergency = {.enabled = true, .shard_units = 100 + n, .shard_ttl_ms = 60'000},
+                .rollout = {.mode = RolloutMode::kShadow, .percent = 40}};
+}
+
+PolicyRecord makePolicy(Generation generation, Generation republished_from = 0) {
+  Policy policy{.generation = generation, .budgets = {makeBudget(generation), makeBudget(99)}};
+  return PolicyRecord{.policy = policy, .republished_from = republished_from};
+}
+
+AccountRecord makeAccount(const std::string& subject, Generation generation, uint64_t n) {
+  return AccountRecord{.key = {.subject = subject, .route = "/v1/chat", .generation = generation},
+                       .balances = {.opening = 1000 + n,
+                                    .minted = 2000 + n,
+                                    .overdraft_issued = 30 + n,
+                                    .available = 400 + n,
+                                    .reserved = 600 + n,
+                                    .spent = 1900 + n,
+                                    .retired_for_emergency = 70 + n,
+                                    .overdraft_repaid = 20 + n,
+                                    .transferred_out = 40 + n},
+                       .refill_clock_ms = 1'700'000'000'000 + n,
+                       .refill_carry = 999};
+}
+
+// Every field differs from its default.
+Reservation makeReservation(const std::string& id, uint64_t n) {
+  Reservation r;
+  r.reservation_id = id;
+  for (size_t i = 0; i < r.request_digest.size(); ++i) {
+    r.request_digest[i] = static_cast<uint8_t>(n * 31 + i + 1);
+  }
+  r.subject = "tenant-" + std::to_string(n % 7);
+  r.route = "/v1/chat";
+  r.policy_generation = 3 + n;
+  r.accounting_epoch_ms = 1'700'000'000'000 + n;
+  r.reserved_units = 600 + n;
+  r.actual_units = 700 + n;
+  r.refunded_units = 11 + n;
+  r.debt_units = 100 + n;
+  r.operation_id = ("op-" + id).substr(0, limits::kOperationIdBytesMax);
+  r.created_at_ms = 1000 + n;
+  r.expires_at_ms = 31'000 + n;
+  r.started_at_ms = 1500 + n;
+  r.closed_at_ms = 1800 + n;
+  r.state = static_cast<ReservationState>(1 + n % (kReservationStateCount - 1));
+  r.origin = "shard-" + std::to_string(n);
+  r.closed_by_hard_limit = true;
+  r.late_receipt_applied = true;
+  r.overdraft_breach = true;
+  r.limiting_dimension = LimitingDimension::kFrozenRoute;
+  r.retry_after_ms = -1 - static_cast<int64_t>(n);
+  return r;
+}
+
+// What load() must return: the same semantics as the store, kept in plain maps.
+struct Model {
+  std::map<Generation, PolicyRecord> policies;
+  std::map<AccountKey, AccountRecord> accounts;
+  std::map<std::string, Reservation> reservations;
+  uint64_t ledger_clock_ms = 0;
+
+  void apply(const StoreBatch& batch) {
+    for (const std::string& id : batch.deleted_reservations) reservations.erase(id);
+    for (const Reservation& r : batch.reservations) reservations[r.reservation_id] = r;
+    for (const PolicyRecord& p : batch.policies) policies[p.policy.generation] = p;
+    for (const AccountRecord& a : batch.accounts) accounts[a.key] = a;
+    ledger_clock_ms = std::max(ledger_clock_ms, batch.ledger_clock_ms);
+  }
+};
+
+void expectContents(const StoreContents& actual, const Model& expected) {
+  ASSERT_EQ(actual.policies.size(), expected.policies.size());
+  size_t i = 0;
+  for (const auto& [generation, record] : expected.policies) {
+    EXPECT_TRUE(actual.policies[i] == record) << "policy generation " << generation;
+    ++i;
+  }
+  ASSERT_EQ(actual.accounts.size(), expected.accounts.size());
+  std::map<AccountKey, AccountRecord> accounts;
+  for (const AccountRecord& a : actual.accounts) accounts[a.key] = a;
+  for (const auto& [key, record] : expected.accounts) {
+    EXPECT_TRUE(accounts.count(key) && accounts[key] == record)
+        << "account " << key.subject << " " << key.route << " " << key.generation;
+  }
+  ASSERT_EQ(actual.reservations.size(), expected.reservations.size());
+  std::map<std::string, Reservation> reservations;
+  for (const Reservation& r : actual.reservations) reservations[r.reservation_id] = r;
+  for (const auto& [id, record] : expected.reservations) {
+    EXPECT_TRUE(reservations.count(id) && reservations[id] == record) << "reservation " << id;
+  }
+  EXPECT_EQ(actual.ledger_clock_ms, expected.ledger_clock_ms);
+}
+
+std::unique_ptr<SqliteStore> openOrDie(const std::string& dir, SqliteStoreOptions options = {}) {
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dir, options);
+  if (!store.isOk()) {
+    ADD_FAILURE() << "open " << dir << ": " << store.status().toString();
+    return nullptr;
+  }
+  return std::move(store).value();
+}
+
+StoreContents loadOrDie(SqliteStore* store) {
+  Result<StoreContents> contents = store->load();
+  if (!contents.isOk()) {
+    ADD_FAILURE() << "load: " << contents.status().toString();
+    return {};
+  }
+  return std::move(contents).value();
+}
+
+// Runs SQL on the database file directly, as an outsider would damage it.
+void rawSql(const std::string& db_path, const std::string& sql, const std::vector<uint8_t>* blob) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  if (blob != nullptr) {
+    ASSERT_EQ(sqlite3_bind_blob64(stmt, 1, blob->data(), blob->size(), SQLITE_TRANSIENT),
+              SQLITE_OK);
+  }
+  EXPECT_EQ(sqlite3_step(stmt), SQLITE_DONE) << sqlite3_errmsg(db);
+  EXPECT_EQ(sqlite3_changes(db), 1) << sql;
+  EXPECT_EQ(sqlite3_finalize(stmt), SQLITE_OK);
+  EXPECT_EQ(sqlite3_close(db), SQLITE_OK);
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  std::string dataDir() const { return tmp_.path() + "/data"; }
+  std::string dbPath() const { return dataDir() + "/" + SqliteStore::kDatabaseFileName; }
+
+  TempDir tmp_;
+};
+
+// --- Round trip -------------------------------------------------------------------------------
+
+TEST_F(StoreTest, RoundTripsEveryFieldAcrossReopen) {
+  Model model;
+  std::vector<StoreBatch> batches(3);
+  batches[0].policies = {makePolicy(1), makePolicy(2)};
+  batches[0].accounts = {makeAccount("tenant-1", 1, 1), makeAccount("tenant-2", 2, 2)};
+  batches[0].reservations = {makeReservation("r-1", 1), makeReservation("r-2", 2),
+                             makeReservation("r-3", 3)};
+  batches[0].ledger_clock_ms = 5000;
+  batches[1].policies = {makePolicy(3, 1)};  // a rollback republishing generation 1
+  batches[1].accounts = {makeAccount("tenant-1", 1, 10), makeAccount("tenant-1", 3, 11)};
+  batches[1].reservations = {makeReservation("r-1", 21)};
+  batches[1].deleted_reservations = {"r-2"};
+  batches[1].ledger_clock_ms = 7000;
+  batches[2].reservations = {makeReservation(std::string(128, 'x'), 4)};  // longest id allowed
+  batches[2].ledger_clock_ms = 6000;  // a lower mark never lowers the high-water mark
+  {
+    auto store = openOrDie(dataDir());
+    ASSERT_NE(store, nullptr);
+    for (const StoreBatch& batch : batches) {
+      ASSERT_TRUE(store->commit(batch).isOk());
+      model.apply(batch);
+    }
+    expectContents(loadOrDie(store.get()), model);
+  }
+  auto store = openOrDie(dataDir());
+  ASSERT_NE(store, nullptr);
+  StoreContents contents = loadOrDie(store.get());
+  expectContents(contents, model);
+  EXPECT_EQ(contents.ledger_clock_ms, 7000u);
+  // Policies come back in ascending generation.
+  ASSERT_EQ(contents.policies.size(), 3u);
+  EXPECT_EQ(contents.policies[2].republished_from, 1u);
+}
+
+TEST_F(StoreTest, CodecRoundTripsLateReceiptApplied) {
+  // limitReservation.v1 has no field for it; the store record carries it beside the wire type.
+  for (bool late : {false, true}) {
+    Reservation r = makeReservation("r", 5);
+    r.late_receipt_applied = late;
+    Result<Reservation> decoded = decodeReservationRecord(blobBytes(encodeReservationRecord(r)));
+    ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+    EXPECT_TRUE(decoded.value() == r);
+  }
+}
+
+TEST_F(StoreTest, LargeZeroHeavyBatchRoundTrips) {
+  // Default-valued records pack tightly; the decoder's traversal budget must still cover them.
+  StoreBatch batch;
+  for (uint64_t i = 0; i < 20'000; ++i) {
+    Reservation r;
+    r.reservation_id = "z" + std::to_string(i);
+    batch.reservations.push_back(r);
+    batch.accounts.push_back(AccountRecord{.key = {.subject = "s" + std::to_string(i)}});
+  }
+  Blob blob = encodeBatch(batch);
+  Result<StoreBatch> decoded = decodeBatch(blobBytes(blob));
+  ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+  EXPECT_TRUE(decoded.value().reservations == batch.reservations);
+  EXPECT_TRUE(decoded.value().accounts == batch.accounts);
+  auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->commit(batch).isOk());
+  Model model;
+  model.apply(batch);
+  expectContents(loadOrDie(store.get()), model);
+  ASSERT_TRUE(store->checkpoint().isOk());
+  expectContents(loadOrDie(store.get()), model);
+}
+
+TEST_F(StoreTest, EmptyStoreLoadsEmpty) {
+  auto store = openOrDie(dataDir());
+  ASSERT_NE(store, nullptr);
+  expectContents(loadOrDie(store.get()), Model{});
+  EXPECT_TRUE(store->checkpoint().isOk());
+  ASSERT_TRUE(store->commit(StoreBatch{}).isOk());
+  expectContents(loadOrDie(store.get()), Model{});
+}
+
+// --- Later images, deletions, checkpoints -------------------------------------------------------
+
+TEST_F(StoreTest, LaterImageWinsAndDeletionsStickThroughCheckpointAndReplay) {
+  auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+  ASSERT_NE(store, nullptr);
+  Model model;
+  auto commit = [&](const StoreBatch& batch) {
+    ASSERT_TRUE(store->commit(batch).isOk());
+    model.apply(batch);
+  };
+  commit({.accounts = {makeAccount("a", 1, 1)},
+          .reservations = {makeReservation("keep", 1), makeReservation("gone", 1)},
+          .ledger_clock_ms = 1});
+  commit({.accounts = {makeAccount("a", 1, 2)},
+          .reservations = {makeReservation("keep", 2)},
+          .ledger_clock_ms = 2});
+  ASSERT_TRUE(store->checkpoint().isOk());
+  EXPECT_EQ(store->pendingLogRows(), 0u);
+  // Deleted in the log while its image sits in the table.
+  commit({.deleted_reservations = {"gone"}, .ledger_clock_ms = 3});
+  expectContents(loadOrDie(store.get()), model);
+  ASSERT_TRUE(store->checkpoint().isOk());
+  expectContents(loadOrDie(store.get()), model);
+  // Upserted and deleted within the log window: the deletion wins over the earlier image.
+  commit({.reservations = {makeReservation("brief", 1)}, .ledger_clock_ms = 4});
+  commit({.deleted_reservations = {"brief"}, .ledger_clock_ms = 5});
+  // Deleted and reused in one batch: deletions apply first, so the new image stays.
+  commit({.reservations = {makeReservation("reused", 2)},
+          .deleted_reservations = {"reused"},
+          .ledger_clock_ms = 6});
+  commit({.accounts = {makeAccount("a", 1, 3)},
+          .reservations = {makeReservation("keep", 3)},
+          .ledger_clock_ms = 7});
+  StoreContents replayed = loadOrDie(store.get());
+  expectContents(replayed, model);
+  EXPECT_EQ(model.reservations.count("gone"), 0u);
+  EXPECT_EQ(model.reservations.count("brief"), 0u);
+  EXPECT_EQ(model.reservations.count("reused"), 1u);
+  EXPECT_EQ(model.accounts.begin()->second, makeAccount("a", 1, 3));
+
+  store.reset();
+  store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->pendingLogRows(), 4u);
+  expectContents(loadOrDie(store.get()), model);
+  ASSERT_TRUE(store->checkpoint().isOk());
+  expectContents(loadOrDie(store.get()), model);
+  store.reset();
+  store = openOrDie(dataDir());
+  ASSERT_NE(store, nullptr);
+  expectContents(loadOrDie(store.get()), model);
+}
+
+// A random stream of batches over a small key space, so images overwrite and deletions hit.
+StoreBatch randomBatch(std::mt19937_64& rng, uint64_t step) {
+  StoreBatch batch;
+  auto pick = [&](uint64_t n) { return rng() % n; };
+  if (pick(10) == 0) batch.policies.push_back(makePolicy(1 + pick(5), pick(3)));
+  for (uint64_t i = pick(4); i > 0; --i) {
+    batch.accounts.push_back(makeAccount("s" + std::to_string(pick(6)), 1 + pick(3), step));
+  }
+  for (uint64_t i = pick(6); i > 0; --i) {
+    batch.reservations.push_back(makeReservation("r" + std::to_string(pick(40)), step * 10 + i));
+  }
+  for (uint64_t i = pick(3); i > 0; --i) {
+    batch.deleted_reservations.push_back("r" + std::to_string(pick(40)));
+  }
+  batch.ledger_clock_ms = step * 3 + pick(5);
+  return batch;
+}
+
+TEST_F(StoreTest, CheckpointAtAnyPointGivesTheSameContents) {
+  struct Variant {
+    const char* name;
+    uint64_t checkpoint_log_rows;
+    bool manual;  // also checkpoint by hand at random points
+  };
+  const std::vector<Variant> variants = {
+      {"never", 0, false}, {"every-row", 1, false}, {"every-5", 5, false},
+      {"manual", 0, true}, {"default", 256, true},
+  };
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    for (const Variant& variant : variants) {
+      SCOPED_TRACE(variant.name);
+      const std::string dir = tmp_.path() + "/" + std::to_string(seed) + "-" + variant.name;
+      const SqliteStoreOptions options{.checkpoint_log_rows = variant.checkpoint_log_rows};
+      std::mt19937_64 rng(seed);             // the same batches for every variant
+      std::mt19937_64 actions(seed + 1000);  // checkpoint and reopen points
+      Model model;
+      auto store = openOrDie(dir, options);
+      ASSERT_NE(store, nullptr);
+      for (uint64_t step = 1; step <= 120; ++step) {
+        StoreBatch batch = randomBatch(rng, step);
+        ASSERT_TRUE(store->commit(batch).isOk());
+        ASSERT_TRUE(store->lastCheckpointStatus().isOk());
+        model.apply(batch);
+        if (variant.manual && actions() % 7 == 0) {
+          ASSERT_TRUE(store->checkpoint().isOk());
+        }
+        if (actions() % 23 == 0) {
+          store.reset();
+          store = openOrDie(dir, options);
+          ASSERT_NE(store, nullptr);
+        }
+        if (step % 15 == 0) expectContents(loadOrDie(store.get()), model);
+      }
+      if (variant.checkpoint_log_rows == 1) {
+        EXPECT_EQ(store->pendingLogRows(), 0u);
+      }
+      expectContents(loadOrDie(store.get()), model);
+    }
+  }
+}
+
+// --- Crash safety: a real process, killed with SIGKILL -----------------------------------------
+
+// Batch n of the crash workload: reservation r-n (kept forever), tmp-n (replacing tmp-(n-1)),
+// the counter account whose `available` is n, and now and then a policy.
+StoreBatch crashBatch(uint64_t n) {
+  StoreBatch batch;
+  batch.reservations = {makeReservation("r-" + std::to_string(n), n),
+                        makeReservation("tmp-" + std::to_string(n), n)};
+  if (n > 1) batch.deleted_reservations = {"tmp-" + std::to_string(n - 1)};
+  AccountRecord counter = makeAccount("counter", 1, 0);
+  counter.balances.available = n;
+  batch.accounts = {counter};
+  for (uint64_t i = 0; i < 8; ++i) {
+    batch.accounts.push_back(makeAccount("filler-" + std::to_string(i), 1, n));
+  }
+  if (n % 50 == 1) batch.policies = {makePolicy(n)};
+  batch.ledger_clock_ms = n * 10;
+  return batch;
+}
+
+constexpr uint64_t kChildBatchesMax = 1'000'000;
+constexpr uint64_t kChildFailed = ~uint64_t{0};
+constexpr int kAckTimeoutMs = 30'000;
+
+// The child: commits batches 1, 2, ... and acknowledges each on `ack_fd` only after commit()
+// returned. Never returns into the test framework.
+[[noreturn]] void runCrashChild(const std::string& dir, uint64_t checkpoint_log_rows, int ack_fd) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  auto opened = SqliteStore::open(dir, {.checkpoint_log_rows = checkpoint_log_rows});
+  if (!opened.isOk()) {
+    (void)!::write(ack_fd, &kChildFailed, sizeof kChildFailed);
+    ::_exit(3);
+  }
+  auto store = std::move(opened).value();
+  for (uint64_t n = 1; n <= kChildBatchesMax; ++n) {
+    if (!store->commit(crashBatch(n)).isOk() || !store->lastCheckpointStatus().isOk()) {
+      (void)!::write(ack_fd, &kChildFailed, sizeof kChildFailed);
+      ::_exit(4);
+    }
+    if (::write(ack_fd, &n, sizeof n) != static_cast<ssize_t>(sizeof n)) ::_exit(5);
+  }
+  ::_exit(0);
+}
+
+// Reads acknowledgements (8-byte seqs) until `want` arrived or the pipe closed; every wait is
+// bounded by kAckTimeoutMs. Returns the highest seq seen.
+uint64_t readAcks(int fd, uint64_t want, uint64_t* count, bool* child_failed) {
+  uint64_t highest = 0;
+  std::vector<uint8_t> pending;
+  while (*count < want) {
+    pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+    int ready = ::poll(&p, 1, kAckTimeoutMs);
+    if (ready <= 0) {
+      ADD_FAILURE() << "no acknowledgement within " << kAckTimeoutMs << " ms";
+      break;
+    }
+    uint8_t buffer[4096];
+    ssize_t got = ::read(fd, buffer, sizeof buffer);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;  // the child is gone
+    pending.insert(pending.end(), buffer, buffer + got);
+    size_t whole = pending.size() / sizeof(uint64_t) * sizeof(uint64_t);
+    for (size_t at = 0; at < whole; at += sizeof(uint64_t)) {
+      uint64_t seq = 0;
+      std::memcpy(&seq, pending.data() + at, sizeof seq);
+      if (seq == kChildFailed) {
+        *child_failed = true;
+        return highest;
+      }
+      EXPECT_EQ(seq, highest + 1) << "acknowledgements arrive in commit order";
+      highest = seq;
+      ++*count;
+    }
+    pending.erase(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(whole));
+  }
+  return highest;
+}
+
+// After a crash: the committed batches form a prefix 1..m with m >= every acknowledged batch,
+// and the contents are exactly what that prefix wrote.
+void checkCrashRecovery(const std::string& dir, uint64_t acknowledged) {
+  auto store = openOrDie(dir, {.checkpoint_log_rows = 0});
+  ASSERT_NE(store, nullptr);
+  Result<StoreContents> loaded = store->load();
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().toString();
+  const StoreContents& contents = loaded.value();
+  uint64_t committed = 0;
+  for (const AccountRecord& a : contents.accounts) {
+    if (a.key.subject == "counter") committed = a.balances.available;
+  }
+  ASSERT_GE(committed, acknowledged) << "an acknowledged batch was lost";
+  Model model;
+  for (uint64_t n = 1; n <= committed; ++n) model.apply(crashBatch(n));
+  expectContents(contents, model);
+  for (uint64_t n = 1; n <= acknowledged; ++n) {
+    ASSERT_EQ(model.reservations.count("r-" + std::to_string(n)), 1u);
+  }
+  // The store goes on after the crash.
+  StoreBatch next = crashBatch(committed + 1);
+  ASSERT_TRUE(store->commit(next).isOk());
+  model.apply(next);
+  ASSERT_TRUE(store->checkpoint().isOk());
+  expectContents(loadOrDie(store.get()), model);
+}
+
+struct CrashCase {
+  uint64_t acks_before_kill;
+  uint64_t checkpoint_log_rows;
+};
+
+void PrintTo(const CrashCase& crash, std::ostream* out) {
+  *out << "kill after " << crash.acks_before_kill << " acks, checkpoint every "
+       << crash.checkpoint_log_rows << " rows";
+}
+
+class CrashTest : public StoreTest, public ::testing::WithParamInterface<CrashCase> {};
+
+TEST_P(CrashTest, SigkillLosesNoAcknowledgedBatch) {
+  const CrashCase crash = GetParam();
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0) << std::strerror(errno);
+  std::fflush(nullptr);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0) << std::strerror(errno);
+  if (child == 0) {
+    ::close(fds[0]);
+    runCrashChild(dataDir(), crash.checkpoint_log_rows, fds[1]);
+  }
+  ::close(fds[1]);
+  uint64_t count = 0;
+  bool child_failed = false;
+  uint64_t acknowledged = readAcks(fds[0], crash.acks_before_kill, &count, &child_failed);
+  ASSERT_EQ(::kill(child, SIGKILL), 0) << std::strerror(errno);
+  int wait_status = 0;
+  ASSERT_EQ(::waitpid(child, &wait_status, 0), child);
+  // Acknowledgements written between the last read and the kill count too.
+  acknowledged = std::max(acknowledged, readAcks(fds[0], kChildBatchesMax, &count, &child_failed));
+  ::close(fds[0]);
+  ASSERT_FALSE(child_failed) << "the child's store failed";
+  ASSERT_TRUE(WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == SIGKILL)
+      << "the child ended on its own, status " << wait_status;
+  ASSERT_GE(acknowledged, crash.acks_before_kill);
+  checkCrashRecovery(dataDir(), acknowledged);
+}
+
+INSTANTIATE_TEST_SUITE_P(KillPoints, CrashTest,
+                         ::testing::Values(CrashCase{50, 256}, CrashCase{137, 7},
+                                           CrashCase{400, 256}, CrashCase{400, 3},
+                                           CrashCase{223, 1}, CrashCase{311, 0}),
+                         [](const ::testing::TestParamInfo<CrashCase>& info) {
+                           return "after" + std::to_string(info.param.acks_before_kill) + "_every" +
+                                  std::to_string(info.param.checkpoint_log_rows);
+                         });
+
+// --- Refusals and damage ------------------------------------------------------------------------
+
+TEST_F(StoreTest, SecondOpenOfTheSameDirIsRefused) {
+  auto first = openOrDie(dataDir());
+  ASSERT_NE(first, nullptr);
+  Result<std::unique_ptr<SqliteStore>> second = SqliteStore::open(dataDir());
+  ASSERT_FALSE(second.isOk());
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition) << second.status().toString();
+  first.reset();
+  EXPECT_NE(openOrDie(dataDir()), nullptr) << "the lock is released with the store";
+}
+
+TEST_F(StoreTest, CreatesMissingDataDirWithPrivateMode) {
+  const std::string dir = tmp_.path() + "/a/b/data";
+  auto store = openOrDie(dir);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(std::filesystem::is_directory(dir));
+  auto perms = std::filesystem::status(dir).permissions();
+  EXPECT_EQ(perms & std::filesystem::perms::others_all, std::filesystem::perms::none);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/LOCK"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/ledger.db"));
+}
+
+TEST_F(StoreTest, DataDirThatIsAFileIsRefused) {
+  const std::string path = tmp_.path() + "/file";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(path);
+  ASSERT_FALSE(store.isOk());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().toString();
+}
+
+TEST_F(StoreTest, CorruptLogBodyIsReportedWithItsSeq) {
+  const std::vector<uint8_t> garbage(64, 0xff);
+  const std::vector<uint8_t> not_words(13, 0x01);
+  Blob real = encodeBatch(crashBatch(2));
+  const std::vector<uint8_t> truncated(blobBytes(real).begin(), blobBytes(real).begin() + 64);
+  int variant = 0;
+  for (const std::vector<uint8_t>* body : {&garbage, &not_words, &truncated}) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    const std::string dir = tmp_.path() + "/corrupt-" + std::to_string(variant++);
+    {
+      auto store = openOrDie(dir, {.checkpoint_log_rows = 0});
+      ASSERT_NE(store, nullptr);
+      for (uint64_t n = 1; n <= 3; ++n) ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+      ASSERT_TRUE(store->checkpoint().isOk());
+      // Seqs are never reused after a checkpoint: these are 4 and 5.
+      for (uint64_t n = 4; n <= 5; ++n) ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+    }
+    rawSql(dir + "/ledger.db", "UPDATE log SET body = ?1 WHERE seq = 4", body);
+    auto store = openOrDie(dir, {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    Result<StoreContents> loaded = store->load();
+    ASSERT_FALSE(loaded.isOk());
+    EXPECT_EQ(loaded.status().code(), StatusCode::kCorruption);
+    EXPECT_NE(loaded.status().message().find("log seq 4"), std::string::npos)
+        << loaded.status().toString();
+    // A checkpoint refuses to fold it and leaves everything in place; the store stops.
+    Status folded = store->checkpoint();
+    EXPECT_EQ(folded.code(), StatusCode::kCorruption) << folded.toString();
+    EXPECT_EQ(store->pendingLogRows(), 2u);
+    EXPECT_EQ(store->commit(crashBatch(6)).code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(store->load().status().code(), StatusCode::kCorruption);
+  }
+}
+
+TEST_F(StoreTest, CorruptTableBodyIsReportedWithItsKey) {
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 1});
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->commit(crashBatch(1)).isOk());
+    EXPECT_EQ(store->pendingLogRows(), 0u);
+  }
+  // Well-formed, but the image of another row.
+  Blob other = encodeReservationRecord(makeReservation("r-2", 2));
+  const std::vector<uint8_t> wrong(blobBytes(other).begin(), blobBytes(other).end());
+  rawSql(dbPath(), "UPDATE reservations SET body = ?1 WHERE id = 'r-1'", &wrong);
+  const std::vector<uint8_t> garbage(40, 0xee);
+  rawSql(dbPath(), "UPDATE accounts SET body = ?1 WHERE subject = 'counter'", &garbage);
+  {
+    auto store = openOrDie(dataDir());
+    ASSERT_NE(store, nullptr);
+    Result<StoreContents> loaded = store->load();
+    ASSERT_FALSE(loaded.isOk());
+    EXPECT_EQ(loaded.status().code(), StatusCode::kCorruption);
+    EXPECT_NE(loaded.status().message().find("accounts (counter"), std::string::npos)
+        << loaded.status().toString();
+  }
+  Blob counter = encodeAccountRecord(crashBatch(1).accounts[0]);
+  const std::vector<uint8_t> fixed(blobBytes(counter).begin(), blobBytes(counter).end());
+  rawSql(dbPath(), "UPDATE accounts SET body = ?1 WHERE subject = 'counter'", &fixed);
+  auto store = openOrDie(dataDir());
+  ASSERT_NE(store, nullptr);
+  Result<StoreContents> loaded = store->load();
+  ASSERT_FALSE(loaded.isOk());
+  EXPECT_NE(loaded.status().message().find("reservations id 'r-1': body holds id 'r-2'"),
+            std::string::npos)
+      << loaded.status().toString();
+}
+
+TEST_F(StoreTest, OtherSchemaVersionIsRefused) {
+  {
+    auto store = openOrDie(dataDir());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->commit(crashBatch(1)).isOk());
+  }
+  rawSql(dbPath(), "UPDATE meta SET value = 2 WHERE key = 'schema_version'", nullptr);
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
+  ASSERT_FALSE(store.isOk());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(store.status().message().find("schema_version 2"), std::string::npos)
+      << store.status().toString();
+  // Refusing changed nothing: with the version restored, the data is all there.
+  rawSql(dbPath(), "UPDATE meta SET value = 1 WHERE key = 'schema_version'", nullptr);
+  auto reopened = openOrDie(dataDir());
+  ASSERT_NE(reopened, nullptr);
+  Model model;
+  model.apply(crashBatch(1));
+  expectContents(loadOrDie(reopened.get()), model);
+}
+
+TEST_F(StoreTest, ForeignDatabaseIsRefused) {
+  std::filesystem::create_directories(dataDir());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dbPath().c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE t(x)", nullptr, nullptr, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_close(db), SQLITE_OK);
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
+  ASSERT_FALSE(store.isOk());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().toString();
+}
+
+TEST_F(StoreTest, NotADatabaseIsCorruption) {
+  std::filesystem::create_directories(dataDir());
+  std::FILE* f = std::fopen(dbPath().c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(std::string(8192, 'z').c_str(), f);
+  std::fclose(f);
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
+  ASSERT_FALSE(store.isOk());
+  EXPECT_EQ(store.status().code(), StatusCode::kCorruption) << store.status().toString();
+}
+
+TEST_F(StoreTest, FullDatabaseIsResourceExhaustedAndNotSticky) {
+  // 40 pages of 4 KiB; each batch below needs several.
+  auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0, .database_pages_max = 40});
+  ASSERT_NE(store, nullptr);
+  Model model;
+  Status status;
+  uint64_t n = 1;
+  for (; n <= 1000; ++n) {
+    StoreBatch batch = crashBatch(n);
+    for (uint64_t i = 0; i < 20; ++i) {
+      batch.reservations.push_back(makeReservation("bulk-" + std::to_string(n * 100 + i), i));
+    }
+    status = store->commit(batch);
+    if (!status.isOk()) break;
+    model.apply(batch);
+  }
+  ASSERT_EQ(status.code(), StatusCode::kResourceExhausted) << status.toString();
+  EXPECT_NE(status.message().find("disk full"), std::string::npos) << status.toString();
+  // Not sticky: the failed transaction was rolled back; the store still reads and accepts a
+  // batch that fits.
+  expectContents(loadOrDie(store.get()), model);
+  StoreBatch tiny{.ledger_clock_ms = model.ledger_clock_ms + 1};
+  ASSERT_TRUE(store->commit(tiny).isOk());
+  model.apply(tiny);
+  store.reset();
+  store = openOrDie(dataDir());
+  ASSERT_NE(store, nullptr);
+  expectContents(loadOrDie(store.get()), model);
+}
+
+TEST_F(StoreTest, OversizedBatchIsRefused) {
+  auto store = openOrDie(dataDir(), {.batch_bytes_max = 4096});
+  ASSERT_NE(store, nullptr);
+  StoreBatch big;
+  for (uint64_t i = 0; i < 100; ++i) big.reservations.push_back(makeReservation("b", i));
+  EXPECT_EQ(store->commit(big).code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(store->commit(crashBatch(1)).isOk());
+  Model model;
+  model.apply(crashBatch(1));
+  expectContents(loadOrDie(store.get()), model);
+}
+
+}  // namespace
+}  // namespace tally::ledger
