@@ -1,0 +1,424 @@
+#include "ctl/args.h"
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <vector>
+
+#include "core/limits.h"
+#include "wire/digest.h"
+
+namespace tally::ctl {
+namespace {
+
+// Command flags; every one takes a value.
+enum class Flag : uint8_t {
+  kId,
+  kSubject,
+  kRoute,
+  kUnits,
+  kDigest,
+  kPriority,
+  kOperation,
+  kActual,
+  kGeneration
+};
+
+struct FlagName {
+  std::string_view name;
+  Flag flag;
+};
+constexpr FlagName kFlags[] = {
+    {"id", Flag::kId},
+    {"subject", Flag::kSubject},
+    {"route", Flag::kRoute},
+    {"units", Flag::kUnits},
+    {"digest", Flag::kDigest},
+    {"priority", Flag::kPriority},
+    {"operation", Flag::kOperation},
+    {"actual", Flag::kActual},
+    {"generation", Flag::kGeneration},
+};
+
+struct CommandSpec {
+  Command command;
+  std::vector<Flag> required;
+  std::vector<Flag> optional;
+};
+
+const CommandSpec& specFor(Command command) {
+  using F = Flag;
+  static const CommandSpec kSpecs[] = {
+      {Command::kHelp, {}, {}},
+      {Command::kVersion, {}, {}},
+      {Command::kHealth, {}, {}},
+      {Command::kPolicyPublish, {}, {}},
+      {Command::kPolicyRollback, {}, {}},
+      {Command::kPolicyShow, {}, {F::kGeneration}},
+      {Command::kReserve, {F::kId, F::kSubject, F::kRoute, F::kUnits}, {F::kDigest, F::kPriority}},
+      {Command::kStart, {F::kId, F::kOperation}, {}},
+      {Command::kSettle, {F::kId, F::kOperation, F::kActual}, {}},
+      {Command::kRelease, {F::kId}, {}},
+      {Command::kMarkUnknown, {F::kId, F::kOperation}, {}},
+      {Command::kReport, {F::kId, F::kOperation, F::kActual}, {}},
+      {Command::kQuery, {F::kId}, {}},
+      {Command::kAudit, {}, {F::kSubject, F::kRoute}},
+  };
+  for (const CommandSpec& spec : kSpecs) {
+    if (spec.command == command) return spec;
+  }
+  TALLY_UNREACHABLE();
+}
+
+std::string flagText(Flag flag) {
+  for (const FlagName& entry : kFlags) {
+    if (entry.flag == flag) return "--" + std::string(entry.name);
+  }
+  TALLY_UNREACHABLE();
+}
+
+Status usage(std::string message) { return Status::invalidArgument(std::move(message)); }
+
+// A decimal integer in [min, max]; no sign, no spaces, no hex.
+Status parseNumber(std::string_view flag, std::string_view text, uint64_t min, uint64_t max,
+                   uint64_t* out) {
+  const std::string quoted = "'" + std::string(text) + "'";
+  if (!text.empty() && text.front() == '-') {
+    return usage(std::string(flag) + " must not be negative, got " + quoted);
+  }
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || end != text.data() + text.size() ||
+      (error != std::errc() && error != std::errc::result_out_of_range)) {
+    return usage(std::string(flag) + " must be a non-negative integer, got " + quoted);
+  }
+  if (error == std::errc::result_out_of_range || value > max) {
+    return usage(std::string(flag) + " is too large: " + quoted + " (maximum " +
+                 std::to_string(max) + ")");
+  }
+  if (value < min) {
+    return usage(std::string(flag) + " must be at least " + std::to_string(min) + ", got " +
+                 quoted);
+  }
+  *out = value;
+  return Status::ok();
+}
+
+Status checkText(std::string_view flag, const std::string& value, uint64_t bytes_max) {
+  if (value.empty()) return usage(std::string(flag) + " must not be empty");
+  if (value.size() > bytes_max) {
+    return usage(std::string(flag) + " is longer than " + std::to_string(bytes_max) + " bytes");
+  }
+  return Status::ok();
+}
+
+// Stores one command flag's value in the invocation, checking it.
+Status applyFlag(Flag flag, const std::string& value, Invocation* inv) {
+  const std::string name = flagText(flag);
+  uint64_t number = 0;
+  switch (flag) {
+    case Flag::kId:
+      inv->reservation_id = value;
+      return checkText(name, value, limits::kReservationIdBytesMax);
+    case Flag::kSubject:
+      inv->subject = value;
+      return checkText(name, value, limits::kSubjectBytesMax);
+    case Flag::kRoute: inv->route = value; return checkText(name, value, limits::kRouteBytesMax);
+    case Flag::kOperation:
+      inv->operation_id = value;
+      return checkText(name, value, limits::kOperationIdBytesMax);
+    case Flag::kUnits: return parseNumber(name, value, 1, UINT64_MAX, &inv->units);
+    case Flag::kActual: return parseNumber(name, value, 0, UINT64_MAX, &inv->actual_units);
+    case Flag::kGeneration: return parseNumber(name, value, 0, UINT64_MAX, &inv->generation);
+    case Flag::kPriority: {
+      Status s = parseNumber(name, value, 0, UINT32_MAX, &number);
+      inv->priority = static_cast<uint32_t>(number);
+      return s;
+    }
+    case Flag::kDigest: {
+      Result<Digest> digest = wire::parseDigestHex(value);
+      if (!digest.isOk()) {
+        return usage("--digest must be exactly 64 hexadecimal characters (a sha256), got '" +
+                     value + "'");
+      }
+      inv->digest = digest.value();
+      return Status::ok();
+    }
+  }
+  TALLY_UNREACHABLE();
+}
+
+// What a first pass over argv collects.
+struct Scanned {
+  bool help = false;
+  bool version = false;
+  bool json = false;
+  std::optional<std::string> ledger;
+  std::optional<std::string> agent;
+  std::optional<std::string> timeout_ms;
+  std::vector<std::string> positionals;
+  std::vector<std::pair<Flag, std::string>> flags;  // in order
+};
+
+bool isGlobalValueFlag(std::string_view name) {
+  return name == "ledger" || name == "agent" || name == "timeout-ms";
+}
+
+const FlagName* commandFlag(std::string_view name) {
+  for (const FlagName& entry : kFlags) {
+    if (entry.name == name) return &entry;
+  }
+  return nullptr;
+}
+
+Status setOnce(std::optional<std::string>* slot, std::string_view name, std::string value) {
+  if (slot->has_value()) return usage("--" + std::string(name) + " given twice");
+  *slot = std::move(value);
+  return Status::ok();
+}
+
+Status scan(std::span<const std::string_view> args, Scanned* out) {
+  bool only_positionals = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string_view arg = args[i];
+    if (only_positionals || arg == "-" || arg.empty() || arg.front() != '-') {
+      out->positionals.emplace_back(arg);
+      continue;
+    }
+    if (arg == "--") {
+      only_positionals = true;
+      continue;
+    }
+    if (arg == "-h") {
+      out->help = true;
+      continue;
+    }
+    if (!arg.starts_with("--")) return usage("unknown flag '" + std::string(arg) + "'");
+    const size_t equals = arg.find('=');
+    const std::string_view name =
+        arg.substr(2, equals == std::string_view::npos ? arg.npos : equals - 2);
+    const bool has_inline = equals != std::string_view::npos;
+    if (name == "help" || name == "version" || name == "json") {
+      if (has_inline) return usage("--" + std::string(name) + " takes no value");
+      (name == "help" ? out->help : name == "version" ? out->version : out->json) = true;
+      continue;
+    }
+    const FlagName* command_flag = commandFlag(name);
+    if (!isGlobalValueFlag(name) && command_flag == nullptr) {
+      return usage("unknown flag '--" + std::string(name) + "'");
+    }
+    std::string value;
+    if (has_inline) {
+      value = std::string(arg.substr(equals + 1));
+    } else if (i + 1 < args.size()) {
+      value = std::string(args[++i]);
+    } else {
+      return usage("--" + std::string(name) + " needs a value");
+    }
+    if (name == "ledger") {
+      if (Status s = setOnce(&out->ledger, name, value); !s.isOk()) return s;
+    } else if (name == "agent") {
+      if (Status s = setOnce(&out->agent, name, value); !s.isOk()) return s;
+    } else if (name == "timeout-ms") {
+      if (Status s = setOnce(&out->timeout_ms, name, value); !s.isOk()) return s;
+    } else {
+      out->flags.emplace_back(command_flag->flag, std::move(value));
+    }
+  }
+  return Status::ok();
+}
+
+Status applyGlobals(const Scanned& scanned, Invocation* inv) {
+  inv->json = scanned.json;
+  if (scanned.ledger && scanned.agent) return usage("--ledger and --agent exclude each other");
+  if (scanned.agent) {
+    Result<client::Endpoint> endpoint = client::unixEndpoint(*scanned.agent);
+    if (!endpoint.isOk()) return usage("--agent: " + endpoint.status().message());
+    inv->endpoint = std::move(endpoint).value();
+  } else {
+    Result<client::Endpoint> endpoint =
+        client::parseTcpEndpoint(scanned.ledger ? *scanned.ledger : std::string(kDefaultLedger));
+    if (!endpoint.isOk()) return usage("--ledger: " + endpoint.status().message());
+    inv->endpoint = std::move(endpoint).value();
+  }
+  if (scanned.timeout_ms) {
+    return parseNumber("--timeout-ms", *scanned.timeout_ms, 1, kTimeoutMsMax, &inv->timeout_ms);
+  }
+  return Status::ok();
+}
+
+// The command named by the positionals; publish also takes its FILE.
+Status resolveCommand(const std::vector<std::string>& words, Invocation* inv) {
+  if (words.empty()) return usage("no command given");
+  static const std::map<std::string_view, Command> kSimple = {
+      {"help", Command::kHelp},       {"version", Command::kVersion},
+      {"health", Command::kHealth},   {"reserve", Command::kReserve},
+      {"start", Command::kStart},     {"settle", Command::kSettle},
+      {"release", Command::kRelease}, {"unknown", Command::kMarkUnknown},
+      {"report", Command::kReport},   {"query", Command::kQuery},
+      {"audit", Command::kAudit},
+  };
+  size_t used = 1;
+  if (words[0] == "policy") {
+    if (words.size() < 2) return usage("'policy' needs a subcommand: publish, rollback or show");
+    if (words[1] == "publish") {
+      if (words.size() < 3) return usage("'policy publish' needs a FILE.toml");
+      inv->command = Command::kPolicyPublish;
+      inv->policy_file = words[2];
+      used = 3;
+    } else if (words[1] == "rollback") {
+      inv->command = Command::kPolicyRollback;
+      used = 2;
+    } else if (words[1] == "show") {
+      inv->command = Command::kPolicyShow;
+      used = 2;
+    } else {
+      return usage("unknown policy subcommand '" + words[1] +
+                   "' (expected publish, rollback or show)");
+    }
+  } else if (auto it = kSimple.find(words[0]); it != kSimple.end()) {
+    inv->command = it->second;
+  } else {
+    return usage("unknown command '" + words[0] + "'");
+  }
+  if (words.size() > used) {
+    return usage("unexpected argument '" + words[used] + "' after '" + commandName(inv->command) +
+                 "'");
+  }
+  return Status::ok();
+}
+
+Status applyCommandFlags(const Scanned& scanned, Invocation* inv) {
+  const CommandSpec& spec = specFor(inv->command);
+  std::vector<Flag> seen;
+  for (const auto& [flag, value] : scanned.flags) {
+    const bool allowed =
+        std::find(spec.required.begin(), spec.required.end(), flag) != spec.required.end() ||
+        std::find(spec.optional.begin(), spec.optional.end(), flag) != spec.optional.end();
+    if (!allowed) {
+      return usage("'" + std::string(commandName(inv->command)) + "' takes no " + flagText(flag));
+    }
+    if (std::find(seen.begin(), seen.end(), flag) != seen.end()) {
+      return usage(flagText(flag) + " given twice");
+    }
+    seen.push_back(flag);
+    if (Status s = applyFlag(flag, value, inv); !s.isOk()) return s;
+  }
+  for (Flag flag : spec.required) {
+    if (std::find(seen.begin(), seen.end(), flag) == seen.end()) {
+      return usage("'" + std::string(commandName(inv->command)) + "' needs " + flagText(flag));
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+const char* commandName(Command command) {
+  switch (command) {
+    case Command::kHelp: return "help";
+    case Command::kVersion: return "version";
+    case Command::kHealth: return "health";
+    case Command::kPolicyPublish: return "policy publish";
+    case Command::kPolicyRollback: return "policy rollback";
+    case Command::kPolicyShow: return "policy show";
+    case Command::kReserve: return "reserve";
+    case Command::kStart: return "start";
+    case Command::kSettle: return "settle";
+    case Command::kRelease: return "release";
+    case Command::kMarkUnknown: return "unknown";
+    case Command::kReport: return "report";
+    case Command::kQuery: return "query";
+    case Command::kAudit: return "audit";
+  }
+  return "?";
+}
+
+Result<Invocation> parseArgs(std::span<const std::string_view> args) {
+  Invocation inv;
+  // --help and --version win over everything else on the line, even a mistake.
+  for (std::string_view arg : args) {
+    if (arg == "--") break;
+    if (arg == "--help" || arg == "-h") return inv;
+    if (arg == "--version") {
+      inv.command = Command::kVersion;
+      return inv;
+    }
+  }
+  Scanned scanned;
+  if (Status s = scan(args, &scanned); !s.isOk()) return s;
+  if (scanned.help) return inv;
+  if (scanned.version) {
+    inv.command = Command::kVersion;
+    return inv;
+  }
+  if (Status s = applyGlobals(scanned, &inv); !s.isOk()) return s;
+  if (Status s = resolveCommand(scanned.positionals, &inv); !s.isOk()) return s;
+  if (Status s = applyCommandFlags(scanned, &inv); !s.isOk()) return s;
+  return inv;
+}
+
+std::string usageText() {
+  return R"(usage: tallyctl [--ledger HOST:PORT | --agent SOCKET] [--json] [--timeout-ms N] COMMAND ...
+
+Commands:
+  policy publish FILE.toml        parse FILE locally (errors name the key; nothing is sent),
+                                  publish it; prints the assigned policy generation
+  policy rollback                 republish the previous policy as a new generation
+  policy show [--generation G]    print the active (or generation G's) policy as TOML
+  reserve --id ID --subject S --route R --units N [--digest HEX] [--priority P]
+                                  reserve N units; without --digest the canonical request
+                                  digest is computed from these fields
+  start   --id ID --operation OP  RESERVED -> STARTED, binding operation OP
+  settle  --id ID --operation OP --actual N
+                                  record actual usage N; the unused part is refunded
+  release --id ID                 give back a reservation that never started
+  unknown --id ID --operation OP  mark USAGE_UNKNOWN (the outcome of OP is not known)
+  report  --id ID --operation OP --actual N
+                                  operation receipt: resolves USAGE_UNKNOWN
+  query   --id ID                 show a reservation
+  audit   [--subject S] [--route R]
+                                  every account's balances and the conservation check
+  health                          ask the peer whether it is serving
+
+Global flags (before or after the command):
+  --ledger HOST:PORT  the ledger to talk to (default 127.0.0.1:7411; [IPv6]:PORT works)
+  --agent SOCKET      talk to a tally-agent on this Unix socket instead
+  --json              print exactly one JSON object on stdout
+  --timeout-ms N      give up after N ms, connecting included (default 5000)
+  --help, --version
+Flags take their value as the next argument or after '=' (--units=600).
+
+JSON fields:
+  reservation  code, duplicate, rejected, reservationId, state, subject, route, operationId,
+               reservedUnits, actualUnits, refundedUnits (returned to available by this call;
+               0 for duplicates; for query, by the reservation's settle/release/expiry),
+               debtUnits, policyGeneration, accountingEpoch, accountingEpochMs, expiresAt,
+               expiresAtMs, origin ("central" or a shard id), message;
+               rejections add limitingDimension and retryAfterMs (-1: never under this policy)
+  audit        conservation, accounts[] (subject, route, policyGeneration, generationState,
+               accountingEpoch, accountingEpochMs, debt, opening, minted, overdraftIssued,
+               available, reserved, spent, retiredForEmergency, overdraftRepaid,
+               transferredOut, conserved), violations[]
+  policy       code, policyGeneration, message (show adds budgets[] with the TOML keys)
+  errors       error: true, code, message
+Times are RFC 3339 UTC strings (e.g. "2026-07-19T14:00:00Z") plus *Ms Unix milliseconds.
+
+Exit codes:
+  0   success (including a duplicate that returned the first answer)
+  2   usage error: unknown command or flag, missing or malformed value, bad policy file;
+      also INVALID_ARGUMENT from the ledger
+  3   audit: conservation fails somewhere
+  4   REJECTED: admission refused (see limitingDimension, retryAfterMs)
+  5   conflict: IDEMPOTENCY_CONFLICT (same id, other digest), OPERATION_CONFLICT (bound to
+      another operation), EXPIRED (the expiry won the race against start/release)
+  6   unavailable: cannot connect, timed out, connection lost, peer answered "unavailable"
+  7   NOT_FOUND: no such reservation (never seen, or compacted after retention)
+  8   INVALID_STATE: not allowed in the reservation's current state
+  9   RESOURCE_EXHAUSTED or ARITHMETIC_OVERFLOW: the ledger refused and changed nothing
+  10  protocol error: malformed or unexpected answer, or another error reply from the peer
+  1   internal error in tallyctl
+)";
+}
+
+}  // namespace tally::ctl

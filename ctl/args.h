@@ -1,0 +1,69 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "central-client/blocking_client.h"
+#include "core/status.h"
+#include "core/types.h"
+
+// tallyctl's command line (the contract is in usageText()). Parsing is pure: it reads no file
+// and opens no socket, so every usage error is found before anything is sent.
+
+namespace tally::ctl {
+
+inline constexpr std::string_view kDefaultLedger = "127.0.0.1:7411";
+inline constexpr uint64_t kDefaultTimeoutMs = 5000;
+inline constexpr uint64_t kTimeoutMsMax = 24ull * 3600 * 1000;
+
+enum class Command : uint8_t {
+  kHelp = 0,
+  kVersion,
+  kHealth,
+  kPolicyPublish,
+  kPolicyRollback,
+  kPolicyShow,
+  kReserve,
+  kStart,
+  kSettle,
+  kRelease,
+  kMarkUnknown,  // `unknown`: STARTED -> USAGE_UNKNOWN
+  kReport,       // `report`: an operation receipt
+  kQuery,
+  kAudit,
+};
+
+// The command word(s) as typed, e.g. "policy publish", "unknown".
+const char* commandName(Command command);
+
+struct Invocation {
+  client::Endpoint endpoint;  // --ledger (default kDefaultLedger) or --agent
+  bool json = false;
+  uint64_t timeout_ms = kDefaultTimeoutMs;
+  Command command = Command::kHelp;
+
+  std::string policy_file;    // policy publish FILE
+  Generation generation = 0;  // policy show --generation (0: active)
+  std::string reservation_id;
+  std::string subject;  // reserve; audit filter (empty: all)
+  std::string route;    // reserve; audit filter (empty: all)
+  std::string operation_id;
+  Units units = 0;
+  Units actual_units = 0;
+  std::optional<Digest> digest;  // reserve --digest; absent: computed from the request
+  uint32_t priority = 0;
+};
+
+// Parses the arguments after argv[0]. Global flags (--ledger, --agent, --json, --timeout-ms)
+// may stand before or after the command; `--flag=value` and `--flag value` are both accepted.
+// --help anywhere yields Command::kHelp, --version Command::kVersion. Every usage error is
+// kInvalidArgument with a message fit for stderr.
+Result<Invocation> parseArgs(std::span<const std::string_view> args);
+
+// The text `tallyctl --help` prints: synopsis, commands, flags, JSON fields, exit codes.
+std::string usageText();
+
+}  // namespace tally::ctl

@@ -1,0 +1,157 @@
+#include "ctl/commands.h"
+
+#include <utility>
+
+#include "ctl/policy_toml.h"
+#include "ctl/render.h"
+#include "tally/version.h"
+#include "wire/digest.h"
+
+namespace tally::ctl {
+namespace {
+
+CommandOutput failure(const Invocation& inv, int exit_code, std::string_view code,
+                      const std::string& message) {
+  return {.exit_code = exit_code,
+          .out = renderError(code, message, inv.json),
+          .err = "tallyctl: " + std::string(commandName(inv.command)) + ": " + message + "\n"};
+}
+
+int exitCodeForStatus(StatusCode code) {
+  switch (code) {
+    case StatusCode::kUnavailable: return kExitUnavailable;
+    case StatusCode::kCorruption: return kExitProtocol;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kResourceExhausted: return kExitUsage;  // e.g. a request above one frame
+    default: return kExitInternal;
+  }
+}
+
+int exitCodeForError(wire::ErrorCode code) {
+  switch (code) {
+    case wire::ErrorCode::kInvalidArgument: return kExitUsage;
+    case wire::ErrorCode::kUnavailable: return kExitUnavailable;
+    default: return kExitProtocol;
+  }
+}
+
+enum class Expect : uint8_t { kReservation, kPolicy, kAudit, kHealth };
+
+Expect expectedAnswer(Command command) {
+  switch (command) {
+    case Command::kPolicyPublish:
+    case Command::kPolicyRollback:
+    case Command::kPolicyShow: return Expect::kPolicy;
+    case Command::kAudit: return Expect::kAudit;
+    case Command::kHealth: return Expect::kHealth;
+    default: return Expect::kReservation;
+  }
+}
+
+CommandOutput renderBody(const Invocation& inv, const wire::ResponseBody& body) {
+  const Expect expect = expectedAnswer(inv.command);
+  if (const auto* reply = std::get_if<ReservationReply>(&body);
+      reply != nullptr && expect == Expect::kReservation) {
+    const ReservationView view{.reply = *reply,
+                               .requested_id = inv.reservation_id,
+                               .is_query = inv.command == Command::kQuery};
+    return {.exit_code = exitCodeFor(reply->code), .out = renderReservation(view, inv.json)};
+  }
+  if (const auto* answer = std::get_if<wire::PolicyAnswer>(&body);
+      answer != nullptr && expect == Expect::kPolicy) {
+    return {.exit_code = exitCodeFor(answer->reply.code),
+            .out = renderPolicy(*answer, inv.command == Command::kPolicyShow, inv.json)};
+  }
+  if (const auto* report = std::get_if<AuditReport>(&body);
+      report != nullptr && expect == Expect::kAudit) {
+    return {.exit_code = auditConserved(*report) ? kExitOk : kExitAuditFailed,
+            .out = renderAudit(*report, inv.json)};
+  }
+  if (const auto* health = std::get_if<wire::HealthReply>(&body);
+      health != nullptr && expect == Expect::kHealth) {
+    return {.exit_code = kExitOk, .out = renderHealth(*health, inv.json)};
+  }
+  if (const auto* error = std::get_if<wire::ErrorReply>(&body); error != nullptr) {
+    return failure(inv, exitCodeForError(error->code), errorCodeConstant(error->code),
+                   "peer answered " + std::string(errorCodeConstant(error->code)) +
+                       (error->message.empty() ? std::string() : ": " + error->message));
+  }
+  return failure(
+      inv, kExitProtocol, "PROTOCOL_ERROR",
+      "unexpected kind of answer (response variant " + std::to_string(body.index()) + ")");
+}
+
+}  // namespace
+
+Result<wire::RequestBody> buildRequest(const Invocation& inv) {
+  switch (inv.command) {
+    case Command::kHelp:
+    case Command::kVersion: return Status::invalidArgument("no request for this command");
+    case Command::kHealth: return wire::RequestBody(wire::HealthRequest{});
+    case Command::kPolicyPublish: {
+      Result<Policy> policy = parsePolicyFile(inv.policy_file);
+      if (!policy.isOk()) return policy.status();
+      return wire::RequestBody(
+          wire::PublishPolicyRequest{.budgets = std::move(policy).value().budgets});
+    }
+    case Command::kPolicyRollback: return wire::RequestBody(wire::RollbackPolicyRequest{});
+    case Command::kPolicyShow:
+      return wire::RequestBody(wire::ShowPolicyRequest{.generation = inv.generation});
+    case Command::kReserve: {
+      ReserveRequest request{.reservation_id = inv.reservation_id,
+                             .subject = inv.subject,
+                             .route = inv.route,
+                             .units = inv.units,
+                             .priority = inv.priority};
+      request.request_digest = inv.digest ? *inv.digest : wire::canonicalRequestDigest(request);
+      return wire::RequestBody(std::move(request));
+    }
+    case Command::kStart:
+      return wire::RequestBody(
+          StartRequest{.reservation_id = inv.reservation_id, .operation_id = inv.operation_id});
+    case Command::kSettle:
+      return wire::RequestBody(SettleRequest{.reservation_id = inv.reservation_id,
+                                             .operation_id = inv.operation_id,
+                                             .actual_units = inv.actual_units});
+    case Command::kRelease:
+      return wire::RequestBody(ReleaseRequest{.reservation_id = inv.reservation_id});
+    case Command::kMarkUnknown:
+      return wire::RequestBody(MarkUnknownRequest{.reservation_id = inv.reservation_id,
+                                                  .operation_id = inv.operation_id});
+    case Command::kReport:
+      return wire::RequestBody(ReportOperationRequest{.reservation_id = inv.reservation_id,
+                                                      .operation_id = inv.operation_id,
+                                                      .actual_units = inv.actual_units});
+    case Command::kQuery:
+      return wire::RequestBody(QueryRequest{.reservation_id = inv.reservation_id});
+    case Command::kAudit:
+      return wire::RequestBody(wire::AuditRequest{.subject = inv.subject, .route = inv.route});
+  }
+  TALLY_UNREACHABLE();
+}
+
+CommandOutput renderAnswer(const Invocation& inv, const Result<wire::Response>& answer) {
+  if (!answer.isOk()) {
+    const Status& status = answer.status();
+    return failure(inv, exitCodeForStatus(status.code()), statusCodeName(status.code()),
+                   status.message());
+  }
+  return renderBody(inv, answer.value().body);
+}
+
+CommandOutput runCommand(const Invocation& inv, const CallFn& call) {
+  if (inv.command == Command::kHelp) return {.exit_code = kExitOk, .out = usageText()};
+  if (inv.command == Command::kVersion) {
+    return {.exit_code = kExitOk, .out = std::string("tallyctl ") + kVersion + "\n"};
+  }
+  Result<wire::RequestBody> request = buildRequest(inv);
+  if (!request.isOk()) {
+    // Only usage-level problems get here (a bad policy file); nothing was sent.
+    return {.exit_code = kExitUsage,
+            .err = "tallyctl: " + std::string(commandName(inv.command)) + ": " +
+                   request.status().message() + "\n"};
+  }
+  return renderAnswer(inv, call(request.value()));
+}
+
+}  // namespace tally::ctl

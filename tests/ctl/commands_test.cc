@@ -1,0 +1,374 @@
+#include "ctl/commands.h"
+
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ctl/json.h"
+#include "ctl/render.h"
+#include "wire/digest.h"
+
+namespace tally::ctl {
+namespace {
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+
+Invocation invocation(std::vector<std::string_view> args) {
+  Result<Invocation> inv = parseArgs(args);
+  EXPECT_TRUE(inv.isOk()) << inv.status().toString();
+  return inv.isOk() ? inv.value() : Invocation{};
+}
+
+// A transport that records the request and answers with `answer`.
+struct FakePeer {
+  std::optional<wire::RequestBody> request;
+  Result<wire::Response> answer = Status::unavailable("connection refused");
+
+  CallFn fn() {
+    return [this](const wire::RequestBody& body) {
+      request = body;
+      return answer;
+    };
+  }
+};
+
+CommandOutput run(FakePeer& peer, std::vector<std::string_view> args) {
+  return runCommand(invocation(args), peer.fn());
+}
+
+Reservation receipt(ReservationState state) {
+  return Reservation{.reservation_id = "r-1",
+                     .subject = "tenant-7",
+                     .route = "chat.generate",
+                     .policy_generation = 3,
+                     .accounting_epoch_ms = 1784469600000,
+                     .reserved_units = 600,
+                     .actual_units = 200,
+                     .refunded_units = 400,
+                     .operation_id = "op-1",
+                     .expires_at_ms = 1784469630250,
+                     .state = state};
+}
+
+wire::Response reservationAnswer(ReplyCode code, Reservation r, Units refunded = 0,
+                                 bool duplicate = false) {
+  return wire::Response{.request_id = 1,
+                        .body = ReservationReply{.code = code,
+                                                 .duplicate = duplicate,
+                                                 .refunded_units = refunded,
+                                                 .receipt = std::move(r)}};
+}
+
+const std::vector<std::string_view> kReserve = {"--json",    "reserve",  "--id",    "r-1",
+                                                "--subject", "tenant-7", "--route", "chat.generate",
+                                                "--units",   "600"};
+
+TEST(Rfc3339Test, FormatsUtc) {
+  EXPECT_EQ(rfc3339FromUnixMs(0), "1970-01-01T00:00:00Z");
+  EXPECT_EQ(rfc3339FromUnixMs(1784469600000), "2026-07-19T14:00:00Z");
+  EXPECT_EQ(rfc3339FromUnixMs(1709251199250), "2024-02-29T23:59:59.250Z");
+  EXPECT_EQ(rfc3339FromUnixMs(951868800000), "2000-03-01T00:00:00Z");
+  EXPECT_EQ(rfc3339FromUnixMs(946684799999), "1999-12-31T23:59:59.999Z");
+}
+
+TEST(JsonWriterTest, EscapesAndNests) {
+  JsonWriter w;
+  w.beginObject();
+  w.field("s", std::string_view("a\"b\\c\n\x01"));
+  w.field("n", uint64_t{18446744073709551615u});
+  w.field("i", int64_t{-1});
+  w.field("b", false);
+  w.key("z").null();
+  w.key("a").beginArray().value("x").value(uint64_t{2}).beginObject().endObject().endArray();
+  w.endObject();
+  EXPECT_EQ(w.take(),
+            R"({"s":"a\"b\\c\n\u0001","n":18446744073709551615,"i":-1,"b":false,"z":null,)"
+            R"("a":["x",2,{}]})");
+}
+
+TEST(JsonWriterTest, InvalidUtf8BecomesReplacementCharacter) {
+  EXPECT_EQ(jsonQuote("ü"), "\"ü\"");
+  EXPECT_EQ(jsonQuote(std::string_view("\xff", 1)), "\"\xEF\xBF\xBD\"");
+  EXPECT_EQ(jsonQuote(std::string_view("\xC3", 1)), "\"\xEF\xBF\xBD\"");  // truncated
+  EXPECT_EQ(jsonQuote(std::string_view("\xC0\xAF", 2)),
+            "\"\xEF\xBF\xBD\xEF\xBF\xBD\"");  // overlong
+}
+
+TEST(CommandsTest, ReserveComputesCanonicalDigest) {
+  FakePeer peer;
+  peer.answer = reservationAnswer(ReplyCode::kOk, receipt(ReservationState::kReserved));
+  const CommandOutput out = run(peer, kReserve);
+  EXPECT_EQ(out.exit_code, kExitOk) << out.err;
+  ASSERT_TRUE(peer.request.has_value());
+  const auto* request = std::get_if<ReserveRequest>(&*peer.request);
+  ASSERT_NE(request, nullptr);
+  EXPECT_EQ(request->reservation_id, "r-1");
+  EXPECT_EQ(request->units, 600u);
+  EXPECT_EQ(request->request_digest, wire::canonicalRequestDigest(*request));
+}
+
+TEST(CommandsTest, ReserveSendsGivenDigest) {
+  FakePeer peer;
+  peer.answer = reservationAnswer(ReplyCode::kOk, receipt(ReservationState::kReserved));
+  std::vector<std::string_view> args = kReserve;
+  const std::string hex(64, 'c');
+  args.push_back("--digest");
+  args.push_back(hex);
+  EXPECT_EQ(run(peer, args).exit_code, kExitOk);
+  EXPECT_EQ(wire::digestHex(std::get<ReserveRequest>(*peer.request).request_digest), hex);
+}
+
+TEST(CommandsTest, ReservationJsonHasContractFields) {
+  FakePeer peer;
+  peer.answer = reservationAnswer(ReplyCode::kOk, receipt(ReservationState::kSettled), 400);
+  const CommandOutput out =
+      run(peer, {"--json", "settle", "--id", "r-1", "--operation", "op-1", "--actual", "200"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  EXPECT_EQ(out.out.back(), '\n');
+  EXPECT_EQ(out.out.find('\n'), out.out.size() - 1);  // exactly one line, one object
+  for (const char* field :
+       {R"("reservationId":"r-1")", R"("state":"SETTLED")", R"("reservedUnits":600)",
+        R"("actualUnits":200)", R"("refundedUnits":400)", R"("policyGeneration":3)",
+        R"("accountingEpoch":"2026-07-19T14:00:00Z")", R"("accountingEpochMs":1784469600000)",
+        R"("expiresAt":"2026-07-19T14:00:30.250Z")", R"("expiresAtMs":1784469630250)",
+        R"("code":"OK")", R"("duplicate":false)", R"("rejected":false)", R"("subject":"tenant-7")",
+        R"("route":"chat.generate")", R"("operationId":"op-1")", R"("debtUnits":0)",
+        R"("origin":"central")"}) {
+    EXPECT_CONTAINS(out.out, field);
+  }
+  EXPECT_EQ(out.out.find("limitingDimension"), std::string::npos);
+}
+
+TEST(CommandsTest, DuplicateSettleShowsZeroRefund) {
+  FakePeer peer;
+  peer.answer =
+      reservationAnswer(ReplyCode::kOk, receipt(ReservationState::kSettled), 0, /*dup=*/true);
+  const CommandOutput out =
+      run(peer, {"--json", "settle", "--id", "r-1", "--operation", "op-1", "--actual", "200"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  EXPECT_CONTAINS(out.out, R"("refundedUnits":0)");
+  EXPECT_CONTAINS(out.out, R"("duplicate":true)");
+}
+
+TEST(CommandsTest, QueryShowsTheReservationsRefund) {
+  FakePeer peer;
+  peer.answer = reservationAnswer(ReplyCode::kOk, receipt(ReservationState::kSettled), 0);
+  const CommandOutput out = run(peer, {"--json", "query", "--id", "r-1"});
+  EXPECT_CONTAINS(out.out, R"("refundedUnits":400)");
+  EXPECT_TRUE(std::holds_alternative<QueryRequest>(*peer.request));
+}
+
+TEST(CommandsTest, RejectionExitsFour) {
+  Reservation r = receipt(ReservationState::kRejected);
+  r.limiting_dimension = LimitingDimension::kCapacity;
+  r.retry_after_ms = 20000;
+  FakePeer peer;
+  peer.answer = reservationAnswer(ReplyCode::kRejected, r);
+  const CommandOutput out = run(peer, kReserve);
+  EXPECT_EQ(out.exit_code, kExitRejected);
+  EXPECT_CONTAINS(out.out, R"("rejected":true)");
+  EXPECT_CONTAINS(out.out, R"("limitingDimension":"capacity")");
+  EXPECT_CONTAINS(out.out, R"("retryAfterMs":20000)");
+  EXPECT_CONTAINS(out.out, R"("policyGeneration":3)");
+
+  std::vector<std::string_view> human(kReserve.begin() + 1, kReserve.end());
+  const CommandOutput text = run(peer, human);
+  EXPECT_EQ(text.exit_code, kExitRejected);
+  EXPECT_CONTAINS(text.out, "REJECTED r-1");
+  EXPECT_CONTAINS(text.out, "capacity");
+}
+
+TEST(CommandsTest, ReplyCodesMapToExitCodes) {
+  const std::pair<ReplyCode, int> cases[] = {
+      {ReplyCode::kOk, 0},
+      {ReplyCode::kRejected, 4},
+      {ReplyCode::kIdempotencyConflict, 5},
+      {ReplyCode::kOperationConflict, 5},
+      {ReplyCode::kExpired, 5},
+      {ReplyCode::kNotFound, 7},
+      {ReplyCode::kInvalidState, 8},
+      {ReplyCode::kInvalidArgument, 2},
+      {ReplyCode::kResourceExhausted, 9},
+      {ReplyCode::kArithmeticOverflow, 9},
+  };
+  for (const auto& [code, exit_code] : cases) {
+    FakePeer peer;
+    peer.answer = reservationAnswer(code, receipt(ReservationState::kStarted));
+    const CommandOutput out = run(peer, {"--json", "start", "--id", "r-1", "--operation", "op-9"});
+    EXPECT_EQ(out.exit_code, exit_code) << replyCodeName(code);
+    EXPECT_CONTAINS(out.out, std::string(R"("code":")") + replyCodeName(code) + "\"");
+  }
+}
+
+TEST(CommandsTest, NotFoundHasNoReceipt) {
+  FakePeer peer;
+  peer.answer = wire::Response{
+      .request_id = 1,
+      .body = ReservationReply{.code = ReplyCode::kNotFound, .message = "no reservation 'zz'"}};
+  CommandOutput out = run(peer, {"--json", "query", "--id", "zz"});
+  EXPECT_EQ(out.exit_code, kExitNotFound);
+  EXPECT_CONTAINS(out.out, R"("reservationId":"zz")");
+  EXPECT_EQ(out.out.find("\"state\""), std::string::npos);
+  out = run(peer, {"query", "--id", "zz"});
+  EXPECT_CONTAINS(out.out, "NOT_FOUND zz");
+}
+
+TEST(CommandsTest, EachCommandSendsItsRequest) {
+  FakePeer peer;
+  peer.answer = reservationAnswer(ReplyCode::kOk, receipt(ReservationState::kStarted));
+  (void)run(peer, {"start", "--id", "a", "--operation", "o"});
+  EXPECT_EQ(std::get<StartRequest>(*peer.request).operation_id, "o");
+  (void)run(peer, {"settle", "--id", "a", "--operation", "o", "--actual", "7"});
+  EXPECT_EQ(std::get<SettleRequest>(*peer.request).actual_units, 7u);
+  (void)run(peer, {"release", "--id", "a"});
+  EXPECT_EQ(std::get<ReleaseRequest>(*peer.request).reservation_id, "a");
+  (void)run(peer, {"unknown", "--id", "a", "--operation", "o"});
+  EXPECT_EQ(std::get<MarkUnknownRequest>(*peer.request).operation_id, "o");
+  (void)run(peer, {"report", "--id", "a", "--operation", "o", "--actual", "9"});
+  EXPECT_EQ(std::get<ReportOperationRequest>(*peer.request).actual_units, 9u);
+  (void)run(peer, {"audit", "--subject", "t"});
+  EXPECT_EQ(std::get<wire::AuditRequest>(*peer.request).subject, "t");
+  (void)run(peer, {"health"});
+  EXPECT_TRUE(std::holds_alternative<wire::HealthRequest>(*peer.request));
+  (void)run(peer, {"policy", "rollback"});
+  EXPECT_TRUE(std::holds_alternative<wire::RollbackPolicyRequest>(*peer.request));
+  (void)run(peer, {"policy", "show", "--generation", "4"});
+  EXPECT_EQ(std::get<wire::ShowPolicyRequest>(*peer.request).generation, 4u);
+}
+
+TEST(CommandsTest, UnavailableExitsSix) {
+  FakePeer peer;  // answers "connection refused"
+  CommandOutput out = run(peer, {"--json", "health"});
+  EXPECT_EQ(out.exit_code, kExitUnavailable);
+  EXPECT_CONTAINS(out.out, R"("error":true)");
+  EXPECT_CONTAINS(out.out, R"("code":"UNAVAILABLE")");
+  EXPECT_CONTAINS(out.err, "connection refused");
+  out = run(peer, {"health"});
+  EXPECT_EQ(out.exit_code, kExitUnavailable);
+  EXPECT_TRUE(out.out.empty());
+}
+
+TEST(CommandsTest, PeerErrorsAndWrongAnswers) {
+  FakePeer peer;
+  peer.answer = wire::Response{
+      .request_id = 1,
+      .body = wire::ErrorReply{.code = wire::ErrorCode::kUnavailable, .message = "partitioned"}};
+  EXPECT_EQ(run(peer, {"health"}).exit_code, kExitUnavailable);
+  peer.answer = wire::Response{.request_id = 1,
+                               .body = wire::ErrorReply{.code = wire::ErrorCode::kInvalidArgument}};
+  EXPECT_EQ(run(peer, {"health"}).exit_code, kExitUsage);
+  peer.answer =
+      wire::Response{.request_id = 1, .body = wire::ErrorReply{.code = wire::ErrorCode::kInternal}};
+  EXPECT_EQ(run(peer, {"health"}).exit_code, kExitProtocol);
+  // A reservation reply to an audit request.
+  peer.answer = reservationAnswer(ReplyCode::kOk, receipt(ReservationState::kReserved));
+  EXPECT_EQ(run(peer, {"audit"}).exit_code, kExitProtocol);
+  peer.answer = Status::corruption("bad frame");
+  EXPECT_EQ(run(peer, {"audit"}).exit_code, kExitProtocol);
+}
+
+AuditReport sampleAudit(bool conserved) {
+  AccountView account{
+      .key = {.subject = "tenant-7", .route = "chat.generate", .generation = 3},
+      .balances = {.opening = 1000, .available = 400, .spent = 600},
+      .accounting_epoch_ms = 1784469600000,
+      .conserved = conserved,
+  };
+  AuditReport report{.accounts = {account}, .conserved = conserved};
+  if (!conserved) report.violations.push_back("tenant-7/chat.generate does not conserve");
+  return report;
+}
+
+TEST(CommandsTest, AuditJson) {
+  FakePeer peer;
+  peer.answer = wire::Response{.request_id = 1, .body = sampleAudit(true)};
+  CommandOutput out = run(peer, {"--json", "audit"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  for (const char* field :
+       {R"("conservation":true)", R"("accounts":[{)", R"("subject":"tenant-7")",
+        R"("route":"chat.generate")", R"("policyGeneration":3)",
+        R"("accountingEpoch":"2026-07-19T14:00:00Z")", R"("debt":0)", R"("opening":1000)",
+        R"("minted":0)", R"("overdraftIssued":0)", R"("available":400)", R"("reserved":0)",
+        R"("spent":600)", R"("retiredForEmergency":0)", R"("overdraftRepaid":0)",
+        R"("transferredOut":0)", R"("generationState":"ACTIVE")", R"("violations":[])"}) {
+    EXPECT_CONTAINS(out.out, field);
+  }
+  peer.answer = wire::Response{.request_id = 1, .body = sampleAudit(false)};
+  out = run(peer, {"--json", "audit"});
+  EXPECT_EQ(out.exit_code, kExitAuditFailed);
+  EXPECT_CONTAINS(out.out, R"("conservation":false)");
+  EXPECT_CONTAINS(out.out, "does not conserve");
+  out = run(peer, {"audit"});
+  EXPECT_EQ(out.exit_code, kExitAuditFailed);
+  EXPECT_CONTAINS(out.out, "conservation: FAILED");
+}
+
+TEST(CommandsTest, AuditFailsOnAnyAccount) {
+  AuditReport report = sampleAudit(true);
+  report.accounts[0].conserved = false;  // the report-level flag alone must not hide it
+  FakePeer peer;
+  peer.answer = wire::Response{.request_id = 1, .body = report};
+  EXPECT_EQ(run(peer, {"audit"}).exit_code, kExitAuditFailed);
+}
+
+TEST(CommandsTest, PublishParsesLocallyFirst) {
+  FakePeer peer;
+  peer.answer = wire::Response{
+      .request_id = 1,
+      .body = wire::PolicyAnswer{.reply = {.code = ReplyCode::kOk, .generation = 5}}};
+  CommandOutput out =
+      run(peer, {"--json", "policy", "publish", TALLY_SOURCE_DIR "/examples/policy.toml"});
+  EXPECT_EQ(out.exit_code, kExitOk) << out.err;
+  EXPECT_CONTAINS(out.out, R"("policyGeneration":5)");
+  ASSERT_TRUE(peer.request.has_value());
+  EXPECT_EQ(std::get<wire::PublishPolicyRequest>(*peer.request).budgets.size(), 3u);
+  out = run(peer, {"policy", "publish", TALLY_SOURCE_DIR "/examples/policy.toml"});
+  EXPECT_CONTAINS(out.out, "policy generation 5");
+
+  FakePeer untouched;
+  out = run(untouched, {"policy", "publish", "/nonexistent/policy.toml"});
+  EXPECT_EQ(out.exit_code, kExitUsage);
+  EXPECT_FALSE(untouched.request.has_value());
+  EXPECT_CONTAINS(out.err, "/nonexistent/policy.toml");
+}
+
+TEST(CommandsTest, PolicyShowPrintsToml) {
+  Budget budget{.subject_pattern = "tenant-7",
+                .route = "chat.generate",
+                .unit = "tokens",
+                .refill_per_second = 10,
+                .burst = 1000,
+                .max_single_reservation = 1000,
+                .hold_ttl_ms = 30000,
+                .hard_execution_limit_ms = 600000};
+  FakePeer peer;
+  peer.answer = wire::Response{
+      .request_id = 1,
+      .body = wire::PolicyAnswer{.reply = {.code = ReplyCode::kOk, .generation = 2},
+                                 .policy = Policy{.generation = 2, .budgets = {budget}}}};
+  CommandOutput out = run(peer, {"policy", "show"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  EXPECT_CONTAINS(out.out, "[[budget]]");
+  EXPECT_CONTAINS(out.out, "subject = \"tenant-7\"");
+  EXPECT_CONTAINS(out.out, "generation 2");
+  out = run(peer, {"--json", "policy", "show"});
+  EXPECT_CONTAINS(out.out, R"("budgets":[{"subject":"tenant-7")");
+}
+
+TEST(CommandsTest, HelpAndVersionNeedNoPeer) {
+  FakePeer peer;
+  CommandOutput out = run(peer, {"--help"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  EXPECT_CONTAINS(out.out, "usage: tallyctl");
+  out = run(peer, {"--version"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  EXPECT_CONTAINS(out.out, "tallyctl ");
+  EXPECT_FALSE(peer.request.has_value());
+}
+
+}  // namespace
+}  // namespace tally::ctl

@@ -1,0 +1,270 @@
+#include <gtest/gtest.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ctl/args.h"
+#include "wire/digest.h"
+
+namespace tally::ctl {
+namespace {
+
+Result<Invocation> parse(std::vector<std::string_view> args) { return parseArgs(args); }
+
+Invocation ok(std::vector<std::string_view> args) {
+  Result<Invocation> inv = parse(args);
+  EXPECT_TRUE(inv.isOk()) << inv.status().toString();
+  return inv.isOk() ? inv.value() : Invocation{};
+}
+
+// The usage error for `args`, which must not parse.
+std::string usageError(std::vector<std::string_view> args) {
+  Result<Invocation> inv = parse(args);
+  std::string joined;
+  for (std::string_view a : args) joined += std::string(a) + " ";
+  EXPECT_FALSE(inv.isOk()) << joined;
+  if (inv.isOk()) return "";
+  EXPECT_EQ(inv.status().code(), StatusCode::kInvalidArgument);
+  return inv.status().message();
+}
+
+#define EXPECT_CONTAINS(haystack, needle) \
+  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+
+const std::string kHex(64, 'a');
+
+TEST(TallyctlArgsTest, Defaults) {
+  const Invocation inv = ok({"health"});
+  EXPECT_EQ(inv.command, Command::kHealth);
+  EXPECT_EQ(inv.endpoint.kind, client::Endpoint::Kind::kTcp);
+  EXPECT_EQ(inv.endpoint.host, "127.0.0.1");
+  EXPECT_EQ(inv.endpoint.port, 7411);
+  EXPECT_FALSE(inv.json);
+  EXPECT_EQ(inv.timeout_ms, 5000u);
+}
+
+TEST(TallyctlArgsTest, GlobalFlags) {
+  Invocation inv =
+      ok({"--ledger", "ledger.internal:9000", "--json", "--timeout-ms", "250", "audit"});
+  EXPECT_EQ(inv.endpoint.host, "ledger.internal");
+  EXPECT_EQ(inv.endpoint.port, 9000);
+  EXPECT_TRUE(inv.json);
+  EXPECT_EQ(inv.timeout_ms, 250u);
+
+  inv = ok({"--agent", "/run/tally/agent.sock", "query", "--id", "r1"});
+  EXPECT_EQ(inv.endpoint.kind, client::Endpoint::Kind::kUnix);
+  EXPECT_EQ(inv.endpoint.path, "/run/tally/agent.sock");
+
+  // After the command, and in --flag=value form.
+  inv = ok({"query", "--id=r1", "--json", "--ledger=[::1]:7411"});
+  EXPECT_TRUE(inv.json);
+  EXPECT_EQ(inv.endpoint.host, "::1");
+  EXPECT_EQ(inv.reservation_id, "r1");
+}
+
+TEST(TallyctlArgsTest, PolicyCommands) {
+  Invocation inv = ok({"policy", "publish", "examples/policy.toml"});
+  EXPECT_EQ(inv.command, Command::kPolicyPublish);
+  EXPECT_EQ(inv.policy_file, "examples/policy.toml");
+  EXPECT_EQ(ok({"policy", "rollback"}).command, Command::kPolicyRollback);
+  inv = ok({"policy", "show"});
+  EXPECT_EQ(inv.command, Command::kPolicyShow);
+  EXPECT_EQ(inv.generation, 0u);
+  EXPECT_EQ(ok({"policy", "show", "--generation", "3"}).generation, 3u);
+}
+
+TEST(TallyctlArgsTest, Reserve) {
+  Invocation inv = ok({"reserve", "--id", "r-1", "--subject", "tenant-7", "--route",
+                       "chat.generate", "--units", "600"});
+  EXPECT_EQ(inv.command, Command::kReserve);
+  EXPECT_EQ(inv.reservation_id, "r-1");
+  EXPECT_EQ(inv.subject, "tenant-7");
+  EXPECT_EQ(inv.route, "chat.generate");
+  EXPECT_EQ(inv.units, 600u);
+  EXPECT_FALSE(inv.digest.has_value());
+  EXPECT_EQ(inv.priority, 0u);
+
+  inv = ok({"reserve", "--id", "r-1", "--subject", "s", "--route", "r", "--units", "1", "--digest",
+            kHex, "--priority", "7"});
+  ASSERT_TRUE(inv.digest.has_value());
+  EXPECT_EQ(wire::digestHex(*inv.digest), kHex);
+  EXPECT_EQ(inv.priority, 7u);
+  // Either case of hex.
+  EXPECT_TRUE(ok({"reserve", "--id", "r", "--subject", "s", "--route", "r", "--units", "1",
+                  "--digest", std::string(64, 'F')})
+                  .digest.has_value());
+}
+
+TEST(TallyctlArgsTest, ReservationCommands) {
+  Invocation inv = ok({"start", "--id", "r1", "--operation", "op1"});
+  EXPECT_EQ(inv.command, Command::kStart);
+  EXPECT_EQ(inv.operation_id, "op1");
+
+  inv = ok({"settle", "--id", "r1", "--operation", "op1", "--actual", "200"});
+  EXPECT_EQ(inv.command, Command::kSettle);
+  EXPECT_EQ(inv.actual_units, 200u);
+  EXPECT_EQ(ok({"settle", "--id", "r1", "--operation", "o", "--actual", "0"}).actual_units, 0u);
+
+  EXPECT_EQ(ok({"release", "--id", "r1"}).command, Command::kRelease);
+
+  inv = ok({"unknown", "--id", "r1", "--operation", "op1"});
+  EXPECT_EQ(inv.command, Command::kMarkUnknown);
+  EXPECT_EQ(inv.operation_id, "op1");
+
+  inv = ok({"report", "--id", "r1", "--operation", "op1", "--actual", "900"});
+  EXPECT_EQ(inv.command, Command::kReport);
+  EXPECT_EQ(inv.actual_units, 900u);
+
+  EXPECT_EQ(ok({"query", "--id", "r1"}).command, Command::kQuery);
+}
+
+TEST(TallyctlArgsTest, AuditAndHealth) {
+  Invocation inv = ok({"audit"});
+  EXPECT_EQ(inv.command, Command::kAudit);
+  EXPECT_TRUE(inv.subject.empty());
+  inv = ok({"audit", "--subject", "tenant-7", "--route", "chat.generate"});
+  EXPECT_EQ(inv.subject, "tenant-7");
+  EXPECT_EQ(inv.route, "chat.generate");
+  EXPECT_EQ(ok({"health"}).command, Command::kHealth);
+}
+
+TEST(TallyctlArgsTest, HelpAndVersion) {
+  EXPECT_EQ(ok({"--help"}).command, Command::kHelp);
+  EXPECT_EQ(ok({"-h"}).command, Command::kHelp);
+  EXPECT_EQ(ok({"help"}).command, Command::kHelp);
+  EXPECT_EQ(ok({"reserve", "--help"}).command, Command::kHelp);
+  EXPECT_EQ(ok({"--bogus", "--help"}).command, Command::kHelp);
+  EXPECT_EQ(ok({"--version"}).command, Command::kVersion);
+  EXPECT_EQ(ok({"version"}).command, Command::kVersion);
+}
+
+TEST(TallyctlArgsTest, UsageNamesEveryCommandAndExitCode) {
+  const std::string text = usageText();
+  for (const char* word : {"policy publish", "policy rollback", "policy show", "reserve", "start",
+                           "settle", "release", "unknown", "report", "query", "audit", "health",
+                           "--ledger", "--agent", "--json", "--timeout-ms", "--digest"}) {
+    EXPECT_CONTAINS(text, word);
+  }
+  for (const char* code : {"\n  0 ", "\n  2 ", "\n  3 ", "\n  4 ", "\n  5 ", "\n  6 ", "\n  7 ",
+                           "\n  8 ", "\n  9 ", "\n  10 "}) {
+    EXPECT_CONTAINS(text, code);
+  }
+}
+
+TEST(TallyctlArgsTest, UnknownCommandsAndFlags) {
+  EXPECT_CONTAINS(usageError({}), "no command");
+  EXPECT_CONTAINS(usageError({"frobnicate"}), "unknown command 'frobnicate'");
+  EXPECT_CONTAINS(usageError({"policy"}), "subcommand");
+  EXPECT_CONTAINS(usageError({"policy", "delete"}), "unknown policy subcommand 'delete'");
+  EXPECT_CONTAINS(usageError({"policy", "publish"}), "FILE");
+  EXPECT_CONTAINS(usageError({"--bogus", "health"}), "unknown flag '--bogus'");
+  EXPECT_CONTAINS(usageError({"health", "-x"}), "unknown flag '-x'");
+  EXPECT_CONTAINS(usageError({"query", "--id", "r", "--verbose"}), "unknown flag '--verbose'");
+  EXPECT_CONTAINS(usageError({"health", "extra"}), "unexpected argument 'extra'");
+  EXPECT_CONTAINS(usageError({"policy", "rollback", "now"}), "unexpected argument 'now'");
+  EXPECT_CONTAINS(usageError({"--json=yes", "health"}), "--json takes no value");
+}
+
+TEST(TallyctlArgsTest, FlagNotTakenByCommand) {
+  EXPECT_CONTAINS(usageError({"start", "--id", "r", "--operation", "o", "--units", "5"}),
+                  "'start' takes no --units");
+  EXPECT_CONTAINS(usageError({"release", "--id", "r", "--operation", "o"}),
+                  "'release' takes no --operation");
+  EXPECT_CONTAINS(usageError({"health", "--id", "r"}), "'health' takes no --id");
+  EXPECT_CONTAINS(usageError({"query", "--id", "r", "--digest", kHex}), "takes no --digest");
+}
+
+TEST(TallyctlArgsTest, MissingRequiredFlags) {
+  const std::vector<std::string_view> reserve = {"reserve", "--id", "r",       "--subject", "s",
+                                                 "--route", "r",    "--units", "5"};
+  // Dropping any flag/value pair of reserve names that flag.
+  for (size_t i = 1; i < reserve.size(); i += 2) {
+    std::vector<std::string_view> args = reserve;
+    args.erase(args.begin() + static_cast<ptrdiff_t>(i),
+               args.begin() + static_cast<ptrdiff_t>(i) + 2);
+    EXPECT_CONTAINS(usageError(args), "'reserve' needs " + std::string(reserve[i]));
+  }
+  EXPECT_CONTAINS(usageError({"start", "--id", "r"}), "'start' needs --operation");
+  EXPECT_CONTAINS(usageError({"settle", "--id", "r", "--operation", "o"}),
+                  "'settle' needs --actual");
+  EXPECT_CONTAINS(usageError({"release"}), "'release' needs --id");
+  EXPECT_CONTAINS(usageError({"unknown", "--id", "r"}), "'unknown' needs --operation");
+  EXPECT_CONTAINS(usageError({"report", "--id", "r", "--actual", "3"}),
+                  "'report' needs --operation");
+  EXPECT_CONTAINS(usageError({"query"}), "'query' needs --id");
+}
+
+TEST(TallyctlArgsTest, FlagWithoutValue) {
+  EXPECT_CONTAINS(usageError({"query", "--id"}), "--id needs a value");
+  EXPECT_CONTAINS(usageError({"health", "--ledger"}), "--ledger needs a value");
+}
+
+TEST(TallyctlArgsTest, BadNumbers) {
+  const auto reserveUnits = [](std::string_view units) {
+    return usageError({"reserve", "--id", "r", "--subject", "s", "--route", "r", "--units", units});
+  };
+  EXPECT_CONTAINS(reserveUnits("-5"), "--units must not be negative");
+  EXPECT_CONTAINS(reserveUnits("abc"), "--units must be a non-negative integer");
+  EXPECT_CONTAINS(reserveUnits("12x"), "--units must be a non-negative integer");
+  EXPECT_CONTAINS(reserveUnits("1.5"), "--units must be a non-negative integer");
+  EXPECT_CONTAINS(reserveUnits(""), "--units must be a non-negative integer");
+  EXPECT_CONTAINS(reserveUnits("+5"), "--units must be a non-negative integer");
+  EXPECT_CONTAINS(reserveUnits("0"), "--units must be at least 1");
+  EXPECT_CONTAINS(reserveUnits("99999999999999999999999"), "--units is too large");
+  EXPECT_CONTAINS(usageError({"settle", "--id", "r", "--operation", "o", "--actual", "-1"}),
+                  "--actual must not be negative");
+  EXPECT_CONTAINS(usageError({"report", "--id", "r", "--operation", "o", "--actual", "x"}),
+                  "--actual must be a non-negative integer");
+  EXPECT_CONTAINS(usageError({"reserve", "--id", "r", "--subject", "s", "--route", "r", "--units",
+                              "1", "--priority", "4294967296"}),
+                  "--priority is too large");
+  EXPECT_CONTAINS(usageError({"--timeout-ms", "0", "health"}), "--timeout-ms must be at least 1");
+  EXPECT_CONTAINS(usageError({"--timeout-ms", "soon", "health"}), "--timeout-ms");
+}
+
+TEST(TallyctlArgsTest, BadDigest) {
+  for (const std::string& digest :
+       {std::string(63, 'a'), std::string(65, 'a'), std::string(63, 'a') + "g", std::string()}) {
+    EXPECT_CONTAINS(usageError({"reserve", "--id", "r", "--subject", "s", "--route", "r", "--units",
+                                "1", "--digest", digest}),
+                    "--digest must be exactly 64 hexadecimal characters");
+  }
+}
+
+TEST(TallyctlArgsTest, BadTextValues) {
+  EXPECT_CONTAINS(usageError({"query", "--id", ""}), "--id must not be empty");
+  const std::string long_id(129, 'x');
+  EXPECT_CONTAINS(usageError({"query", "--id", long_id}), "--id is longer than 128 bytes");
+  EXPECT_TRUE(parse({"query", "--id", std::string(128, 'x')}).isOk());
+  const std::string long_operation(129, 'o');
+  EXPECT_CONTAINS(usageError({"start", "--id", "r", "--operation", long_operation}),
+                  "--operation is longer than 128 bytes");
+}
+
+TEST(TallyctlArgsTest, RepeatedFlags) {
+  EXPECT_CONTAINS(usageError({"query", "--id", "a", "--id", "b"}), "--id given twice");
+  EXPECT_CONTAINS(usageError({"--json", "--ledger", "a:1", "--ledger", "b:2", "health"}),
+                  "--ledger given twice");
+}
+
+TEST(TallyctlArgsTest, BadEndpoints) {
+  EXPECT_CONTAINS(usageError({"--ledger", "127.0.0.1", "health"}), "--ledger");
+  EXPECT_CONTAINS(usageError({"--ledger", "127.0.0.1:0", "health"}), "port");
+  EXPECT_CONTAINS(usageError({"--ledger", "127.0.0.1:65536", "health"}), "port");
+  EXPECT_CONTAINS(usageError({"--ledger", ":7411", "health"}), "no host");
+  EXPECT_CONTAINS(usageError({"--ledger", "::1:7411", "health"}), "[ADDRESS]:PORT");
+  EXPECT_CONTAINS(usageError({"--agent", "", "health"}), "--agent");
+  EXPECT_CONTAINS(usageError({"--agent", std::string(120, 'p'), "health"}), "--agent");
+  EXPECT_CONTAINS(usageError({"--ledger", "a:1", "--agent", "/tmp/s", "health"}),
+                  "--ledger and --agent");
+}
+
+TEST(TallyctlArgsTest, DoubleDashEndsFlags) {
+  // An id that looks like a flag can still be given with '='.
+  EXPECT_EQ(ok({"query", "--id=--weird"}).reservation_id, "--weird");
+  EXPECT_EQ(ok({"policy", "publish", "--", "-policy.toml"}).policy_file, "-policy.toml");
+}
+
+}  // namespace
+}  // namespace tally::ctl
