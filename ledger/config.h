@@ -1,0 +1,39 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/limits.h"
+#include "core/status.h"
+
+// tally-ledger's configuration: defaults, then the TOML file (--config), then flags.
+//
+//   listen = "127.0.0.1:7411"
+//   frame_bytes_max = 1048576
+//   retention_ms = 86400000          # idempotency window for terminal reservations
+//   tick_interval_ms = 10            # expiry / hard-limit / compaction pulse
+//   checkpoint_log_rows = 256        # fold the commit log into tables after this many batches
+//   log_level = "info"               # debug | info | warn | error
+//
+// Unknown keys, wrong types and impossible values are errors naming the key.
+
+namespace tally::ledger {
+
+struct LedgerConfig {
+  std::string data_dir;
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 7411;
+  uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
+  uint64_t retention_ms = limits::kRetentionMsDefault;
+  uint64_t tick_interval_ms = 10;
+  uint64_t checkpoint_log_rows = 256;
+  std::string log_level = "info";
+  int ready_fd = -1;  // write "ready PORT\n" here once serving, then close it
+};
+
+// "HOST:PORT" with a numeric port (0 allowed: pick a free one).
+Status parseListen(const std::string& text, std::string* host, uint16_t* port);
+Status applyConfigFile(const std::string& path, LedgerConfig* config);
+Status validateConfig(const LedgerConfig& config);
+
+}  // namespace tally::ledger

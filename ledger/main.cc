@@ -1,0 +1,217 @@
+// tally-ledger: the central, durable, linearizable capacity ledger.
+
+#include <signal.h>
+#include <uv.h>
+
+#include <unistd.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "common/log.h"
+#include "common/wall_clock.h"
+#include "core/ledger.h"
+#include "ledger/config.h"
+#include "ledger/restore.h"
+#include "ledger/server.h"
+#include "ledger/sqlite_store.h"
+#include "tally/version.h"
+
+namespace tally::ledger {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitUsage = 2;
+constexpr int kExitStartup = 1;
+constexpr int kExitIoError = 74;  // EX_IOERR: a commit failed; restart rebuilds from disk
+
+constexpr const char* kUsage =
+    "usage: tally-ledger --data-dir DIR [--listen HOST:PORT] [--config FILE]\n"
+    "                    [--log-level debug|info|warn|error] [--ready-fd FD]\n"
+    "       tally-ledger --version | --help\n"
+    "\n"
+    "The central capacity ledger. Keeps accounts and reservations in memory with SQLite\n"
+    "(DIR/ledger.db, WAL, synchronous=FULL) as the durable record; no reply leaves before\n"
+    "its change is on disk. Default listen address 127.0.0.1:7411 (port 0 picks one).\n"
+    "--ready-fd FD: write \"ready PORT\\n\" to FD once serving, then close it.\n"
+    "Exit: 0 after SIGTERM/SIGINT drain, 1 startup failure, 2 usage, 74 storage failure.\n";
+
+LogLevel parseLevel(const std::string& level) {
+  if (level == "debug") return LogLevel::kDebug;
+  if (level == "warn") return LogLevel::kWarn;
+  if (level == "error") return LogLevel::kError;
+  return LogLevel::kInfo;
+}
+
+// Returns kExitOk to continue, or an exit code.
+int parseArgs(int argc, char** argv, LedgerConfig* config) {
+  std::string config_file;
+  std::string listen;
+  std::string level;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    auto value = [&](const char* name) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "tally-ledger: %s needs a value\n%s", name, kUsage);
+        return nullptr;
+      }
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return -1;
+    }
+    if (arg == "--version") {
+      std::printf("tally-ledger %s\n", kVersion);
+      return -1;
+    }
+    const char* v = nullptr;
+    if (arg == "--data-dir") {
+      if ((v = value("--data-dir")) == nullptr) return kExitUsage;
+      config->data_dir = v;
+    } else if (arg == "--listen") {
+      if ((v = value("--listen")) == nullptr) return kExitUsage;
+      listen = v;
+    } else if (arg == "--config") {
+      if ((v = value("--config")) == nullptr) return kExitUsage;
+      config_file = v;
+    } else if (arg == "--log-level") {
+      if ((v = value("--log-level")) == nullptr) return kExitUsage;
+      level = v;
+    } else if (arg == "--ready-fd") {
+      if ((v = value("--ready-fd")) == nullptr) return kExitUsage;
+      config->ready_fd = std::atoi(v);
+      if (config->ready_fd <= 2) {
+        std::fprintf(stderr, "tally-ledger: --ready-fd must be a descriptor above 2\n");
+        return kExitUsage;
+      }
+    } else {
+      std::fprintf(stderr, "tally-ledger: unknown argument '%s'\n%s", argv[i], kUsage);
+      return kExitUsage;
+    }
+  }
+  // Flags override the file.
+  if (!config_file.empty()) {
+    if (Status s = applyConfigFile(config_file, config); !s.isOk()) {
+      std::fprintf(stderr, "tally-ledger: %s\n", s.message().c_str());
+      return kExitUsage;
+    }
+  }
+  if (!listen.empty()) {
+    if (Status s = parseListen(listen, &config->listen_host, &config->listen_port); !s.isOk()) {
+      std::fprintf(stderr, "tally-ledger: --listen: %s\n", s.message().c_str());
+      return kExitUsage;
+    }
+  }
+  if (!level.empty()) config->log_level = level;
+  if (Status s = validateConfig(*config); !s.isOk()) {
+    std::fprintf(stderr, "tally-ledger: %s\n%s", s.message().c_str(), kUsage);
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
+struct Signals {
+  uv_signal_t term{};
+  uv_signal_t interrupt{};
+};
+
+int run(const LedgerConfig& config) {
+  Logger logger("ledger", parseLevel(config.log_level));
+  ::signal(SIGPIPE, SIG_IGN);
+
+  Result<std::unique_ptr<SqliteStore>> opened = SqliteStore::open(
+      config.data_dir, SqliteStoreOptions{.checkpoint_log_rows = config.checkpoint_log_rows});
+  if (!opened.isOk()) {
+    logger.error("store_open_failed",
+                 {{"data_dir", config.data_dir}, {"error", opened.status().toString()}});
+    return kExitStartup;
+  }
+  std::unique_ptr<SqliteStore> store = std::move(opened).value();
+
+  Ledger ledger(LedgerOptions{.retention_ms = config.retention_ms});
+  Result<RestoreSummary> restored = restoreLedger(store.get(), &ledger, wallClockMs());
+  if (!restored.isOk()) {
+    logger.error("restore_failed",
+                 {{"data_dir", config.data_dir}, {"error", restored.status().toString()}});
+    return kExitStartup;
+  }
+  const RestoreSummary& summary = restored.value();
+  logger.info("restored", {{"data_dir", config.data_dir},
+                           {"policies", summary.policies},
+                           {"accounts", summary.accounts},
+                           {"reservations", summary.reservations},
+                           {"ledger_clock_ms", summary.ledger_clock_ms}});
+
+  LedgerClock clock(summary.ledger_clock_ms);
+  uv_loop_t loop;
+  if (int rc = uv_loop_init(&loop); rc != 0) {
+    logger.error("loop_init_failed", {{"error", uv_strerror(rc)}});
+    return kExitStartup;
+  }
+  Signals signals;
+  auto close_signals = [&signals] {
+    for (uv_signal_t* handle : {&signals.term, &signals.interrupt}) {
+      if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(handle))) {
+        uv_close(reinterpret_cast<uv_handle_t*>(handle), nullptr);
+      }
+    }
+  };
+  Server server(&loop, &ledger, store.get(), &clock, &logger,
+                ServerOptions{.listen_host = config.listen_host,
+                              .listen_port = config.listen_port,
+                              .frame_bytes_max = config.frame_bytes_max,
+                              .tick_interval_ms = config.tick_interval_ms,
+                              .on_stopped = close_signals});
+  auto on_signal = [](uv_signal_t* handle, int signum) {
+    auto* srv = static_cast<Server*>(handle->data);
+    (void)signum;
+    srv->stop();
+  };
+  for (uv_signal_t* handle : {&signals.term, &signals.interrupt}) {
+    (void)uv_signal_init(&loop, handle);
+    handle->data = &server;
+  }
+  (void)uv_signal_start(&signals.term, on_signal, SIGTERM);
+  (void)uv_signal_start(&signals.interrupt, on_signal, SIGINT);
+
+  int exit_code = kExitOk;
+  if (Status status = server.start(); !status.isOk()) {
+    logger.error("listen_failed", {{"error", status.toString()}});
+    exit_code = kExitStartup;
+    server.stop();
+  } else {
+    const std::string addr = config.listen_host + ":" + std::to_string(server.port());
+    logger.info("ready", {{"listen", addr},
+                          {"data_dir", config.data_dir},
+                          {"version", kVersion},
+                          {"active_generation", ledger.accounts().activeGeneration()}});
+    if (config.ready_fd > 2) {
+      const std::string line = "ready " + std::to_string(server.port()) + "\n";
+      if (::write(config.ready_fd, line.data(), line.size()) < 0) {
+        logger.warn("ready_fd_write_failed", {{"error", std::strerror(errno)}});
+      }
+      ::close(config.ready_fd);
+    }
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  if (server.fatal()) exit_code = kExitIoError;
+  if (int rc = uv_loop_close(&loop); rc != 0) {
+    logger.error("loop_close_failed", {{"error", uv_strerror(rc)}});
+  }
+  logger.info("exit", {{"code", exit_code}});
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace tally::ledger
+
+int main(int argc, char** argv) {
+  tally::ledger::LedgerConfig config;
+  const int parsed = tally::ledger::parseArgs(argc, argv, &config);
+  if (parsed == -1) return 0;
+  if (parsed != 0) return parsed;
+  return tally::ledger::run(config);
+}

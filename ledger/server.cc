@@ -1,0 +1,563 @@
+#include "ledger/server.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <array>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "core/assert.h"
+#include "tally/version.h"
+
+namespace tally::ledger {
+
+// One client connection. Lives in Server::connections_ from accept until its close callback.
+class Server::Connection {
+ public:
+  Connection(Server* server, uint64_t id, uint64_t frame_bytes_max)
+      : server_(server), id_(id), decoder_({.frame_bytes_max = frame_bytes_max}) {
+    tcp_.data = this;
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  Server* server_;
+  uint64_t id_;
+  uv_tcp_t tcp_{};
+  wire::FrameDecoder decoder_;
+  uint64_t pending_replies_ = 0;  // answered, waiting for their batch to commit
+  bool reading_ = false;
+  bool closing_ = false;
+  bool shutting_down_ = false;
+  std::string peer_;
+};
+
+namespace {
+
+// One reply buffer on its way to the socket; freed by the write callback.
+struct WriteRequest {
+  uv_write_t req{};
+  std::vector<uint8_t> bytes;
+  Server* server = nullptr;
+  uint64_t connection_id = 0;
+};
+
+// The read buffer is reused: reads are consumed synchronously on the loop thread.
+constexpr size_t kReadBufferBytes = 64 * 1024;
+std::array<char, kReadBufferBytes>& readBuffer() {
+  static std::array<char, kReadBufferBytes> buffer;
+  return buffer;
+}
+
+std::string peerName(uv_tcp_t* tcp) {
+  sockaddr_storage address{};
+  int length = sizeof(address);
+  if (uv_tcp_getpeername(tcp, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "?";
+  char host[64] = {};
+  if (address.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
+    uv_ip4_name(in, host, sizeof(host));
+    return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  return "?";
+}
+
+wire::ErrorReply internalError(std::string message) {
+  return {.code = wire::ErrorCode::kInternal, .message = std::move(message)};
+}
+
+}  // namespace
+
+Server::Server(uv_loop_t* loop, Ledger* ledger, Store* store, LedgerClock* clock, Logger* logger,
+               ServerOptions options)
+    : loop_(loop),
+      ledger_(ledger),
+      store_(store),
+      clock_(clock),
+      logger_(logger),
+      options_(std::move(options)) {
+  listener_.data = this;
+  check_.data = this;
+  tick_timer_.data = this;
+  work_.data = this;
+}
+
+Server::~Server() {
+  // The loop must have run dry: every handle closed, no work queued.
+  TALLY_ASSERT(open_handles_ == 0);
+  TALLY_ASSERT(!commit_in_flight_);
+}
+
+Status Server::start() {
+  sockaddr_in address{};
+  if (int rc = uv_ip4_addr(options_.listen_host.c_str(), options_.listen_port, &address); rc != 0) {
+    return Status::invalidArgument("listen address '" + options_.listen_host +
+                                   "' is not an IPv4 address: " + uv_strerror(rc));
+  }
+  if (int rc = uv_tcp_init(loop_, &listener_); rc != 0) {
+    return Status::ioError(std::string("uv_tcp_init: ") + uv_strerror(rc));
+  }
+  ++open_handles_;
+  listener_open_ = true;
+  if (int rc = uv_tcp_bind(&listener_, reinterpret_cast<const sockaddr*>(&address), 0); rc != 0) {
+    return Status::ioError("bind " + options_.listen_host + ":" +
+                           std::to_string(options_.listen_port) + ": " + uv_strerror(rc));
+  }
+  if (int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), 511, onConnection); rc != 0) {
+    return Status::ioError(std::string("listen: ") + uv_strerror(rc));
+  }
+  sockaddr_in bound{};
+  int length = sizeof(bound);
+  if (int rc = uv_tcp_getsockname(&listener_, reinterpret_cast<sockaddr*>(&bound), &length);
+      rc != 0) {
+    return Status::ioError(std::string("getsockname: ") + uv_strerror(rc));
+  }
+  bound_port_ = ntohs(bound.sin_port);
+
+  if (int rc = uv_check_init(loop_, &check_); rc != 0) {
+    return Status::ioError(std::string("uv_check_init: ") + uv_strerror(rc));
+  }
+  ++open_handles_;
+  check_open_ = true;
+  if (int rc = uv_check_start(&check_, onCheck); rc != 0) {
+    return Status::ioError(std::string("uv_check_start: ") + uv_strerror(rc));
+  }
+  if (int rc = uv_timer_init(loop_, &tick_timer_); rc != 0) {
+    return Status::ioError(std::string("uv_timer_init: ") + uv_strerror(rc));
+  }
+  ++open_handles_;
+  tick_timer_open_ = true;
+  if (int rc = uv_timer_start(&tick_timer_, onTick, options_.tick_interval_ms,
+                              options_.tick_interval_ms);
+      rc != 0) {
+    return Status::ioError(std::string("uv_timer_start: ") + uv_strerror(rc));
+  }
+  return Status::ok();
+}
+
+void Server::onConnection(uv_stream_t* listener, int status) {
+  auto* server = static_cast<Server*>(listener->data);
+  if (status != 0) {
+    server->logger_->warn("accept_failed", {{"error", uv_strerror(status)}});
+    return;
+  }
+  server->accept();
+}
+
+void Server::accept() {
+  const uint64_t id = next_connection_id_++;
+  auto connection = std::make_unique<Connection>(this, id, options_.frame_bytes_max);
+  if (int rc = uv_tcp_init(loop_, &connection->tcp_); rc != 0) {
+    logger_->error("accept_failed", {{"error", uv_strerror(rc)}});
+    return;
+  }
+  Connection* raw = connection.get();
+  connections_.emplace(id, std::move(connection));
+  ++open_handles_;
+  if (int rc = uv_accept(reinterpret_cast<uv_stream_t*>(&listener_),
+                         reinterpret_cast<uv_stream_t*>(&raw->tcp_));
+      rc != 0) {
+    logger_->warn("accept_failed", {{"error", uv_strerror(rc)}});
+    closeConnection(raw);
+    return;
+  }
+  if (stopping_ || connections_.size() > options_.connections_max) {
+    logger_->warn("connection_refused", {{"reason", stopping_ ? "stopping" : "connections_max"},
+                                         {"connections_max", options_.connections_max}});
+    closeConnection(raw);
+    return;
+  }
+  (void)uv_tcp_nodelay(&raw->tcp_, 1);
+  raw->peer_ = peerName(&raw->tcp_);
+  logger_->debug("connection_opened", {{"connection", id}, {"peer", raw->peer_}});
+  onConnectionReadable(raw);
+}
+
+void Server::onConnectionReadable(Connection* connection) {
+  if (connection->reading_ || connection->closing_ || stopping_) return;
+  auto on_alloc = [](uv_handle_t*, size_t, uv_buf_t* buf) {
+    buf->base = readBuffer().data();
+    buf->len = readBuffer().size();
+  };
+  auto on_read = [](uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
+    auto* conn = static_cast<Connection*>(stream->data);
+    Server* server = conn->server_;
+    if (nread < 0) {
+      if (nread != UV_EOF) {
+        server->logger_->debug("connection_error",
+                               {{"connection", conn->id_}, {"error", uv_strerror(nread)}});
+      }
+      server->closeConnection(conn);
+      return;
+    }
+    if (nread == 0) return;
+    std::vector<wire::Frame> frames;
+    const Status status =
+        conn->decoder_.feed(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(buf->base),
+                                                     static_cast<size_t>(nread)),
+                            &frames);
+    server->onFrames(conn, &frames);
+    if (!status.isOk()) {
+      // Framing is lost: answer once, then close this connection only.
+      server->logger_->warn(
+          "bad_frame",
+          {{"connection", conn->id_}, {"peer", conn->peer_}, {"error", status.toString()}});
+      server->enqueueReply(conn,
+                           wire::Response{.request_id = 0, .body = wire::errorReplyFor(status)});
+      (void)uv_read_stop(stream);
+      conn->reading_ = false;
+      server->open_.close_after_flush.push_back(conn->id_);
+    }
+  };
+  if (int rc = uv_read_start(reinterpret_cast<uv_stream_t*>(&connection->tcp_), on_alloc, on_read);
+      rc != 0) {
+    logger_->warn("read_start_failed", {{"error", uv_strerror(rc)}});
+    closeConnection(connection);
+    return;
+  }
+  connection->reading_ = true;
+}
+
+void Server::onFrames(Connection* connection, std::vector<wire::Frame>* frames) {
+  if (frames->empty()) return;
+  const uint64_t now_ms = clock_->nowMs();
+  for (const wire::Frame& frame : *frames) {
+    wire::DecodedRequest decoded = wire::decodeRequest(frame);
+    wire::Response response{.request_id = decoded.request_id.value_or(0)};
+    if (!decoded.body.isOk()) {
+      logger_->warn("bad_request", {{"connection", connection->id_},
+                                    {"peer", connection->peer_},
+                                    {"error", decoded.body.status().toString()}});
+      response.body = wire::errorReplyFor(decoded.body.status());
+    } else {
+      response.body = dispatch(decoded.body.value(), now_ms);
+    }
+    enqueueReply(connection, response);
+  }
+  if (connection->pending_replies_ >= options_.pending_replies_per_connection_max &&
+      connection->reading_) {
+    // Push back: stop reading this client until its answers are flushed.
+    (void)uv_read_stop(reinterpret_cast<uv_stream_t*>(&connection->tcp_));
+    connection->reading_ = false;
+  }
+}
+
+wire::ResponseBody Server::dispatch(const wire::RequestBody& body, uint64_t now_ms) {
+  return std::visit(
+      [&](const auto& request) -> wire::ResponseBody {
+        using T = std::decay_t<decltype(request)>;
+        if constexpr (std::is_same_v<T, ReserveRequest>) {
+          return ledger_->reserve(request, now_ms);
+        } else if constexpr (std::is_same_v<T, StartRequest>) {
+          return ledger_->start(request, now_ms);
+        } else if constexpr (std::is_same_v<T, SettleRequest>) {
+          return ledger_->settle(request, now_ms);
+        } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
+          return ledger_->release(request, now_ms);
+        } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
+          return ledger_->markUnknown(request, now_ms);
+        } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
+          return ledger_->reportOperation(request, now_ms);
+        } else if constexpr (std::is_same_v<T, QueryRequest>) {
+          return ledger_->query(request);
+        } else if constexpr (std::is_same_v<T, wire::AuditRequest>) {
+          AuditReport report = ledger_->audit(now_ms);
+          if (!request.subject.empty() || !request.route.empty()) {
+            std::erase_if(report.accounts, [&](const AccountView& view) {
+              return (!request.subject.empty() && view.key.subject != request.subject) ||
+                     (!request.route.empty() && view.key.route != request.route);
+            });
+          }
+          return report;
+        } else if constexpr (std::is_same_v<T, wire::HealthRequest>) {
+          return wire::HealthReply{
+              .status = fatal_ ? "failed" : "ok", .version = kVersion, .now_ms = now_ms};
+        } else if constexpr (std::is_same_v<T, wire::PublishPolicyRequest>) {
+          PolicyReply reply = ledger_->publishPolicy(Policy{.budgets = request.budgets}, now_ms);
+          if (reply.code == ReplyCode::kOk) {
+            logger_->info("policy_published", {{"generation", reply.generation},
+                                               {"budgets", uint64_t{request.budgets.size()}}});
+          }
+          return wire::PolicyAnswer{.reply = std::move(reply)};
+        } else if constexpr (std::is_same_v<T, wire::RollbackPolicyRequest>) {
+          PolicyReply reply = ledger_->rollbackPolicy(now_ms);
+          if (reply.code == ReplyCode::kOk) {
+            logger_->info("policy_rolled_back", {{"generation", reply.generation}});
+          }
+          return wire::PolicyAnswer{.reply = std::move(reply)};
+        } else if constexpr (std::is_same_v<T, wire::ShowPolicyRequest>) {
+          const Generation generation =
+              request.generation == 0 ? ledger_->accounts().activeGeneration() : request.generation;
+          const Policy* policy = ledger_->accounts().policy(generation);
+          if (policy == nullptr) {
+            return wire::PolicyAnswer{
+                .reply = {.code = ReplyCode::kNotFound,
+                          .generation = generation,
+                          .message = "no policy generation " + std::to_string(generation)}};
+          }
+          return wire::PolicyAnswer{.reply = {.code = ReplyCode::kOk, .generation = generation},
+                                    .policy = *policy};
+        } else if constexpr (std::is_same_v<T, wire::UnknownMessage>) {
+          return wire::ErrorReply{
+              .code = wire::ErrorCode::kUnknownMessage,
+              .message = "unknown request kind " + std::to_string(request.which)};
+        } else {
+          return internalError("request kind not served by the ledger");
+        }
+      },
+      body);
+}
+
+void Server::enqueueReply(Connection* connection, const wire::Response& response) {
+  Result<std::vector<uint8_t>> frame = wire::encodeResponseFrame(response);
+  if (!frame.isOk()) {
+    // Our own answer is too large for a frame (e.g. a huge audit): say so instead.
+    frame = wire::encodeResponseFrame(
+        wire::Response{.request_id = response.request_id,
+                       .body = internalError("reply too large: " + frame.status().message())});
+    TALLY_ASSERT(frame.isOk());
+  }
+  std::vector<uint8_t>& buffer = open_.replies[connection->id_];
+  buffer.insert(buffer.end(), frame.value().begin(), frame.value().end());
+  ++open_.reply_counts[connection->id_];
+  ++connection->pending_replies_;
+}
+
+void Server::onTick(uv_timer_t* timer) {
+  auto* server = static_cast<Server*>(timer->data);
+  if (server->fatal_) return;
+  const TickOutcome outcome = server->ledger_->tick(server->clock_->nowMs());
+  if (outcome.expired + outcome.closed_by_hard_limit + outcome.compacted > 0) {
+    server->open_.tick_changes = true;
+  }
+}
+
+void Server::onCheck(uv_check_t* check) {
+  auto* server = static_cast<Server*>(check->data);
+  if (!server->commit_in_flight_ && !server->open_.idle() && !server->fatal_) server->seal();
+}
+
+StoreBatch Server::buildStoreBatch(const LedgerChanges& changes, uint64_t now_ms) const {
+  StoreBatch batch;
+  batch.ledger_clock_ms = now_ms;
+  if (changes.policies) {
+    for (Generation generation : ledger_->accounts().generations()) {
+      batch.policies.push_back(
+          PolicyRecord{.policy = *ledger_->accounts().policy(generation),
+                       .republished_from = ledger_->accounts().republishedFrom(generation)});
+    }
+  }
+  batch.accounts.reserve(changes.accounts.size());
+  for (const AccountKey& key : changes.accounts) {
+    const AccountEntry* entry = ledger_->accounts().find(key);
+    TALLY_ASSERT(entry != nullptr);
+    batch.accounts.push_back(AccountRecord{.key = key,
+                                           .balances = entry->account.balances(),
+                                           .refill_clock_ms = entry->account.refillClockMs(),
+                                           .refill_carry = entry->account.refillCarry()});
+  }
+  batch.reservations.reserve(changes.reservations_upserted.size());
+  for (const std::string& id : changes.reservations_upserted) {
+    const Reservation* reservation = ledger_->findReservation(id);
+    TALLY_ASSERT(reservation != nullptr);
+    batch.reservations.push_back(*reservation);
+  }
+  batch.deleted_reservations = changes.reservations_deleted;
+  return batch;
+}
+
+void Server::seal() {
+  TALLY_ASSERT(!commit_in_flight_);
+  const LedgerChanges changes = ledger_->takeChanges();
+  Batch batch = std::exchange(open_, Batch{});
+  if (changes.empty()) {
+    flush(&batch);  // nothing to make durable: reads answer at once
+    maybeFinishStop();
+    return;
+  }
+  batch.store = buildStoreBatch(changes, clock_->nowMs());
+  committing_ = std::move(batch);
+  commit_in_flight_ = true;
+  if (int rc = uv_queue_work(loop_, &work_, doCommit, afterCommit); rc != 0) {
+    commit_in_flight_ = false;
+    failFatally(Status::ioError(std::string("uv_queue_work: ") + uv_strerror(rc)));
+  }
+}
+
+void Server::doCommit(uv_work_t* work) {
+  // Worker thread: touches only the store and the sealed batch.
+  auto* server = static_cast<Server*>(work->data);
+  server->committing_.result = server->store_->commit(server->committing_.store);
+}
+
+void Server::afterCommit(uv_work_t* work, int status) {
+  auto* server = static_cast<Server*>(work->data);
+  server->commit_in_flight_ = false;
+  if (status != 0) {
+    server->failFatally(Status::ioError(std::string("commit cancelled: ") + uv_strerror(status)));
+    return;
+  }
+  if (!server->committing_.result.isOk()) {
+    server->failFatally(server->committing_.result);
+    return;
+  }
+  ++server->commits_;
+  Batch done = std::exchange(server->committing_, Batch{});
+  server->flush(&done);
+  if (!server->open_.idle()) {
+    server->seal();
+  } else {
+    server->maybeFinishStop();
+  }
+}
+
+void Server::flush(Batch* batch) {
+  for (auto& [connection_id, bytes] : batch->replies) {
+    auto it = connections_.find(connection_id);
+    if (it == connections_.end() || it->second->closing_) continue;
+    Connection* connection = it->second.get();
+    connection->pending_replies_ -= batch->reply_counts[connection_id];
+    auto request = std::make_unique<WriteRequest>();
+    request->bytes = std::move(bytes);
+    request->server = this;
+    request->connection_id = connection_id;
+    request->req.data = request.get();
+    uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(request->bytes.data()),
+                               static_cast<unsigned>(request->bytes.size()));
+    auto on_written = [](uv_write_t* req, int status) {
+      std::unique_ptr<WriteRequest> owned(static_cast<WriteRequest*>(req->data));
+      Server* server = owned->server;
+      auto found = server->connections_.find(owned->connection_id);
+      if (found == server->connections_.end()) return;
+      Connection* conn = found->second.get();
+      if (status != 0) {
+        server->closeConnection(conn);
+        return;
+      }
+      if (!conn->reading_ && !conn->closing_ &&
+          conn->pending_replies_ < server->options_.pending_replies_per_connection_max &&
+          uv_stream_get_write_queue_size(reinterpret_cast<uv_stream_t*>(&conn->tcp_)) <
+              server->options_.write_queue_bytes_max) {
+        server->onConnectionReadable(conn);
+      }
+    };
+    if (int rc = uv_write(&request->req, reinterpret_cast<uv_stream_t*>(&connection->tcp_), &buf, 1,
+                          on_written);
+        rc != 0) {
+      closeConnection(connection);
+      continue;
+    }
+    request.release();  // owned by the write callback now
+    if (uv_stream_get_write_queue_size(reinterpret_cast<uv_stream_t*>(&connection->tcp_)) >=
+            options_.write_queue_bytes_max &&
+        connection->reading_) {
+      (void)uv_read_stop(reinterpret_cast<uv_stream_t*>(&connection->tcp_));
+      connection->reading_ = false;
+    }
+  }
+  for (uint64_t connection_id : batch->close_after_flush) {
+    auto it = connections_.find(connection_id);
+    if (it == connections_.end() || it->second->closing_) continue;
+    shutdownThenClose(it->second.get());  // the queued error reply goes out first
+  }
+}
+
+void Server::closeConnection(Connection* connection) {
+  if (connection->closing_) return;
+  connection->closing_ = true;
+  connection->reading_ = false;
+  uv_close(reinterpret_cast<uv_handle_t*>(&connection->tcp_), [](uv_handle_t* handle) {
+    auto* conn = static_cast<Connection*>(handle->data);
+    Server* server = conn->server_;
+    server->logger_->debug("connection_closed", {{"connection", conn->id_}});
+    --server->open_handles_;
+    server->forgetConnection(conn->id_);  // frees conn
+    server->maybeFinishStop();
+  });
+}
+
+void Server::forgetConnection(uint64_t id) { connections_.erase(id); }
+
+void Server::failFatally(const Status& status) {
+  fatal_ = true;
+  logger_->error("commit_failed", {{"error", status.toString()},
+                                   {"action",
+                                    "stopping; restart rebuilds from the durable "
+                                    "record; unanswered requests are unknown to "
+                                    "clients, who retry with the same ids"}});
+  // None of the unanswered replies may leave: drop them, and stop.
+  open_ = Batch{};
+  committing_ = Batch{};
+  stop();
+}
+
+void Server::closeHandle(uv_handle_t* handle) {
+  uv_close(handle,
+           [](uv_handle_t* closed) { --static_cast<Server*>(closed->data)->open_handles_; });
+}
+
+void Server::stop() {
+  if (stopping_) return;
+  stopping_ = true;
+  if (listener_open_) {
+    listener_open_ = false;
+    closeHandle(reinterpret_cast<uv_handle_t*>(&listener_));
+  }
+  if (tick_timer_open_) (void)uv_timer_stop(&tick_timer_);
+  for (auto& [id, connection] : connections_) {
+    if (connection->reading_) {
+      (void)uv_read_stop(reinterpret_cast<uv_stream_t*>(&connection->tcp_));
+      connection->reading_ = false;
+    }
+  }
+  maybeFinishStop();
+}
+
+void Server::shutdownThenClose(Connection* connection) {
+  if (connection->closing_ || connection->shutting_down_) return;
+  connection->shutting_down_ = true;
+  auto* shutdown = new uv_shutdown_t;
+  shutdown->data = connection;
+  const int rc = uv_shutdown(shutdown, reinterpret_cast<uv_stream_t*>(&connection->tcp_),
+                             [](uv_shutdown_t* req, int) {
+                               auto* conn = static_cast<Connection*>(req->data);
+                               delete req;
+                               conn->server_->closeConnection(conn);
+                             });
+  if (rc != 0) {
+    delete shutdown;
+    closeConnection(connection);
+  }
+}
+
+void Server::maybeFinishStop() {
+  if (!stopping_ || stopped_ || commit_in_flight_) return;
+  if (!open_.idle() && !fatal_) {
+    seal();
+    return;
+  }
+  stopped_ = true;
+  logger_->info("stopped", {{"commits", commits_}, {"fatal", fatal_}});
+  if (options_.on_stopped) options_.on_stopped();
+  if (check_open_) {
+    check_open_ = false;
+    closeHandle(reinterpret_cast<uv_handle_t*>(&check_));
+  }
+  if (tick_timer_open_) {
+    tick_timer_open_ = false;
+    closeHandle(reinterpret_cast<uv_handle_t*>(&tick_timer_));
+  }
+  std::vector<Connection*> open;
+  for (auto& [id, connection] : connections_) open.push_back(connection.get());
+  for (Connection* connection : open) {
+    if (fatal_) {
+      closeConnection(connection);  // nothing more may be said
+    } else {
+      shutdownThenClose(connection);
+    }
+  }
+}
+
+}  // namespace tally::ledger

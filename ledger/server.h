@@ -1,0 +1,135 @@
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/log.h"
+#include "common/wall_clock.h"
+#include "core/ledger.h"
+#include "core/limits.h"
+#include "core/status.h"
+#include "ledger/store.h"
+#include "wire/codec.h"
+#include "wire/frame.h"
+
+// tally-ledger's network shell: a libuv TCP server around the core Ledger, with group commit.
+//
+// Every request is decoded, applied to the in-memory Ledger at once (in arrival order), and its
+// reply is held in the open batch. At the end of each loop iteration, if no commit is in flight,
+// the open batch is sealed: the Ledger's changed rows are copied into a StoreBatch and committed
+// on a libuv worker thread; its replies are written only after the commit is durable. Requests
+// that arrive meanwhile form the next batch. So no reply ever leaves before its mutation (and
+// every mutation before it) is durable, and throughput does not fall to one fsync per request.
+//
+// A failed commit (I/O error, disk full) is fatal: memory is ahead of disk, so the server stops
+// serving, sends none of that batch's replies, and reports fatal(); the process exits and a
+// restart rebuilds from the durable record. Clients see a dropped connection (an unknown
+// outcome) and retry with the same ids.
+//
+// Owns its handles and connections; borrows `loop`, `ledger`, `store`, `clock` and `logger`,
+// which must outlive it. Single-threaded: everything but Store::commit runs on the loop thread.
+
+namespace tally::ledger {
+
+struct ServerOptions {
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 7411;  // 0: pick a free port (see port())
+  uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
+  uint64_t tick_interval_ms = 10;
+  uint64_t connections_max = 4096;
+  uint64_t pending_replies_per_connection_max = limits::kRequestsInFlightPerConnectionMax;
+  uint64_t write_queue_bytes_max = 16u << 20;  // stop reading a client that does not read
+  // Called once on the loop thread when the server has stopped (gracefully or fatally) and
+  // is closing its last handles; the owner closes its own handles (signals) there.
+  std::function<void()> on_stopped;
+};
+
+class Server {
+ public:
+  Server(uv_loop_t* loop, Ledger* ledger, Store* store, LedgerClock* clock, Logger* logger,
+         ServerOptions options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  [[nodiscard]] Status start();
+  uint16_t port() const { return bound_port_; }
+
+  // Graceful stop: no new connections or requests; the commit in flight and the open batch are
+  // committed and answered; then every handle is closed and the loop can run dry.
+  void stop();
+  bool fatal() const { return fatal_; }
+
+  class Connection;
+
+ private:
+  struct Batch {
+    std::unordered_map<uint64_t, std::vector<uint8_t>> replies;  // by connection id
+    std::unordered_map<uint64_t, uint64_t> reply_counts;
+    std::vector<uint64_t> close_after_flush;
+    bool tick_changes = false;
+    StoreBatch store;
+    Status result;
+
+    bool idle() const { return replies.empty() && close_after_flush.empty() && !tick_changes; }
+  };
+
+  static void onConnection(uv_stream_t* listener, int status);
+  static void onCheck(uv_check_t* check);
+  static void onTick(uv_timer_t* timer);
+  static void doCommit(uv_work_t* work);
+  static void afterCommit(uv_work_t* work, int status);
+
+  void accept();
+  void onFrames(Connection* connection, std::vector<wire::Frame>* frames);
+  wire::ResponseBody dispatch(const wire::RequestBody& body, uint64_t now_ms);
+  void enqueueReply(Connection* connection, const wire::Response& response);
+  void seal();
+  StoreBatch buildStoreBatch(const LedgerChanges& changes, uint64_t now_ms) const;
+  void flush(Batch* batch);
+  void failFatally(const Status& status);
+  void maybeFinishStop();
+  void closeConnection(Connection* connection);
+  // Closes after the writes already queued on it have gone out.
+  void shutdownThenClose(Connection* connection);
+  void closeHandle(uv_handle_t* handle);
+  void forgetConnection(uint64_t id);
+  void onConnectionReadable(Connection* connection);
+
+  friend class Connection;
+
+  uv_loop_t* loop_;
+  Ledger* ledger_;
+  Store* store_;
+  LedgerClock* clock_;
+  Logger* logger_;
+  ServerOptions options_;
+
+  uv_tcp_t listener_{};
+  uv_check_t check_{};
+  uv_timer_t tick_timer_{};
+  uv_work_t work_{};
+  int open_handles_ = 0;
+  bool listener_open_ = false;
+  bool check_open_ = false;
+  bool tick_timer_open_ = false;
+  uint16_t bound_port_ = 0;
+
+  uint64_t next_connection_id_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
+  Batch open_;
+  Batch committing_;
+  bool commit_in_flight_ = false;
+  bool stopping_ = false;
+  bool stopped_ = false;
+  bool fatal_ = false;
+  uint64_t commits_ = 0;
+};
+
+}  // namespace tally::ledger
