@@ -1,0 +1,115 @@
+#pragma once
+
+#include <uv.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bench/options.h"
+#include "core/status.h"
+#include "wire/codec.h"
+#include "wire/frame.h"
+
+// One pipelined client connection to a ledger (TCP) or an agent (Unix socket), on a libuv loop.
+
+namespace tally::bench {
+
+class Connection;
+
+// Receives what a Connection reads. Called on the loop thread, from inside the read callback;
+// it may send() on any connection, including this one.
+class ConnectionListener {
+ public:
+  // The response to the request sent with `tag`.
+  virtual void onResponse(Connection* connection, uint64_t tag, wire::Response&& response) = 0;
+  // The connection failed (peer closed, bad bytes, write error): the requests sent with
+  // `lost_tags` will never be answered. The connection is closing; send() refuses from now on.
+  virtual void onFailed(Connection* connection, const Status& status,
+                        const std::vector<uint64_t>& lost_tags) = 0;
+
+ protected:
+  ~ConnectionListener() = default;
+};
+
+// Connection owns one stream handle (uv_tcp_t or uv_pipe_t), the uv_prepare_t that flushes its
+// output once per loop iteration, its connect request, its read buffer and its frame decoder.
+// It borrows `loop` and the listener, which must outlive it. Belongs to one loop thread.
+//
+// send() encodes a request under a fresh request id (1, 2, …), appends it to the output buffer
+// and remembers `tag` for the response; the prepare handle writes everything queued in one
+// uv_write per loop iteration, just before the loop polls (the buffer lives in the write request
+// until its callback), so the requests a burst of replies triggers go out together, as a
+// pipelining client's do, and requests queued outside any callback go out too.
+//
+// Lifetime: close() closes both handles; the object may be destroyed only once closed() (both
+// close callbacks ran) or if connect() was never called. Non-copyable, non-movable: libuv
+// holds pointers into it.
+class Connection {
+ public:
+  Connection(uv_loop_t* loop, ConnectionListener* listener, uint64_t index);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Starts connecting; connected() or failed() turns true later. Errors: name resolution,
+  // handle initialization.
+  [[nodiscard]] Status connect(const Endpoint& endpoint);
+
+  // Queues one request. kUnavailable when not connected or failed; kResourceExhausted above
+  // the in-flight or write-queue bounds (bench_limits.h).
+  [[nodiscard]] Status send(wire::RequestBody body, uint64_t tag);
+
+  void setListener(ConnectionListener* listener) { listener_ = listener; }
+  void close();
+
+  uint64_t index() const { return index_; }
+  bool connected() const { return connected_; }
+  bool failed() const { return !failure_.isOk(); }
+  const Status& failure() const { return failure_; }
+  bool closed() const { return open_handles_ == 0 && (closing_ || !initialized_); }
+  size_t inFlight() const { return pending_.size(); }
+
+ private:
+  struct WriteRequest;
+
+  static void onConnect(uv_connect_t* request, int status);
+  static void onPrepare(uv_prepare_t* prepare);
+  static void onAlloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
+  static void onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
+  static void onWrite(uv_write_t* request, int status);
+  static void onClose(uv_handle_t* handle);
+
+  Status connectTcp(const Endpoint& endpoint);
+  void connectUnix(const Endpoint& endpoint);
+  void flush();
+  void deliver(std::vector<wire::Frame>* frames);
+  // Records the first failure, tells the listener which requests are lost, and closes.
+  void fail(Status status);
+  uv_stream_t* stream();
+
+  uv_loop_t* loop_;
+  ConnectionListener* listener_;
+  uint64_t index_;
+  Endpoint::Kind kind_ = Endpoint::Kind::kTcp;
+  uv_tcp_t tcp_{};
+  uv_pipe_t pipe_{};
+  uv_prepare_t prepare_{};
+  uv_connect_t connect_request_{};
+  int open_handles_ = 0;
+  bool initialized_ = false;
+  bool connected_ = false;
+  bool closing_ = false;
+  Status failure_;
+
+  uint64_t next_request_id_ = 1;
+  std::unordered_map<uint64_t, uint64_t> pending_;  // request id -> tag
+  std::vector<uint8_t> output_;                     // queued, not yet handed to uv_write
+  wire::FrameDecoder decoder_;
+  std::vector<wire::Frame> frames_;  // reused between reads
+  std::array<char, 64 * 1024> read_buffer_{};
+};
+
+}  // namespace tally::bench
