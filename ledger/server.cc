@@ -176,7 +176,9 @@ void Server::accept() {
 }
 
 void Server::onConnectionReadable(Connection* connection) {
-  if (connection->reading_ || connection->closing_ || stopping_) return;
+  if (connection->reading_ || connection->closing_ || connection->shutting_down_ || stopping_) {
+    return;
+  }
   auto on_alloc = [](uv_handle_t*, size_t, uv_buf_t* buf) {
     buf->base = readBuffer().data();
     buf->len = readBuffer().size();
@@ -475,6 +477,7 @@ void Server::closeConnection(Connection* connection) {
     --server->open_handles_;
     server->forgetConnection(conn->id_);  // frees conn
     server->maybeFinishStop();
+    server->closeTimerIfDrained();
   });
 }
 
@@ -546,8 +549,13 @@ void Server::maybeFinishStop() {
     closeHandle(reinterpret_cast<uv_handle_t*>(&check_));
   }
   if (tick_timer_open_) {
-    tick_timer_open_ = false;
-    closeHandle(reinterpret_cast<uv_handle_t*>(&tick_timer_));
+    // The tick timer becomes the drain deadline: a peer that never reads cannot hold the
+    // process open.
+    (void)uv_timer_stop(&tick_timer_);
+    if (uv_timer_start(&tick_timer_, onDrainDeadline, options_.drain_timeout_ms, 0) != 0) {
+      tick_timer_open_ = false;
+      closeHandle(reinterpret_cast<uv_handle_t*>(&tick_timer_));
+    }
   }
   std::vector<Connection*> open;
   for (auto& [id, connection] : connections_) open.push_back(connection.get());
@@ -558,6 +566,27 @@ void Server::maybeFinishStop() {
       shutdownThenClose(connection);
     }
   }
+  closeTimerIfDrained();
+}
+
+void Server::onDrainDeadline(uv_timer_t* timer) {
+  auto* server = static_cast<Server*>(timer->data);
+  server->logger_->warn("drain_deadline", {{"connections_closed",
+                                            uint64_t{server->connections_.size()}},
+                                           {"drain_timeout_ms", server->options_.drain_timeout_ms}});
+  std::vector<Connection*> open;
+  for (auto& [id, connection] : server->connections_) open.push_back(connection.get());
+  for (Connection* connection : open) server->closeConnection(connection);
+  server->closeTimerIfDrained();
+}
+
+void Server::closeTimerIfDrained() {
+  if (!stopped_ || !tick_timer_open_) return;
+  for (auto& [id, connection] : connections_) {
+    if (!connection->closing_) return;
+  }
+  tick_timer_open_ = false;
+  closeHandle(reinterpret_cast<uv_handle_t*>(&tick_timer_));
 }
 
 }  // namespace tally::ledger

@@ -45,6 +45,8 @@ struct ServerOptions {
   uint64_t connections_max = 4096;
   uint64_t pending_replies_per_connection_max = limits::kRequestsInFlightPerConnectionMax;
   uint64_t write_queue_bytes_max = 16u << 20;  // stop reading a client that does not read
+  // On stop, connections get this long to take their last replies; then they are closed.
+  uint64_t drain_timeout_ms = 5'000;
   // Called once on the loop thread when the server has stopped (gracefully or fatally) and
   // is closing its last handles; the owner closes its own handles (signals) there.
   std::function<void()> on_stopped;
@@ -83,6 +85,8 @@ class Server {
   static void onConnection(uv_stream_t* listener, int status);
   static void onCheck(uv_check_t* check);
   static void onTick(uv_timer_t* timer);
+  static void onDrainDeadline(uv_timer_t* timer);
+  void closeTimerIfDrained();
   static void doCommit(uv_work_t* work);
   static void afterCommit(uv_work_t* work, int status);
 
