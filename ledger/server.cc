@@ -571,9 +571,9 @@ void Server::maybeFinishStop() {
 
 void Server::onDrainDeadline(uv_timer_t* timer) {
   auto* server = static_cast<Server*>(timer->data);
-  server->logger_->warn("drain_deadline", {{"connections_closed",
-                                            uint64_t{server->connections_.size()}},
-                                           {"drain_timeout_ms", server->options_.drain_timeout_ms}});
+  server->logger_->warn("drain_deadline",
+                        {{"connections_closed", uint64_t{server->connections_.size()}},
+                         {"drain_timeout_ms", server->options_.drain_timeout_ms}});
   std::vector<Connection*> open;
   for (auto& [id, connection] : server->connections_) open.push_back(connection.get());
   for (Connection* connection : open) server->closeConnection(connection);
