@@ -1,0 +1,56 @@
+#pragma once
+
+#include <cstdint>
+
+// The agent's view of its link to the central ledger (SPEC §7): HEALTHY → DEGRADED →
+// PARTITIONED and back. Pure: fed with request outcomes and ticks, time as an argument.
+//
+//  * HEALTHY: recent requests succeed within `slow_request_us`.
+//  * DEGRADED: a failure, or a slow success. Still forwarding; operators are warned.
+//  * PARTITIONED: `failures_to_partition` consecutive failures, or no success for
+//    `partition_after_ms` while requests were failing. The agent stops forwarding admissions
+//    (shards or rejection with Retry-After), keeps its outbox waiting.
+//  * Recovery: `successes_to_recover` consecutive fast successes return to HEALTHY (a
+//    partitioned link goes through DEGRADED first, so one lucky answer does not end a partition).
+
+namespace tally {
+
+enum class LinkHealth : uint8_t { kHealthy = 0, kDegraded, kPartitioned };
+const char* linkHealthName(LinkHealth health);
+
+struct LinkHealthThresholds {
+  uint32_t failures_to_degrade = 1;
+  uint32_t failures_to_partition = 3;
+  uint64_t slow_request_us = 100'000;
+  uint64_t partition_after_ms = 3'000;
+  uint32_t successes_to_recover = 3;
+};
+
+class LinkHealthMonitor {
+ public:
+  explicit LinkHealthMonitor(LinkHealthThresholds thresholds, uint64_t now_ms);
+
+  void onSuccess(uint64_t latency_us, uint64_t now_ms);
+  void onFailure(uint64_t now_ms);
+  // Time alone can partition a link whose requests keep failing or never come back.
+  void tick(uint64_t now_ms);
+
+  LinkHealth state() const { return state_; }
+  uint64_t lastSuccessMs() const { return last_success_ms_; }
+  uint64_t stateSinceMs() const { return state_since_ms_; }
+  uint32_t consecutiveFailures() const { return consecutive_failures_; }
+  uint64_t transitions() const { return transitions_; }
+
+ private:
+  void moveTo(LinkHealth next, uint64_t now_ms);
+
+  LinkHealthThresholds thresholds_;
+  LinkHealth state_ = LinkHealth::kHealthy;
+  uint64_t state_since_ms_;
+  uint64_t last_success_ms_;
+  uint32_t consecutive_failures_ = 0;
+  uint32_t consecutive_fast_successes_ = 0;
+  uint64_t transitions_ = 0;
+};
+
+}  // namespace tally

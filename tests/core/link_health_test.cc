@@ -1,0 +1,93 @@
+#include "core/link_health.h"
+
+#include <gtest/gtest.h>
+
+namespace tally {
+namespace {
+
+constexpr uint64_t kT0 = 1'000'000;
+
+LinkHealthThresholds thresholds() {
+  return {.failures_to_degrade = 1,
+          .failures_to_partition = 3,
+          .slow_request_us = 50'000,
+          .partition_after_ms = 2'000,
+          .successes_to_recover = 2};
+}
+
+TEST(LinkHealthTest, StartsHealthyAndStaysSoOnFastSuccesses) {
+  LinkHealthMonitor monitor(thresholds(), kT0);
+  for (uint64_t i = 0; i < 10; ++i) monitor.onSuccess(1'000, kT0 + i);
+  EXPECT_EQ(monitor.state(), LinkHealth::kHealthy);
+  EXPECT_EQ(monitor.transitions(), 0u);
+}
+
+TEST(LinkHealthTest, OneFailureDegradesThreePartition) {
+  LinkHealthMonitor monitor(thresholds(), kT0);
+  monitor.onFailure(kT0 + 1);
+  EXPECT_EQ(monitor.state(), LinkHealth::kDegraded);
+  monitor.onFailure(kT0 + 2);
+  EXPECT_EQ(monitor.state(), LinkHealth::kDegraded);
+  monitor.onFailure(kT0 + 3);
+  EXPECT_EQ(monitor.state(), LinkHealth::kPartitioned);
+  EXPECT_EQ(monitor.stateSinceMs(), kT0 + 3);
+  EXPECT_EQ(monitor.consecutiveFailures(), 3u);
+}
+
+TEST(LinkHealthTest, SlowSuccessDegrades) {
+  LinkHealthMonitor monitor(thresholds(), kT0);
+  monitor.onSuccess(50'001, kT0 + 1);
+  EXPECT_EQ(monitor.state(), LinkHealth::kDegraded);
+  monitor.onSuccess(50'000, kT0 + 2);  // exactly the threshold is fast
+  EXPECT_EQ(monitor.state(), LinkHealth::kDegraded);
+  monitor.onSuccess(10, kT0 + 3);
+  EXPECT_EQ(monitor.state(), LinkHealth::kHealthy);
+}
+
+TEST(LinkHealthTest, TimeWithoutSuccessPartitionsAFailingLink) {
+  LinkHealthMonitor monitor(thresholds(), kT0);
+  monitor.onSuccess(10, kT0);
+  monitor.onFailure(kT0 + 100);
+  monitor.tick(kT0 + 1'999);
+  EXPECT_EQ(monitor.state(), LinkHealth::kDegraded);
+  monitor.tick(kT0 + 2'000);
+  EXPECT_EQ(monitor.state(), LinkHealth::kPartitioned);
+}
+
+TEST(LinkHealthTest, TimeAloneDoesNotPartitionAnIdleLink) {
+  LinkHealthMonitor monitor(thresholds(), kT0);
+  monitor.tick(kT0 + 1'000'000);
+  EXPECT_EQ(monitor.state(), LinkHealth::kHealthy);
+}
+
+TEST(LinkHealthTest, RecoveryGoesThroughDegraded) {
+  LinkHealthMonitor monitor(thresholds(), kT0);
+  for (int i = 0; i < 3; ++i) monitor.onFailure(kT0 + i);
+  ASSERT_EQ(monitor.state(), LinkHealth::kPartitioned);
+  monitor.onSuccess(10, kT0 + 10);
+  EXPECT_EQ(monitor.state(), LinkHealth::kDegraded);
+  monitor.onSuccess(10, kT0 + 11);
+  EXPECT_EQ(monitor.state(), LinkHealth::kHealthy);
+  EXPECT_EQ(monitor.transitions(), 4u);  // H→D, D→P, P→D, D→H
+  EXPECT_EQ(monitor.lastSuccessMs(), kT0 + 11);
+}
+
+TEST(LinkHealthTest, AFailureBetweenSuccessesRestartsRecovery) {
+  LinkHealthMonitor monitor(thresholds(), kT0);
+  monitor.onFailure(kT0);
+  monitor.onSuccess(10, kT0 + 1);
+  monitor.onFailure(kT0 + 2);
+  monitor.onSuccess(10, kT0 + 3);
+  EXPECT_EQ(monitor.state(), LinkHealth::kDegraded);
+  monitor.onSuccess(10, kT0 + 4);
+  EXPECT_EQ(monitor.state(), LinkHealth::kHealthy);
+}
+
+TEST(LinkHealthTest, Names) {
+  EXPECT_STREQ(linkHealthName(LinkHealth::kHealthy), "HEALTHY");
+  EXPECT_STREQ(linkHealthName(LinkHealth::kDegraded), "DEGRADED");
+  EXPECT_STREQ(linkHealthName(LinkHealth::kPartitioned), "PARTITIONED");
+}
+
+}  // namespace
+}  // namespace tally
