@@ -1,6 +1,8 @@
 #include "core/account_book.h"
 
 #include <algorithm>
+#include <functional>
+#include <set>
 #include <utility>
 
 #include "core/assert.h"
@@ -8,6 +10,11 @@
 #include "core/limits.h"
 
 namespace tally {
+namespace {
+
+bool keyLess(const AccountEntry* a, const AccountEntry* b) { return a->key < b->key; }
+
+}  // namespace
 
 const char* generationStateName(GenerationState state) {
   switch (state) {
@@ -80,14 +87,58 @@ Status AccountBook::restoreAccount(const AccountKey& key, const Balances& balanc
   const BucketParams bucket{.refill_per_second = budget->refill_per_second, .burst = budget->burst};
   Account account = Account::restore(bucket, balances, refill_clock_ms, refill_carry, &ok);
   if (!ok) return Status::corruption("account " + name + " does not conserve");
-  if (!accounts_.emplace(key, AccountEntry{.key = key, .budget = *budget, .account = account})
-           .second) {
+  RouteAccounts* route_accounts = nullptr;
+  if (!insertEntry(std::make_unique<AccountEntry>(
+                       AccountEntry{.key = key, .budget = *budget, .account = account}),
+                   &route_accounts)) {
     return Status::corruption("account " + name + " stored twice");
   }
-  auto& generations = generations_by_route_[SubjectRoute{key.subject, key.route}];
-  generations.insert(std::upper_bound(generations.begin(), generations.end(), key.generation),
-                     key.generation);
   return Status::ok();
+}
+
+size_t AccountBook::RouteHash::operator()(RouteView view) const {
+  const size_t subject = std::hash<std::string_view>{}(view.subject);
+  const size_t route = std::hash<std::string_view>{}(view.route);
+  return subject ^ (route + 0x9e3779b97f4a7c15ULL + (subject << 6) + (subject >> 2));
+}
+
+AccountEntry* AccountBook::RouteAccounts::find(Generation generation) const {
+  // Few generations per route, and the one asked for is nearly always the last (active).
+  for (auto it = by_generation.rbegin(); it != by_generation.rend(); ++it) {
+    if ((*it)->key.generation == generation) return it->get();
+    if ((*it)->key.generation < generation) break;
+  }
+  return nullptr;
+}
+
+AccountBook::RouteAccounts* AccountBook::findRoute(std::string_view subject,
+                                                   std::string_view route) {
+  auto it = routes_.find(RouteView{subject, route});
+  return it == routes_.end() ? nullptr : &it->second;
+}
+
+const AccountBook::RouteAccounts* AccountBook::findRoute(std::string_view subject,
+                                                         std::string_view route) const {
+  auto it = routes_.find(RouteView{subject, route});
+  return it == routes_.end() ? nullptr : &it->second;
+}
+
+bool AccountBook::insertEntry(std::unique_ptr<AccountEntry> entry, RouteAccounts** route_accounts) {
+  RouteAccounts* accounts = findRoute(entry->key.subject, entry->key.route);
+  if (accounts == nullptr) {
+    accounts = &routes_[SubjectRoute{entry->key.subject, entry->key.route}];
+  } else if (accounts->find(entry->key.generation) != nullptr) {
+    return false;
+  }
+  auto& list = accounts->by_generation;
+  const Generation generation = entry->key.generation;
+  auto at = std::upper_bound(
+      list.begin(), list.end(), generation,
+      [](Generation g, const std::unique_ptr<AccountEntry>& e) { return g < e->key.generation; });
+  list.insert(at, std::move(entry));
+  ++account_count_;
+  *route_accounts = accounts;
+  return true;
 }
 
 Generation AccountBook::republishedFrom(Generation generation) const {
@@ -109,10 +160,11 @@ const Policy* AccountBook::policy(Generation generation) const {
 
 GenerationState AccountBook::generationState(Generation generation) const {
   if (generation == active_generation_) return GenerationState::kActive;
-  for (const auto& [key, entry] : accounts_) {
-    if (key.generation != generation) continue;
-    const Balances& b = entry.account.balances();
-    if (b.reserved != 0 || b.retired_for_emergency != 0 || entry.account.debt() != 0) {
+  for (const auto& [route, route_accounts] : routes_) {
+    const AccountEntry* entry = route_accounts.find(generation);
+    if (entry == nullptr) continue;
+    const Balances& b = entry->account.balances();
+    if (b.reserved != 0 || b.retired_for_emergency != 0 || entry->account.debt() != 0) {
       return GenerationState::kDraining;
     }
   }
@@ -120,36 +172,56 @@ GenerationState AccountBook::generationState(Generation generation) const {
 }
 
 AccountEntry* AccountBook::find(const AccountKey& key) {
-  auto it = accounts_.find(key);
-  return it == accounts_.end() ? nullptr : &it->second;
+  return find(key.subject, key.route, key.generation);
 }
 
 const AccountEntry* AccountBook::find(const AccountKey& key) const {
-  auto it = accounts_.find(key);
-  return it == accounts_.end() ? nullptr : &it->second;
+  return find(key.subject, key.route, key.generation);
 }
 
-void AccountBook::markChanged(const AccountKey& key) { changed_accounts_.insert(key); }
+AccountEntry* AccountBook::find(std::string_view subject, std::string_view route,
+                                Generation generation) {
+  const RouteAccounts* route_accounts = findRoute(subject, route);
+  return route_accounts == nullptr ? nullptr : route_accounts->find(generation);
+}
+
+const AccountEntry* AccountBook::find(std::string_view subject, std::string_view route,
+                                      Generation generation) const {
+  const RouteAccounts* route_accounts = findRoute(subject, route);
+  return route_accounts == nullptr ? nullptr : route_accounts->find(generation);
+}
+
+void AccountBook::markChanged(const AccountKey& key) {
+  AccountEntry* entry = find(key);
+  TALLY_ASSERT(entry != nullptr);
+  markChanged(entry);
+}
+
+void AccountBook::markChanged(AccountEntry* entry) {
+  if (entry->change_pending) return;
+  entry->change_pending = true;
+  changed_accounts_.push_back(entry);
+}
 
 AccountEntry* AccountBook::openAccount(const AccountKey& key, const Budget& budget, uint64_t now_ms,
                                        bool* table_full) {
-  if (accounts_.size() >= limits::kAccountsMax) {
+  if (account_count_ >= limits::kAccountsMax) {
     *table_full = true;
     return nullptr;
   }
-  auto& generations = generations_by_route_[SubjectRoute{key.subject, key.route}];
   // Only a subject/route seen for the first time opens full; a later generation's account
   // opens empty and is filled by transfers from the draining one and by its own refill.
-  const Units opening = generations.empty() ? budget.burst : 0;
+  const RouteAccounts* existing = findRoute(key.subject, key.route);
+  const Units opening = existing == nullptr || existing->by_generation.empty() ? budget.burst : 0;
   const BucketParams bucket{.refill_per_second = budget.refill_per_second, .burst = budget.burst};
-  auto [it, inserted] = accounts_.emplace(
-      key, AccountEntry{
-               .key = key, .budget = budget, .account = Account::open(bucket, opening, now_ms)});
+  auto owned = std::make_unique<AccountEntry>(AccountEntry{
+      .key = key, .budget = budget, .account = Account::open(bucket, opening, now_ms)});
+  AccountEntry* entry = owned.get();
+  RouteAccounts* route_accounts = nullptr;
+  const bool inserted = insertEntry(std::move(owned), &route_accounts);
   TALLY_ASSERT(inserted);
-  generations.insert(std::upper_bound(generations.begin(), generations.end(), key.generation),
-                     key.generation);
-  markChanged(key);
-  return &it->second;
+  markChanged(entry);
+  return entry;
 }
 
 Admission AccountBook::admit(const std::string& subject, const std::string& route,
@@ -162,8 +234,9 @@ Admission AccountBook::admit(const std::string& subject, const std::string& rout
         .refused = known ? LimitingDimension::kGenerationDraining : LimitingDimension::kNoBudget,
         .generation = pinned_generation};
   }
-  const AccountKey key{subject, route, active_generation_};
-  AccountEntry* entry = find(key);
+  RouteAccounts* route_accounts = findRoute(subject, route);
+  AccountEntry* entry =
+      route_accounts == nullptr ? nullptr : route_accounts->find(active_generation_);
   if (entry == nullptr) {
     const Budget* budget = matchBudget(generations_.at(active_generation_).policy, subject, route);
     if (budget == nullptr) {
@@ -175,15 +248,17 @@ Admission AccountBook::admit(const std::string& subject, const std::string& rout
       }
       return {.refused = LimitingDimension::kNoBudget, .generation = active_generation_};
     }
-    entry = openAccount(key, *budget, now_ms, table_full);
+    entry =
+        openAccount(AccountKey{subject, route, active_generation_}, *budget, now_ms, table_full);
     if (entry == nullptr) return {.refused = LimitingDimension::kNone};
+    route_accounts = findRoute(subject, route);
+    TALLY_ASSERT(route_accounts != nullptr);
   }
-  const SubjectRoute subject_route{subject, route};
-  rebalance(subject_route, now_ms);
+  rebalance(*route_accounts, now_ms);
   Admission admission{.generation = active_generation_, .entry = entry};
   if (entry->account.debt() > 0) {
     admission.refused = LimitingDimension::kDebt;
-  } else if (debt(subject_route) > 0) {
+  } else if (debt(*route_accounts) > 0) {
     admission.refused = LimitingDimension::kFrozenRoute;
   }
   return admission;
@@ -197,34 +272,41 @@ bool AccountBook::transferAvailable(AccountEntry* from, AccountEntry* to, Units 
   if (to_next.receiveTransfer(units) != AccountCode::kOk) return false;
   from->account = from_next;
   to->account = to_next;
-  markChanged(from->key);
-  markChanged(to->key);
+  markChanged(from);
+  markChanged(to);
   return true;
 }
 
 void AccountBook::rebalance(const SubjectRoute& subject_route, uint64_t now_ms) {
-  auto it = generations_by_route_.find(subject_route);
-  if (it == generations_by_route_.end()) return;
+  rebalance(subject_route.subject, subject_route.route, now_ms);
+}
+
+void AccountBook::rebalance(std::string_view subject, std::string_view route, uint64_t now_ms) {
+  if (const RouteAccounts* route_accounts = findRoute(subject, route)) {
+    rebalance(*route_accounts, now_ms);
+  }
+}
+
+void AccountBook::rebalance(const RouteAccounts& route_accounts, uint64_t now_ms) {
+  const auto& list = route_accounts.by_generation;
+  if (list.empty()) return;
   AccountEntry* active = nullptr;
-  if (it->second.back() == active_generation_) {
-    active = find(AccountKey{subject_route.subject, subject_route.route, active_generation_});
-    TALLY_ASSERT(active != nullptr);
+  if (list.back()->key.generation == active_generation_) {
+    active = list.back().get();
     const uint64_t clock_before = active->account.refillClockMs();
     const uint64_t carry_before = active->account.refillCarry();
     (void)active->account.refill(now_ms);
     if (active->account.refillClockMs() != clock_before ||
         active->account.refillCarry() != carry_before) {
-      markChanged(active->key);  // the refill clock is durable state too
+      markChanged(active);  // the refill clock is durable state too
     }
   }
-  for (Generation generation : it->second) {
-    if (generation == active_generation_) continue;
-    AccountEntry* draining =
-        find(AccountKey{subject_route.subject, subject_route.route, generation});
-    TALLY_ASSERT(draining != nullptr);
+  for (const std::unique_ptr<AccountEntry>& owned : list) {
+    AccountEntry* draining = owned.get();
+    if (draining->key.generation == active_generation_) continue;
     if (now_ms > draining->account.refillClockMs() || draining->account.refillCarry() != 0) {
       draining->account.holdRefillClock(now_ms);
-      markChanged(draining->key);
+      markChanged(draining);
     }
     if (active == nullptr) continue;
     const Units handed =
@@ -236,12 +318,13 @@ void AccountBook::rebalance(const SubjectRoute& subject_route, uint64_t now_ms) 
 }
 
 Units AccountBook::debt(const SubjectRoute& subject_route) const {
-  auto it = generations_by_route_.find(subject_route);
-  if (it == generations_by_route_.end()) return 0;
+  const RouteAccounts* route_accounts = findRoute(subject_route.subject, subject_route.route);
+  return route_accounts == nullptr ? 0 : debt(*route_accounts);
+}
+
+Units AccountBook::debt(const RouteAccounts& route_accounts) const {
   Units total = 0;
-  for (Generation generation : it->second) {
-    const AccountEntry* entry =
-        find(AccountKey{subject_route.subject, subject_route.route, generation});
+  for (const std::unique_ptr<AccountEntry>& entry : route_accounts.by_generation) {
     total = saturatingAdd(total, entry->account.debt());
   }
   return total;
@@ -254,7 +337,7 @@ AccountCode AccountBook::carve(const AccountKey& key, Units shard_units, uint64_
   rebalance(subject_route, now_ms);
   if (debt(subject_route) > 0) return AccountCode::kDebtOutstanding;
   const AccountCode code = entry->account.carve(shard_units);
-  if (code == AccountCode::kOk) markChanged(key);
+  if (code == AccountCode::kOk) markChanged(entry);
   return code;
 }
 
@@ -290,25 +373,36 @@ AccountCode AccountBook::remint(const AccountKey& source, Units units, uint64_t 
     if (AccountCode code = to_next.receiveTransfer(fit); code != AccountCode::kOk) return code;
     from->account = from_next;
     to->account = to_next;
-    markChanged(to->key);
+    markChanged(to);
   }
-  markChanged(from->key);
+  markChanged(from);
   *reminted = fit;
   return AccountCode::kOk;
 }
 
 std::vector<AccountView> AccountBook::view(uint64_t now_ms) const {
+  // The index is unordered: sort here so that every audit lists accounts in key order.
+  std::vector<const AccountEntry*> sorted;
+  sorted.reserve(account_count_);
+  for (const auto& [route, route_accounts] : routes_) {
+    for (const std::unique_ptr<AccountEntry>& entry : route_accounts.by_generation) {
+      sorted.push_back(entry.get());
+    }
+  }
+  std::sort(sorted.begin(), sorted.end(), keyLess);
   // One pass to learn which non-active generations still hold anything.
   std::set<Generation> holding;
-  for (const auto& [key, entry] : accounts_) {
-    const Balances& b = entry.account.balances();
-    if (b.reserved != 0 || b.retired_for_emergency != 0 || entry.account.debt() != 0) {
-      holding.insert(key.generation);
+  for (const AccountEntry* entry : sorted) {
+    const Balances& b = entry->account.balances();
+    if (b.reserved != 0 || b.retired_for_emergency != 0 || entry->account.debt() != 0) {
+      holding.insert(entry->key.generation);
     }
   }
   std::vector<AccountView> views;
-  views.reserve(accounts_.size());
-  for (const auto& [key, entry] : accounts_) {
+  views.reserve(sorted.size());
+  for (const AccountEntry* entry_pointer : sorted) {
+    const AccountEntry& entry = *entry_pointer;
+    const AccountKey& key = entry.key;
     GenerationState state = GenerationState::kActive;
     if (key.generation != active_generation_) {
       state =
@@ -327,9 +421,24 @@ std::vector<AccountView> AccountBook::view(uint64_t now_ms) const {
 }
 
 std::vector<AccountKey> AccountBook::takeChangedAccounts() {
-  std::vector<AccountKey> keys(changed_accounts_.begin(), changed_accounts_.end());
-  changed_accounts_.clear();
+  const std::vector<const AccountEntry*> entries = takeChangedEntries();
+  std::vector<AccountKey> keys;
+  keys.reserve(entries.size());
+  for (const AccountEntry* entry : entries) keys.push_back(entry->key);
   return keys;
+}
+
+std::vector<const AccountEntry*> AccountBook::takeChangedEntries() {
+  std::vector<const AccountEntry*> entries;
+  entries.reserve(changed_accounts_.size());
+  for (AccountEntry* entry : changed_accounts_) {
+    TALLY_ASSERT(entry->change_pending);
+    entry->change_pending = false;
+    entries.push_back(entry);
+  }
+  changed_accounts_.clear();
+  std::sort(entries.begin(), entries.end(), keyLess);
+  return entries;
 }
 
 bool AccountBook::takePoliciesChanged() { return std::exchange(policies_changed_, false); }

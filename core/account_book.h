@@ -2,8 +2,10 @@
 
 #include <cstdint>
 #include <map>
-#include <set>
+#include <memory>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/account.h"
@@ -30,6 +32,8 @@ struct AccountEntry {
   AccountKey key;
   Budget budget;  // copy of the budget that governs this account
   Account account;
+  // The book's bookkeeping: true while the entry is listed for takeChangedEntries().
+  bool change_pending = false;
 };
 
 // What governs an admission for (subject, route) right now.
@@ -70,10 +74,15 @@ class AccountBook {
 
   AccountEntry* find(const AccountKey& key);
   const AccountEntry* find(const AccountKey& key) const;
+  // The same, without building a key (the ledger looks accounts up by a reservation's fields).
+  AccountEntry* find(std::string_view subject, std::string_view route, Generation generation);
+  const AccountEntry* find(std::string_view subject, std::string_view route,
+                           Generation generation) const;
 
   // Refills the active account of (subject, route) and moves draining balances (see above).
   // Call after any refund into an account of a draining generation.
   void rebalance(const SubjectRoute& subject_route, uint64_t now_ms);
+  void rebalance(std::string_view subject, std::string_view route, uint64_t now_ms);
 
   // Debt summed over every generation of (subject, route).
   Units debt(const SubjectRoute& subject_route) const;
@@ -85,17 +94,21 @@ class AccountBook {
   // generation's account, as far as its burst allows. What does not fit stays retired.
   AccountCode remint(const AccountKey& source, Units units, uint64_t now_ms, Units* reminted);
 
-  // Audit of balances only (the Ledger adds the reservation cross-check).
+  // Audit of balances only (the Ledger adds the reservation cross-check), sorted by key.
   std::vector<AccountView> view(uint64_t now_ms) const;
 
   // Records that `key`'s balances changed (the Ledger calls it for every balance operation it
   // applies to an AccountEntry directly).
   void markChanged(const AccountKey& key);
-  // Keys whose balances changed since the last call (for the durable store).
+  void markChanged(AccountEntry* entry);
+  // Keys whose balances changed since the last call (for the durable store), sorted.
   std::vector<AccountKey> takeChangedAccounts();
+  // The same entries themselves, sorted by key; valid as long as the book (accounts are never
+  // removed), their balances only until the next mutating call.
+  std::vector<const AccountEntry*> takeChangedEntries();
   bool takePoliciesChanged();
 
-  size_t accountCount() const { return accounts_.size(); }
+  size_t accountCount() const { return account_count_; }
 
  private:
   struct GenerationEntry {
@@ -103,17 +116,55 @@ class AccountBook {
     Generation republished_from = 0;  // rollback source, 0 if none
   };
 
+  // Every account of one subject/route, ascending by generation. Entries live on the heap so
+  // that pointers to them survive the list growing.
+  struct RouteAccounts {
+    std::vector<std::unique_ptr<AccountEntry>> by_generation;
+
+    AccountEntry* find(Generation generation) const;
+  };
+  // Looks routes up by views of their strings: no temporary keys on the hot path.
+  struct RouteView {
+    std::string_view subject;
+    std::string_view route;
+  };
+  struct RouteHash {
+    using is_transparent = void;
+    size_t operator()(RouteView view) const;
+    size_t operator()(const SubjectRoute& key) const {
+      return (*this)(RouteView{key.subject, key.route});
+    }
+  };
+  struct RouteEqual {
+    using is_transparent = void;
+    static RouteView viewOf(RouteView view) { return view; }
+    static RouteView viewOf(const SubjectRoute& key) { return {key.subject, key.route}; }
+    template <typename A, typename B>
+    bool operator()(const A& a, const B& b) const {
+      const RouteView x = viewOf(a);
+      const RouteView y = viewOf(b);
+      return x.subject == y.subject && x.route == y.route;
+    }
+  };
+  using RouteMap = std::unordered_map<SubjectRoute, RouteAccounts, RouteHash, RouteEqual>;
+
+  RouteAccounts* findRoute(std::string_view subject, std::string_view route);
+  const RouteAccounts* findRoute(std::string_view subject, std::string_view route) const;
+  // Inserts `entry` into its route's list (created if needed), keeping generations ascending.
+  // False if that generation already has an account.
+  bool insertEntry(std::unique_ptr<AccountEntry> entry, RouteAccounts** route_accounts);
   AccountEntry* openAccount(const AccountKey& key, const Budget& budget, uint64_t now_ms,
                             bool* table_full);
+  void rebalance(const RouteAccounts& route_accounts, uint64_t now_ms);
+  Units debt(const RouteAccounts& route_accounts) const;
   // Moves `units` from `from.available` to `to` as one paired entry. Both or neither change.
   bool transferAvailable(AccountEntry* from, AccountEntry* to, Units units);
 
   std::map<Generation, GenerationEntry> generations_;
   Generation active_generation_ = 0;
-  std::map<AccountKey, AccountEntry> accounts_;
-  // Generations that have an account for each subject/route, ascending.
-  std::map<SubjectRoute, std::vector<Generation>> generations_by_route_;
-  std::set<AccountKey> changed_accounts_;
+  RouteMap routes_;
+  size_t account_count_ = 0;
+  std::vector<AccountEntry*> changed_accounts_;  // each with change_pending set
   bool policies_changed_ = false;
 };
 

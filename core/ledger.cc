@@ -52,49 +52,68 @@ const char* replyCodeName(ReplyCode code) {
     case ReplyCode::kInvalidArgument: return "INVALID_ARGUMENT";
     case ReplyCode::kResourceExhausted: return "RESOURCE_EXHAUSTED";
     case ReplyCode::kArithmeticOverflow: return "ARITHMETIC_OVERFLOW";
+    case ReplyCode::kQueued: return "QUEUED";
   }
   return "UNKNOWN";
 }
 
-Ledger::Ledger(LedgerOptions options) : options_(options) {}
+Ledger::Ledger(LedgerOptions options) : options_(options) {
+  TALLY_ASSERT(options_.reservations_max <= ReservationTable::kRecordsMax);
+}
 
 uint64_t Ledger::advance(uint64_t now_ms) {
   now_ms_ = std::max(now_ms_, now_ms);
   return now_ms_;
 }
 
-Reservation* Ledger::lookup(const std::string& reservation_id) {
-  auto it = reservations_.find(reservation_id);
-  return it == reservations_.end() ? nullptr : &it->second;
+Ledger::Record* Ledger::lookup(const std::string& reservation_id) {
+  return reservations_.find(reservation_id);
 }
 
 const Reservation* Ledger::findReservation(const std::string& reservation_id) const {
-  auto it = reservations_.find(reservation_id);
-  return it == reservations_.end() ? nullptr : &it->second;
+  const Record* record = reservations_.find(reservation_id);
+  return record == nullptr ? nullptr : &record->reservation;
 }
 
 AccountEntry* Ledger::accountOf(const Reservation& reservation) {
-  AccountEntry* entry = accounts_.find(
-      AccountKey{reservation.subject, reservation.route, reservation.policy_generation});
+  AccountEntry* entry =
+      accounts_.find(reservation.subject, reservation.route, reservation.policy_generation);
   TALLY_ASSERT(entry != nullptr);  // a reservation that holds units always has its account
   // Every caller is about to change the balances: the store must hear of it.
-  accounts_.markChanged(entry->key);
+  accounts_.markChanged(entry);
   return entry;
 }
 
-void Ledger::touched(const Reservation& reservation) {
-  upserted_.insert(reservation.reservation_id);
+void Ledger::touched(Record* record) {
+  if (record->change_pending) return;
+  record->change_pending = true;
+  upserted_.push_back(record);
 }
 
-void Ledger::transition(Reservation* reservation, ReservationState to, uint64_t now_ms) {
+void Ledger::transition(Record* record, ReservationState to, uint64_t now_ms) {
+  Reservation* reservation = &record->reservation;
   TALLY_ASSERT(canTransition(reservation->state, to));
   reservation->state = to;
   if (isTerminal(to) && reservation->closed_at_ms == 0) {
     reservation->closed_at_ms = now_ms;
-    retention_queue_.push(
-        {saturatingAdd(now_ms, options_.retention_ms), reservation->reservation_id});
+    pushDeadline(&retention_queue_, saturatingAdd(now_ms, options_.retention_ms), *record);
   }
-  touched(*reservation);
+  touched(record);
+}
+
+void Ledger::pushDeadline(DeadlineQueue* queue, uint64_t at_ms, const Record& record) {
+  queue->push({.at_ms = at_ms,
+               .handle = ReservationTable::handleOf(record),
+               .reservation_id = record.reservation.reservation_id});
+}
+
+Ledger::Record* Ledger::popDue(DeadlineQueue* queue) {
+  const Deadline& top = queue->top();
+  Record* record = reservations_.resolve(top.handle);
+  // Compacted since it was queued: the id may name a later reservation by now; look it up.
+  if (record == nullptr) record = lookup(top.reservation_id);
+  queue->pop();
+  return record;
 }
 
 Status Ledger::restoreReservation(const Reservation& reservation) {
@@ -107,56 +126,60 @@ Status Ledger::restoreReservation(const Reservation& reservation) {
                               "' stored in agent-only state " +
                               reservationStateName(reservation.state));
   }
-  if (!reservations_.emplace(reservation.reservation_id, reservation).second) {
+  const uint64_t hash = ReservationTable::hashOf(reservation.reservation_id);
+  if (reservations_.find(reservation.reservation_id, hash) != nullptr) {
     return Status::corruption("reservation '" + reservation.reservation_id + "' stored twice");
   }
+  (void)reservations_.insert(reservation, hash);
   now_ms_ = std::max(
       {now_ms_, reservation.created_at_ms, reservation.started_at_ms, reservation.closed_at_ms});
   return Status::ok();
 }
 
-void Ledger::enqueueDeadlines(const Reservation& reservation) {
+void Ledger::enqueueDeadlines(const Record& record) {
+  const Reservation& reservation = record.reservation;
   switch (reservation.state) {
     case ReservationState::kReserved:
     case ReservationState::kExpiring:  // a crash between the halves: the tick finishes it
-      expiry_queue_.push({reservation.expires_at_ms, reservation.reservation_id});
+      pushDeadline(&expiry_queue_, reservation.expires_at_ms, record);
       break;
     case ReservationState::kUsageUnknown: {
-      const AccountEntry* entry = accounts_.find(
-          AccountKey{reservation.subject, reservation.route, reservation.policy_generation});
+      const AccountEntry* entry =
+          accounts_.find(reservation.subject, reservation.route, reservation.policy_generation);
       TALLY_ASSERT(entry != nullptr);
-      hard_limit_queue_.push(
-          {saturatingAdd(reservation.started_at_ms, entry->budget.hard_execution_limit_ms),
-           reservation.reservation_id});
+      pushDeadline(&hard_limit_queue_,
+                   saturatingAdd(reservation.started_at_ms, entry->budget.hard_execution_limit_ms),
+                   record);
       break;
     }
     default:
       if (isTerminal(reservation.state)) {
-        retention_queue_.push({saturatingAdd(reservation.closed_at_ms, options_.retention_ms),
-                               reservation.reservation_id});
+        pushDeadline(&retention_queue_,
+                     saturatingAdd(reservation.closed_at_ms, options_.retention_ms), record);
       }
       break;
   }
 }
 
 Status Ledger::finishRestore(uint64_t now_ms) {
-  for (const auto& [id, reservation] : reservations_) {
-    if (holdsUnits(reservation.state) &&
-        accounts_.find(AccountKey{reservation.subject, reservation.route,
-                                  reservation.policy_generation}) == nullptr) {
-      return Status::corruption("reservation '" + id + "' holds units of a missing account");
+  Status orphan = Status::ok();
+  reservations_.forEach([&](const Record& record) {
+    const Reservation& reservation = record.reservation;
+    if (orphan.isOk() && holdsUnits(reservation.state) &&
+        accounts_.find(reservation.subject, reservation.route, reservation.policy_generation) ==
+            nullptr) {
+      orphan = Status::corruption("reservation '" + reservation.reservation_id +
+                                  "' holds units of a missing account");
     }
-  }
-  for (const auto& [id, reservation] : reservations_) enqueueDeadlines(reservation);
+  });
+  if (!orphan.isOk()) return orphan;
+  reservations_.forEach([&](const Record& record) { enqueueDeadlines(record); });
   advance(now_ms);
   const AuditReport report = audit(now_ms_);
   if (!report.conserved) {
     return Status::corruption("restored ledger fails its audit: " + report.violations.front());
   }
-  (void)accounts_.takeChangedAccounts();
-  (void)accounts_.takePoliciesChanged();
-  upserted_.clear();
-  deleted_.clear();
+  (void)takeChangedRows();  // restored state is already durable
   return Status::ok();
 }
 
@@ -170,9 +193,9 @@ PolicyReply Ledger::rollbackPolicy(uint64_t now_ms) {
   return accounts_.rollback();
 }
 
-ReservationReply Ledger::reject(const ReserveRequest& request, Generation generation,
-                                LimitingDimension dimension, int64_t retry_after_ms,
-                                uint64_t now_ms) {
+ReservationReply Ledger::reject(const ReserveRequest& request, uint64_t id_hash,
+                                Generation generation, LimitingDimension dimension,
+                                int64_t retry_after_ms, uint64_t now_ms) {
   // Stamp the epoch of the budget that refused it, or the hourly period when none matched.
   EpochPeriod period = EpochPeriod::kHour;
   if (const Policy* policy = accounts_.policy(generation)) {
@@ -180,21 +203,22 @@ ReservationReply Ledger::reject(const ReserveRequest& request, Generation genera
       period = budget->accounting_epoch;
     }
   }
-  Reservation& rejected = reservations_[request.reservation_id];
-  rejected = Reservation{
-      .reservation_id = request.reservation_id,
-      .request_digest = request.request_digest,
-      .subject = request.subject,
-      .route = request.route,
-      .policy_generation = generation,
-      .accounting_epoch_ms = accountingEpochStartMs(now_ms, period),
-      .reserved_units = request.units,
-      .created_at_ms = now_ms,
-      .limiting_dimension = dimension,
-      .retry_after_ms = retry_after_ms,
-  };
-  transition(&rejected, ReservationState::kRejected, now_ms);
-  return answer(ReplyCode::kRejected, rejected);
+  Record* rejected = reservations_.insert(
+      Reservation{
+          .reservation_id = request.reservation_id,
+          .request_digest = request.request_digest,
+          .subject = request.subject,
+          .route = request.route,
+          .policy_generation = generation,
+          .accounting_epoch_ms = accountingEpochStartMs(now_ms, period),
+          .reserved_units = request.units,
+          .created_at_ms = now_ms,
+          .limiting_dimension = dimension,
+          .retry_after_ms = retry_after_ms,
+      },
+      id_hash);
+  transition(rejected, ReservationState::kRejected, now_ms);
+  return answer(ReplyCode::kRejected, rejected->reservation);
 }
 
 ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms) {
@@ -210,13 +234,16 @@ ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms)
   if (request.route.empty() || request.route.size() > limits::kRouteBytesMax) {
     return invalidArgument("route must be 1.." + std::to_string(limits::kRouteBytesMax) + " bytes");
   }
-  if (const Reservation* existing = lookup(request.reservation_id)) {
-    if (existing->request_digest != request.request_digest) {
-      return answer(ReplyCode::kIdempotencyConflict, *existing);
+  // One hash for the duplicate check and the insert.
+  const uint64_t id_hash = ReservationTable::hashOf(request.reservation_id);
+  if (const Record* found = reservations_.find(request.reservation_id, id_hash)) {
+    const Reservation& existing = found->reservation;
+    if (existing.request_digest != request.request_digest) {
+      return answer(ReplyCode::kIdempotencyConflict, existing);
     }
     const ReplyCode code =
-        existing->state == ReservationState::kRejected ? ReplyCode::kRejected : ReplyCode::kOk;
-    return answer(code, *existing, /*duplicate=*/true);
+        existing.state == ReservationState::kRejected ? ReplyCode::kRejected : ReplyCode::kOk;
+    return answer(code, existing, /*duplicate=*/true);
   }
   if (reservations_.size() >= options_.reservations_max) {
     return {.code = ReplyCode::kResourceExhausted, .message = "reservation table is full"};
@@ -238,45 +265,48 @@ ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms)
                                      .refill_per_second = account.bucket().refill_per_second,
                                      .burst = account.bucket().burst});
     }
-    return reject(request, admission.generation, admission.refused, retry_after_ms, now_ms);
+    return reject(request, id_hash, admission.generation, admission.refused, retry_after_ms,
+                  now_ms);
   }
 
   AccountEntry& entry = *admission.entry;
   const Budget& budget = entry.budget;
   const AccountCode code = entry.account.reserve(request.units, budget.max_single_reservation);
   switch (code) {
-    case AccountCode::kOk: accounts_.markChanged(entry.key); break;
+    case AccountCode::kOk: accounts_.markChanged(&entry); break;
     case AccountCode::kAboveMaxSingle:
-      return reject(request, admission.generation, LimitingDimension::kMaxSingleReservation,
-                    kRetryNever, now_ms);
+      return reject(request, id_hash, admission.generation,
+                    LimitingDimension::kMaxSingleReservation, kRetryNever, now_ms);
     case AccountCode::kInsufficientAvailable: {
       const int64_t retry_after_ms = retryAfterMs({.units = request.units,
                                                    .available = entry.account.balances().available,
                                                    .debt = 0,
                                                    .refill_per_second = budget.refill_per_second,
                                                    .burst = budget.burst});
-      return reject(request, admission.generation, LimitingDimension::kCapacity, retry_after_ms,
-                    now_ms);
+      return reject(request, id_hash, admission.generation, LimitingDimension::kCapacity,
+                    retry_after_ms, now_ms);
     }
     case AccountCode::kOverflow:
       return {.code = ReplyCode::kArithmeticOverflow, .message = "reserved units overflow"};
     default: TALLY_UNREACHABLE();
   }
   // Point of no return: capacity is reduced; the receipt and the balance persist together.
-  Reservation& reservation = reservations_[request.reservation_id];
-  reservation = Reservation{
-      .reservation_id = request.reservation_id,
-      .request_digest = request.request_digest,
-      .subject = request.subject,
-      .route = request.route,
-      .policy_generation = admission.generation,
-      .accounting_epoch_ms = accountingEpochStartMs(now_ms, budget.accounting_epoch),
-      .reserved_units = request.units,
-      .created_at_ms = now_ms,
-      .expires_at_ms = saturatingAdd(now_ms, budget.hold_ttl_ms),
-  };
-  transition(&reservation, ReservationState::kReserved, now_ms);
-  expiry_queue_.push({reservation.expires_at_ms, reservation.reservation_id});
+  Record* record = reservations_.insert(
+      Reservation{
+          .reservation_id = request.reservation_id,
+          .request_digest = request.request_digest,
+          .subject = request.subject,
+          .route = request.route,
+          .policy_generation = admission.generation,
+          .accounting_epoch_ms = accountingEpochStartMs(now_ms, budget.accounting_epoch),
+          .reserved_units = request.units,
+          .created_at_ms = now_ms,
+          .expires_at_ms = saturatingAdd(now_ms, budget.hold_ttl_ms),
+      },
+      id_hash);
+  transition(record, ReservationState::kReserved, now_ms);
+  const Reservation& reservation = record->reservation;
+  pushDeadline(&expiry_queue_, reservation.expires_at_ms, *record);
   return answer(ReplyCode::kOk, reservation);
 }
 
@@ -285,19 +315,20 @@ ReservationReply Ledger::start(const StartRequest& request, uint64_t now_ms) {
   if (std::string error = checkIds(request.reservation_id, &request.operation_id); !error.empty()) {
     return invalidArgument(std::move(error));
   }
-  Reservation* reservation = lookup(request.reservation_id);
-  if (reservation == nullptr) return notFound(request.reservation_id);
+  Record* record = lookup(request.reservation_id);
+  if (record == nullptr) return notFound(request.reservation_id);
+  Reservation* reservation = &record->reservation;
   switch (reservation->state) {
     case ReservationState::kReserved:
       if (now_ms >= reservation->expires_at_ms) {
         // The hold ran out before the start arrived: the expiry wins the CAS.
-        beginExpiry(reservation->reservation_id, now_ms);
-        completeExpiry(reservation->reservation_id, now_ms);
+        beginExpiry(record, now_ms);
+        completeExpiry(record, now_ms);
         return answer(ReplyCode::kExpired, *reservation, false, reservation->refunded_units);
       }
       reservation->operation_id = request.operation_id;
       reservation->started_at_ms = now_ms;
-      transition(reservation, ReservationState::kStarted, now_ms);
+      transition(record, ReservationState::kStarted, now_ms);
       return answer(ReplyCode::kOk, *reservation);
     case ReservationState::kStarted:
     case ReservationState::kUsageUnknown:
@@ -313,13 +344,14 @@ ReservationReply Ledger::start(const StartRequest& request, uint64_t now_ms) {
   }
 }
 
-void Ledger::returnUnits(Reservation* reservation, ReservationState to, uint64_t now_ms) {
+void Ledger::returnUnits(Record* record, ReservationState to, uint64_t now_ms) {
+  Reservation* reservation = &record->reservation;
   AccountEntry* entry = accountOf(*reservation);
   const AccountCode code = entry->account.release(reservation->reserved_units);
   TALLY_ASSERT(code == AccountCode::kOk);  // `reserved` covers every live reservation
   reservation->refunded_units = reservation->reserved_units;
-  transition(reservation, to, now_ms);
-  accounts_.rebalance({reservation->subject, reservation->route}, now_ms);
+  transition(record, to, now_ms);
+  accounts_.rebalance(reservation->subject, reservation->route, now_ms);
 }
 
 ReservationReply Ledger::release(const ReleaseRequest& request, uint64_t now_ms) {
@@ -327,11 +359,12 @@ ReservationReply Ledger::release(const ReleaseRequest& request, uint64_t now_ms)
   if (std::string error = checkIds(request.reservation_id, nullptr); !error.empty()) {
     return invalidArgument(std::move(error));
   }
-  Reservation* reservation = lookup(request.reservation_id);
-  if (reservation == nullptr) return notFound(request.reservation_id);
+  Record* record = lookup(request.reservation_id);
+  if (record == nullptr) return notFound(request.reservation_id);
+  Reservation* reservation = &record->reservation;
   switch (reservation->state) {
     case ReservationState::kReserved:
-      returnUnits(reservation, ReservationState::kReleased, now_ms);
+      returnUnits(record, ReservationState::kReleased, now_ms);
       return answer(ReplyCode::kOk, *reservation, false, reservation->refunded_units);
     case ReservationState::kReleased:
       if (faults_.double_refund_release) {
@@ -352,20 +385,21 @@ ReservationReply Ledger::markUnknown(const MarkUnknownRequest& request, uint64_t
   if (std::string error = checkIds(request.reservation_id, &request.operation_id); !error.empty()) {
     return invalidArgument(std::move(error));
   }
-  Reservation* reservation = lookup(request.reservation_id);
-  if (reservation == nullptr) return notFound(request.reservation_id);
+  Record* record = lookup(request.reservation_id);
+  if (record == nullptr) return notFound(request.reservation_id);
+  Reservation* reservation = &record->reservation;
   switch (reservation->state) {
     case ReservationState::kStarted: {
       if (reservation->operation_id != request.operation_id) {
         return answer(ReplyCode::kOperationConflict, *reservation);
       }
-      transition(reservation, ReservationState::kUsageUnknown, now_ms);
-      const AccountEntry* entry = accounts_.find(
-          AccountKey{reservation->subject, reservation->route, reservation->policy_generation});
+      transition(record, ReservationState::kUsageUnknown, now_ms);
+      const AccountEntry* entry =
+          accounts_.find(reservation->subject, reservation->route, reservation->policy_generation);
       TALLY_ASSERT(entry != nullptr);
-      hard_limit_queue_.push(
-          {saturatingAdd(reservation->started_at_ms, entry->budget.hard_execution_limit_ms),
-           reservation->reservation_id});
+      pushDeadline(&hard_limit_queue_,
+                   saturatingAdd(reservation->started_at_ms, entry->budget.hard_execution_limit_ms),
+                   *record);
       if (faults_.refund_usage_unknown) {
         // Deliberately wrong: "a timeout is a refund".
         AccountEntry* broken = accountOf(*reservation);
@@ -400,25 +434,26 @@ ReservationReply Ledger::applyReceipt(const std::string& reservation_id,
   if (std::string error = checkIds(reservation_id, &operation_id); !error.empty()) {
     return invalidArgument(std::move(error));
   }
-  Reservation* reservation = lookup(reservation_id);
-  if (reservation == nullptr) return notFound(reservation_id);
-  const bool started = reservation->state == ReservationState::kStarted ||
-                       reservation->state == ReservationState::kUsageUnknown;
-  const bool settled = reservation->state == ReservationState::kSettled ||
-                       reservation->state == ReservationState::kSettledWithDebt;
-  if (!started && !settled) return answer(ReplyCode::kInvalidState, *reservation);
-  if (reservation->operation_id != operation_id) {
-    return answer(ReplyCode::kOperationConflict, *reservation);
+  Record* record = lookup(reservation_id);
+  if (record == nullptr) return notFound(reservation_id);
+  const Reservation& reservation = record->reservation;
+  const bool started = reservation.state == ReservationState::kStarted ||
+                       reservation.state == ReservationState::kUsageUnknown;
+  const bool settled = reservation.state == ReservationState::kSettled ||
+                       reservation.state == ReservationState::kSettledWithDebt;
+  if (!started && !settled) return answer(ReplyCode::kInvalidState, reservation);
+  if (reservation.operation_id != operation_id) {
+    return answer(ReplyCode::kOperationConflict, reservation);
   }
-  if (started) return closeWithReceipt(reservation, actual_units, now_ms);
-  if (reservation->closed_by_hard_limit && !reservation->late_receipt_applied) {
-    return lateReceipt(reservation, actual_units, now_ms);
+  if (started) return closeWithReceipt(record, actual_units, now_ms);
+  if (reservation.closed_by_hard_limit && !reservation.late_receipt_applied) {
+    return lateReceipt(record, actual_units, now_ms);
   }
-  return answer(ReplyCode::kOk, *reservation, /*duplicate=*/true);
+  return answer(ReplyCode::kOk, reservation, /*duplicate=*/true);
 }
 
-ReservationReply Ledger::closeWithReceipt(Reservation* reservation, Units actual_units,
-                                          uint64_t now_ms) {
+ReservationReply Ledger::closeWithReceipt(Record* record, Units actual_units, uint64_t now_ms) {
+  Reservation* reservation = &record->reservation;
   AccountEntry* entry = accountOf(*reservation);
   const SettleOutcome outcome =
       entry->account.settle(reservation->reserved_units, actual_units, entry->budget.max_overdraft);
@@ -434,18 +469,18 @@ ReservationReply Ledger::closeWithReceipt(Reservation* reservation, Units actual
   reservation->overdraft_breach = outcome.overdraft_breach;
   // SPEC §4: any settle above the reservation is SETTLED_WITH_DEBT, whether `available`
   // covered the excess or overdraft did (debt_units says how much became debt).
-  transition(reservation,
+  transition(record,
              actual_units > reservation->reserved_units ? ReservationState::kSettledWithDebt
                                                         : ReservationState::kSettled,
              now_ms);
-  accounts_.rebalance({reservation->subject, reservation->route}, now_ms);
+  accounts_.rebalance(reservation->subject, reservation->route, now_ms);
   return answer(ReplyCode::kOk, *reservation, false, outcome.refunded);
 }
 
-ReservationReply Ledger::lateReceipt(Reservation* reservation, Units actual_units,
-                                     uint64_t now_ms) {
+ReservationReply Ledger::lateReceipt(Record* record, Units actual_units, uint64_t now_ms) {
   // Closed as fully consumed at the hard limit: a smaller actual refunds nothing (the units
   // were treated as spent), a larger one is charged like a settle above the reservation.
+  Reservation* reservation = &record->reservation;
   reservation->late_receipt_applied = true;
   if (actual_units > reservation->reserved_units) {
     AccountEntry* entry = accountOf(*reservation);
@@ -460,9 +495,9 @@ ReservationReply Ledger::lateReceipt(Reservation* reservation, Units actual_unit
     reservation->actual_units = actual_units;
     reservation->debt_units = outcome.debt_issued;
     reservation->overdraft_breach = outcome.overdraft_breach;
-    transition(reservation, ReservationState::kSettledWithDebt, now_ms);
+    transition(record, ReservationState::kSettledWithDebt, now_ms);
   }
-  touched(*reservation);
+  touched(record);
   return answer(ReplyCode::kOk, *reservation);
 }
 
@@ -477,26 +512,35 @@ ReservationReply Ledger::query(const QueryRequest& request) const {
 
 bool Ledger::beginExpiry(const std::string& reservation_id, uint64_t now_ms) {
   now_ms = advance(now_ms);
-  Reservation* reservation = lookup(reservation_id);
-  if (reservation == nullptr || reservation->state != ReservationState::kReserved ||
-      now_ms < reservation->expires_at_ms) {
+  Record* record = lookup(reservation_id);
+  return record != nullptr && beginExpiry(record, now_ms);
+}
+
+bool Ledger::beginExpiry(Record* record, uint64_t now_ms) {
+  const Reservation& reservation = record->reservation;
+  if (reservation.state != ReservationState::kReserved || now_ms < reservation.expires_at_ms) {
     return false;
   }
-  transition(reservation, ReservationState::kExpiring, now_ms);
+  transition(record, ReservationState::kExpiring, now_ms);
   return true;
 }
 
 bool Ledger::completeExpiry(const std::string& reservation_id, uint64_t now_ms) {
   now_ms = advance(now_ms);
-  Reservation* reservation = lookup(reservation_id);
-  if (reservation == nullptr || reservation->state != ReservationState::kExpiring) return false;
-  returnUnits(reservation, ReservationState::kExpired, now_ms);
+  Record* record = lookup(reservation_id);
+  return record != nullptr && completeExpiry(record, now_ms);
+}
+
+bool Ledger::completeExpiry(Record* record, uint64_t now_ms) {
+  if (record->reservation.state != ReservationState::kExpiring) return false;
+  returnUnits(record, ReservationState::kExpired, now_ms);
   return true;
 }
 
-bool Ledger::closeByHardLimit(Reservation* reservation, uint64_t now_ms) {
-  const AccountEntry* owner = accounts_.find(
-      AccountKey{reservation->subject, reservation->route, reservation->policy_generation});
+bool Ledger::closeByHardLimit(Record* record, uint64_t now_ms) {
+  Reservation* reservation = &record->reservation;
+  const AccountEntry* owner =
+      accounts_.find(reservation->subject, reservation->route, reservation->policy_generation);
   TALLY_ASSERT(owner != nullptr);
   if (now_ms < saturatingAdd(reservation->started_at_ms, owner->budget.hard_execution_limit_ms)) {
     return false;
@@ -507,7 +551,7 @@ bool Ledger::closeByHardLimit(Reservation* reservation, uint64_t now_ms) {
   TALLY_ASSERT(outcome.code == AccountCode::kOk && outcome.refunded == 0);
   reservation->actual_units = reservation->reserved_units;
   reservation->closed_by_hard_limit = true;
-  transition(reservation, ReservationState::kSettled, now_ms);
+  transition(record, ReservationState::kSettled, now_ms);
   return true;
 }
 
@@ -518,33 +562,28 @@ TickOutcome Ledger::tick(uint64_t now_ms, uint64_t items_max) {
   // the reservation's current state before acting.
   while (!expiry_queue_.empty() && expiry_queue_.top().at_ms <= now_ms &&
          outcome.expired < items_max) {
-    const std::string id = expiry_queue_.top().reservation_id;
-    expiry_queue_.pop();
-    const Reservation* reservation = lookup(id);
+    Record* record = popDue(&expiry_queue_);
     const bool claimed =
-        reservation != nullptr &&
-        (reservation->state == ReservationState::kExpiring || beginExpiry(id, now_ms));
-    if (claimed && completeExpiry(id, now_ms)) ++outcome.expired;
+        record != nullptr &&
+        (record->reservation.state == ReservationState::kExpiring || beginExpiry(record, now_ms));
+    if (claimed && completeExpiry(record, now_ms)) ++outcome.expired;
   }
   while (!hard_limit_queue_.empty() && hard_limit_queue_.top().at_ms <= now_ms &&
          outcome.closed_by_hard_limit < items_max) {
-    const std::string id = hard_limit_queue_.top().reservation_id;
-    hard_limit_queue_.pop();
-    Reservation* reservation = lookup(id);
-    if (reservation != nullptr && reservation->state == ReservationState::kUsageUnknown &&
-        closeByHardLimit(reservation, now_ms)) {
+    Record* record = popDue(&hard_limit_queue_);
+    if (record != nullptr && record->reservation.state == ReservationState::kUsageUnknown &&
+        closeByHardLimit(record, now_ms)) {
       ++outcome.closed_by_hard_limit;
     }
   }
   while (!retention_queue_.empty() && retention_queue_.top().at_ms <= now_ms &&
          outcome.compacted < items_max) {
-    const std::string id = retention_queue_.top().reservation_id;
-    retention_queue_.pop();
-    auto it = reservations_.find(id);
-    if (it == reservations_.end() || !isTerminal(it->second.state)) continue;
-    reservations_.erase(it);
-    upserted_.erase(id);
-    deleted_.push_back(id);
+    Record* record = popDue(&retention_queue_);
+    if (record == nullptr || !isTerminal(record->reservation.state)) continue;
+    if (record->change_pending) std::erase(upserted_, record);  // deleted supersedes upserted
+    deleted_.push_back(record->reservation.reservation_id);
+    const bool erased = reservations_.erase(deleted_.back());
+    TALLY_ASSERT(erased);
     ++outcome.compacted;
   }
   return outcome;
@@ -554,12 +593,13 @@ AuditReport Ledger::audit(uint64_t now_ms) const {
   AuditReport report;
   report.accounts = accounts_.view(std::max(now_ms, now_ms_));
   std::map<AccountKey, Units> held;
-  for (const auto& [id, reservation] : reservations_) {
-    if (!holdsUnits(reservation.state)) continue;
+  reservations_.forEach([&](const Record& record) {
+    const Reservation& reservation = record.reservation;
+    if (!holdsUnits(reservation.state)) return;
     Units& sum =
         held[AccountKey{reservation.subject, reservation.route, reservation.policy_generation}];
     sum = saturatingAdd(sum, reservation.reserved_units);
-  }
+  });
   for (const AccountView& view : report.accounts) {
     const std::string name =
         view.key.subject + "/" + view.key.route + "@" + std::to_string(view.key.generation);
@@ -584,15 +624,37 @@ AuditReport Ledger::audit(uint64_t now_ms) const {
 }
 
 LedgerChanges Ledger::takeChanges() {
+  LedgerChangedRows rows = takeChangedRows();
   LedgerChanges changes;
-  changes.reservations_upserted.assign(upserted_.begin(), upserted_.end());
-  std::sort(changes.reservations_upserted.begin(), changes.reservations_upserted.end());
-  upserted_.clear();
-  changes.reservations_deleted = std::move(deleted_);
-  deleted_.clear();
-  changes.accounts = accounts_.takeChangedAccounts();
-  changes.policies = accounts_.takePoliciesChanged();
+  changes.reservations_upserted.reserve(rows.reservations_upserted.size());
+  for (const Reservation* reservation : rows.reservations_upserted) {
+    changes.reservations_upserted.push_back(reservation->reservation_id);
+  }
+  changes.reservations_deleted = std::move(rows.reservations_deleted);
+  changes.accounts.reserve(rows.accounts.size());
+  for (const AccountEntry* entry : rows.accounts) changes.accounts.push_back(entry->key);
+  changes.policies = rows.policies;
   return changes;
+}
+
+LedgerChangedRows Ledger::takeChangedRows() {
+  LedgerChangedRows rows;
+  rows.reservations_upserted.reserve(upserted_.size());
+  for (Record* record : upserted_) {
+    TALLY_ASSERT(record->change_pending);
+    record->change_pending = false;
+    rows.reservations_upserted.push_back(&record->reservation);
+  }
+  upserted_.clear();
+  std::sort(rows.reservations_upserted.begin(), rows.reservations_upserted.end(),
+            [](const Reservation* a, const Reservation* b) {
+              return a->reservation_id < b->reservation_id;
+            });
+  rows.reservations_deleted = std::move(deleted_);
+  deleted_.clear();
+  rows.accounts = accounts_.takeChangedEntries();
+  rows.policies = accounts_.takePoliciesChanged();
+  return rows;
 }
 
 }  // namespace tally

@@ -4,14 +4,13 @@
 #include <functional>
 #include <queue>
 #include <string>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "core/account_book.h"
 #include "core/ledger_types.h"
 #include "core/limits.h"
 #include "core/reservation.h"
+#include "core/reservation_table.h"
 
 // The central ledger state machine (SPEC §4, §5): the only place that spends capacity.
 //
@@ -46,6 +45,20 @@ struct LedgerChanges {
   std::vector<std::string> reservations_upserted;
   std::vector<std::string> reservations_deleted;
   std::vector<AccountKey> accounts;
+  bool policies = false;
+
+  bool empty() const {
+    return reservations_upserted.empty() && reservations_deleted.empty() && accounts.empty() &&
+           !policies;
+  }
+};
+
+// The rows a LedgerChanges names, for a shell that copies them into its store batch at once:
+// pointers into the Ledger, valid until its next mutating call. Same order as LedgerChanges.
+struct LedgerChangedRows {
+  std::vector<const Reservation*> reservations_upserted;  // sorted by id
+  std::vector<std::string> reservations_deleted;
+  std::vector<const AccountEntry*> accounts;  // sorted by key
   bool policies = false;
 
   bool empty() const {
@@ -102,42 +115,55 @@ class Ledger {
   const Reservation* findReservation(const std::string& reservation_id) const;
   size_t reservationCount() const { return reservations_.size(); }
 
+  // What changed since the last take (either form): every reservation upserted or deleted and
+  // every account whose durable state changed.
   LedgerChanges takeChanges();
+  LedgerChangedRows takeChangedRows();
   void setFaultsForTesting(LedgerFaults faults) { faults_ = faults; }
 
  private:
+  // A queue entry names its reservation by handle (no index lookup when it falls due) and by id
+  // (for an entry that outlived its reservation: a lookup by id decides, as it always has).
   struct Deadline {
     uint64_t at_ms;
+    ReservationTable::Handle handle;
     std::string reservation_id;
     bool operator>(const Deadline& other) const { return at_ms > other.at_ms; }
   };
   using DeadlineQueue = std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>>;
 
+  using Record = ReservationTable::Record;
+
   uint64_t advance(uint64_t now_ms);
-  Reservation* lookup(const std::string& reservation_id);
+  Record* lookup(const std::string& reservation_id);
   AccountEntry* accountOf(const Reservation& reservation);
-  void transition(Reservation* reservation, ReservationState to, uint64_t now_ms);
-  void touched(const Reservation& reservation);
-  ReservationReply reject(const ReserveRequest& request, Generation generation,
+  void transition(Record* record, ReservationState to, uint64_t now_ms);
+  void touched(Record* record);
+  ReservationReply reject(const ReserveRequest& request, uint64_t id_hash, Generation generation,
                           LimitingDimension dimension, int64_t retry_after_ms, uint64_t now_ms);
   // settle and reportOperation share this: an operation receipt with actual units.
   ReservationReply applyReceipt(const std::string& reservation_id, const std::string& operation_id,
                                 Units actual_units, uint64_t now_ms);
-  ReservationReply closeWithReceipt(Reservation* reservation, Units actual_units, uint64_t now_ms);
-  ReservationReply lateReceipt(Reservation* reservation, Units actual_units, uint64_t now_ms);
-  void returnUnits(Reservation* reservation, ReservationState to, uint64_t now_ms);
-  bool closeByHardLimit(Reservation* reservation, uint64_t now_ms);
-  void enqueueDeadlines(const Reservation& reservation);
+  ReservationReply closeWithReceipt(Record* record, Units actual_units, uint64_t now_ms);
+  ReservationReply lateReceipt(Record* record, Units actual_units, uint64_t now_ms);
+  void returnUnits(Record* record, ReservationState to, uint64_t now_ms);
+  bool beginExpiry(Record* record, uint64_t now_ms);
+  bool completeExpiry(Record* record, uint64_t now_ms);
+  bool closeByHardLimit(Record* record, uint64_t now_ms);
+  void enqueueDeadlines(const Record& record);
+  void pushDeadline(DeadlineQueue* queue, uint64_t at_ms, const Record& record);
+  // Pops the top entry; returns the reservation it names now, or null.
+  Record* popDue(DeadlineQueue* queue);
 
   LedgerOptions options_;
   LedgerFaults faults_;
   uint64_t now_ms_ = 0;
   AccountBook accounts_;
-  std::unordered_map<std::string, Reservation> reservations_;
+  ReservationTable reservations_;
   DeadlineQueue expiry_queue_;      // RESERVED reservations by expiresAt
   DeadlineQueue hard_limit_queue_;  // USAGE_UNKNOWN by startedAt + hard execution limit
   DeadlineQueue retention_queue_;   // terminal reservations by closedAt + retention
-  std::unordered_set<std::string> upserted_;
+  std::vector<Record*> upserted_;   // each with change_pending set, in first-touch order
   std::vector<std::string> deleted_;
 };
 

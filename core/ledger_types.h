@@ -26,6 +26,7 @@ enum class ReplyCode : uint8_t {
   kInvalidArgument,      // malformed request: zero units, over-long id, empty field …
   kResourceExhausted,    // a bounded ledger table is full; nothing changed
   kArithmeticOverflow,   // a balance would leave 64 bits; nothing changed
+  kQueued,  // agent: durably queued in its outbox; delivered to the ledger exactly once later
 };
 
 const char* replyCodeName(ReplyCode code);

@@ -11,6 +11,7 @@ const char* limitingDimensionName(LimitingDimension dimension) {
     case LimitingDimension::kMaxSingleReservation: return "max-single-reservation";
     case LimitingDimension::kGenerationDraining: return "generation-draining";
     case LimitingDimension::kNoBudget: return "no-budget";
+    case LimitingDimension::kLedgerUnavailable: return "ledger-unavailable";
   }
   return "unknown";
 }

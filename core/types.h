@@ -40,6 +40,7 @@ enum class LimitingDimension : uint8_t {
   kMaxSingleReservation,  // units above the policy's maximum single reservation
   kGenerationDraining,    // the matched generation admits nothing new
   kNoBudget,              // no published budget matches subject/route
+  kLedgerUnavailable,     // agent: the ledger is unreachable (partition); retry later
 };
 
 const char* limitingDimensionName(LimitingDimension dimension);
