@@ -12,7 +12,7 @@
 //   frame_bytes_max = 1048576
 //   retention_ms = 86400000          # idempotency window for terminal reservations
 //   tick_interval_ms = 10            # expiry / hard-limit / compaction pulse
-//   checkpoint_log_rows = 256        # fold the commit log into tables after this many batches
+//   checkpoint_log_rows = 1024       # fold thread: fold the log into tables.db at this many rows
 //   log_level = "info"               # debug | info | warn | error
 //
 // Unknown keys, wrong types and impossible values are errors naming the key.
@@ -26,7 +26,7 @@ struct LedgerConfig {
   uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
   uint64_t retention_ms = limits::kRetentionMsDefault;
   uint64_t tick_interval_ms = 10;
-  uint64_t checkpoint_log_rows = 256;
+  uint64_t checkpoint_log_rows = 1024;
   std::string log_level = "info";
   int ready_fd = -1;  // write "ready PORT\n" here once serving, then close it
 };

@@ -33,8 +33,9 @@ constexpr const char* kUsage =
     "       tally-ledger --version | --help\n"
     "\n"
     "The central capacity ledger. Keeps accounts and reservations in memory with SQLite\n"
-    "(DIR/ledger.db, WAL, synchronous=FULL) as the durable record; no reply leaves before\n"
-    "its change is on disk. Default listen address 127.0.0.1:7411 (port 0 picks one).\n"
+    "(DIR/ledger.db: the commit log; DIR/tables.db: the log folded into tables by a background\n"
+    "thread; WAL, synchronous=FULL) as the durable record; no reply leaves before its change\n"
+    "is on disk. Default listen address 127.0.0.1:7411 (port 0 picks one).\n"
     "--ready-fd FD: write \"ready PORT\\n\" to FD once serving, then close it.\n"
     "Exit: 0 after SIGTERM/SIGINT drain, 1 startup failure, 2 usage, 74 storage failure.\n";
 
@@ -111,6 +112,24 @@ int parseArgs(int argc, char** argv, LedgerConfig* config) {
     return kExitUsage;
   }
   return kExitOk;
+}
+
+// What the durable record cost this run: per-commit pages and bytes, and the fold thread's work.
+void logStoreStats(const SqliteStore& store, Logger* logger) {
+  const SqliteStoreStats stats = store.stats();
+  logger->info("store_stats", {{"commits", stats.commits},
+                               {"commit_ms", stats.commit_us / 1000},
+                               {"log_bytes", stats.log_bytes},
+                               {"log_pages_written", stats.log_pages_written},
+                               {"trimmed_rows", stats.trimmed_rows},
+                               {"folds", stats.folds},
+                               {"folded_rows", stats.folded_rows},
+                               {"fold_ms", stats.fold_us / 1000},
+                               {"fold_cpu_ms", stats.fold_cpu_us / 1000},
+                               {"log_wal_restarts", stats.log_wal_restarts},
+                               {"log_wal_restart_ms", stats.log_wal_restart_us / 1000},
+                               {"pending_log_rows", store.pendingLogRows()},
+                               {"fold_status", store.foldStatus().toString()}});
 }
 
 struct Signals {
@@ -198,6 +217,7 @@ int run(const LedgerConfig& config) {
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   if (server.fatal()) exit_code = kExitIoError;
+  logStoreStats(*store, &logger);
   if (int rc = uv_loop_close(&loop); rc != 0) {
     logger.error("loop_close_failed", {{"error", uv_strerror(rc)}});
   }

@@ -44,6 +44,9 @@ struct WriteRequest {
   uint64_t connection_id = 0;
 };
 
+// A connection's reply buffer starts with room for a few dozen reservation replies.
+constexpr size_t kReplyBufferBytesInitial = 16 * 1024;
+
 // The read buffer is reused: reads are consumed synchronously on the loop thread.
 constexpr size_t kReadBufferBytes = 64 * 1024;
 std::array<char, kReadBufferBytes>& readBuffer() {
@@ -313,17 +316,19 @@ wire::ResponseBody Server::dispatch(const wire::RequestBody& body, uint64_t now_
 }
 
 void Server::enqueueReply(Connection* connection, const wire::Response& response) {
-  Result<std::vector<uint8_t>> frame = wire::encodeResponseFrame(response);
-  if (!frame.isOk()) {
+  ConnectionReplies& replies = open_.replies[connection->id_];
+  if (replies.bytes.capacity() == 0) replies.bytes.reserve(kReplyBufferBytesInitial);
+  Status status = wire::encodeResponseFrameInto(response, &replies.bytes,
+                                                limits::kFrameBytesMaxDefault, &encode_scratch_);
+  if (!status.isOk()) {
     // Our own answer is too large for a frame (e.g. a huge audit): say so instead.
-    frame = wire::encodeResponseFrame(
+    status = wire::encodeResponseFrameInto(
         wire::Response{.request_id = response.request_id,
-                       .body = internalError("reply too large: " + frame.status().message())});
-    TALLY_ASSERT(frame.isOk());
+                       .body = internalError("reply too large: " + status.message())},
+        &replies.bytes, limits::kFrameBytesMaxDefault, &encode_scratch_);
+    TALLY_ASSERT(status.isOk());
   }
-  std::vector<uint8_t>& buffer = open_.replies[connection->id_];
-  buffer.insert(buffer.end(), frame.value().begin(), frame.value().end());
-  ++open_.reply_counts[connection->id_];
+  ++replies.count;
   ++connection->pending_replies_;
 }
 
@@ -341,45 +346,42 @@ void Server::onCheck(uv_check_t* check) {
   if (!server->commit_in_flight_ && !server->open_.idle() && !server->fatal_) server->seal();
 }
 
-StoreBatch Server::buildStoreBatch(const LedgerChanges& changes, uint64_t now_ms) const {
+StoreBatch Server::buildStoreBatch(LedgerChangedRows* rows, uint64_t now_ms) const {
   StoreBatch batch;
   batch.ledger_clock_ms = now_ms;
-  if (changes.policies) {
+  if (rows->policies) {
     for (Generation generation : ledger_->accounts().generations()) {
       batch.policies.push_back(
           PolicyRecord{.policy = *ledger_->accounts().policy(generation),
                        .republished_from = ledger_->accounts().republishedFrom(generation)});
     }
   }
-  batch.accounts.reserve(changes.accounts.size());
-  for (const AccountKey& key : changes.accounts) {
-    const AccountEntry* entry = ledger_->accounts().find(key);
-    TALLY_ASSERT(entry != nullptr);
-    batch.accounts.push_back(AccountRecord{.key = key,
+  // The rows are read in place (no lookups); each image is copied once, into the batch.
+  batch.accounts.reserve(rows->accounts.size());
+  for (const AccountEntry* entry : rows->accounts) {
+    batch.accounts.push_back(AccountRecord{.key = entry->key,
                                            .balances = entry->account.balances(),
                                            .refill_clock_ms = entry->account.refillClockMs(),
                                            .refill_carry = entry->account.refillCarry()});
   }
-  batch.reservations.reserve(changes.reservations_upserted.size());
-  for (const std::string& id : changes.reservations_upserted) {
-    const Reservation* reservation = ledger_->findReservation(id);
-    TALLY_ASSERT(reservation != nullptr);
+  batch.reservations.reserve(rows->reservations_upserted.size());
+  for (const Reservation* reservation : rows->reservations_upserted) {
     batch.reservations.push_back(*reservation);
   }
-  batch.deleted_reservations = changes.reservations_deleted;
+  batch.deleted_reservations = std::move(rows->reservations_deleted);
   return batch;
 }
 
 void Server::seal() {
   TALLY_ASSERT(!commit_in_flight_);
-  const LedgerChanges changes = ledger_->takeChanges();
+  LedgerChangedRows rows = ledger_->takeChangedRows();
   Batch batch = std::exchange(open_, Batch{});
-  if (changes.empty()) {
+  if (rows.empty()) {
     flush(&batch);  // nothing to make durable: reads answer at once
     maybeFinishStop();
     return;
   }
-  batch.store = buildStoreBatch(changes, clock_->nowMs());
+  batch.store = buildStoreBatch(&rows, clock_->nowMs());
   committing_ = std::move(batch);
   commit_in_flight_ = true;
   if (int rc = uv_queue_work(loop_, &work_, doCommit, afterCommit); rc != 0) {
@@ -416,13 +418,13 @@ void Server::afterCommit(uv_work_t* work, int status) {
 }
 
 void Server::flush(Batch* batch) {
-  for (auto& [connection_id, bytes] : batch->replies) {
+  for (auto& [connection_id, replies] : batch->replies) {
     auto it = connections_.find(connection_id);
     if (it == connections_.end() || it->second->closing_) continue;
     Connection* connection = it->second.get();
-    connection->pending_replies_ -= batch->reply_counts[connection_id];
+    connection->pending_replies_ -= replies.count;
     auto request = std::make_unique<WriteRequest>();
-    request->bytes = std::move(bytes);
+    request->bytes = std::move(replies.bytes);
     request->server = this;
     request->connection_id = connection_id;
     request->req.data = request.get();

@@ -71,9 +71,14 @@ class Server {
   class Connection;
 
  private:
+  // One connection's framed replies in a batch, encoded straight into the buffer that is
+  // written once the batch is durable.
+  struct ConnectionReplies {
+    std::vector<uint8_t> bytes;
+    uint64_t count = 0;
+  };
   struct Batch {
-    std::unordered_map<uint64_t, std::vector<uint8_t>> replies;  // by connection id
-    std::unordered_map<uint64_t, uint64_t> reply_counts;
+    std::unordered_map<uint64_t, ConnectionReplies> replies;  // by connection id
     std::vector<uint64_t> close_after_flush;
     bool tick_changes = false;
     StoreBatch store;
@@ -95,7 +100,8 @@ class Server {
   wire::ResponseBody dispatch(const wire::RequestBody& body, uint64_t now_ms);
   void enqueueReply(Connection* connection, const wire::Response& response);
   void seal();
-  StoreBatch buildStoreBatch(const LedgerChanges& changes, uint64_t now_ms) const;
+  // Copies the changed rows into a batch the commit thread owns (moves the deleted ids).
+  StoreBatch buildStoreBatch(LedgerChangedRows* rows, uint64_t now_ms) const;
   void flush(Batch* batch);
   void failFatally(const Status& status);
   void maybeFinishStop();
@@ -125,6 +131,7 @@ class Server {
   bool tick_timer_open_ = false;
   uint16_t bound_port_ = 0;
 
+  wire::EncodeScratch encode_scratch_;  // every reply is built here, on the loop thread
   uint64_t next_connection_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
   Batch open_;

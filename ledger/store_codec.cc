@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <tuple>
+#include <unordered_map>
 #include <utility>
 
 #include <capnp/message.h>
@@ -40,19 +45,24 @@ Status asCorruption(const Status& status) {
   return Status::corruption(status.message());
 }
 
+// Limits for reading one blob, sized from it.
+capnp::ReaderOptions readerOptions(size_t blob_bytes) {
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords =
+      std::max<uint64_t>(wire::kDecodeTraversalLimitWords, kTraversalWordsPerBlobByte * blob_bytes);
+  options.nestingLimit = wire::kDecodeNestingLimit;
+  return options;
+}
+
 // Reads the packed message in `bytes` with limits sized from the blob, and hands its root to
 // `read`. This is the decode boundary: kj::Exception stops here. (Unpacking copies into aligned
 // memory, so SQLite's unaligned blob pointers are fine.)
 template <typename Root, typename T, typename F>
 Result<T> withRoot(std::span<const uint8_t> bytes, F&& read) {
   if (bytes.empty()) return Status::corruption("empty blob");
-  capnp::ReaderOptions options;
-  options.traversalLimitInWords = std::max<uint64_t>(wire::kDecodeTraversalLimitWords,
-                                                     kTraversalWordsPerBlobByte * bytes.size());
-  options.nestingLimit = wire::kDecodeNestingLimit;
   try {
     kj::ArrayInputStream input(kj::ArrayPtr<const kj::byte>(bytes.data(), bytes.size()));
-    capnp::PackedMessageReader message(input, options);
+    capnp::PackedMessageReader message(input, readerOptions(bytes.size()));
     if (size_t trailing = input.tryGetReadBuffer().size(); trailing != 0) {
       return Status::corruption("message is followed by " + std::to_string(trailing) +
                                 " trailing bytes");
@@ -258,6 +268,110 @@ Result<AccountRecord> decodeAccountRecord(std::span<const uint8_t> bytes) {
 
 Result<Reservation> decodeReservationRecord(std::span<const uint8_t> bytes) {
   return withRoot<schema::ReservationRecordV1, Reservation>(bytes, readReservation);
+}
+
+// --- BatchFolder ------------------------------------------------------------------------------
+
+// One added blob, unpacked; the readers in Index point into it. Non-movable: `input` reads
+// `bytes`, `reader` reads `input` (and may read its later segments lazily).
+struct BatchFolder::Message {
+  explicit Message(Blob blob)
+      : bytes(kj::mv(blob)), input(bytes.asPtr()), reader(input, readerOptions(bytes.size())) {}
+  Message(const Message&) = delete;
+  Message& operator=(const Message&) = delete;
+
+  kj::Array<kj::byte> bytes;
+  kj::ArrayInputStream input;
+  capnp::PackedMessageReader reader;
+};
+
+// The latest image of each row, as readers into the messages. nullopt: deleted.
+struct BatchFolder::Index {
+  using AccountKeyView = std::tuple<std::string_view, std::string_view, uint64_t>;
+  std::unordered_map<std::string_view, std::optional<schema::ReservationRecordV1::Reader>>
+      reservations;
+  std::map<AccountKeyView, schema::AccountRecordV1::Reader> accounts;
+  std::map<uint64_t, schema::PolicyRecordV1::Reader> policies;
+  uint64_t ledger_clock_ms = 0;
+};
+
+namespace {
+std::string_view viewOf(capnp::Text::Reader text) { return {text.begin(), text.size()}; }
+}  // namespace
+
+BatchFolder::BatchFolder() : index_(std::make_unique<Index>()) {}
+BatchFolder::~BatchFolder() = default;
+
+Status BatchFolder::add(Blob blob) {
+  if (blob.size() == 0) return Status::corruption("empty blob");
+  try {
+    auto message = std::make_unique<Message>(kj::mv(blob));
+    if (size_t trailing = message->input.tryGetReadBuffer().size(); trailing != 0) {
+      return Status::corruption("message is followed by " + std::to_string(trailing) +
+                                " trailing bytes");
+    }
+    auto batch = message->reader.getRoot<schema::StoreBatchV1>();
+    Index& index = *index_;
+    // Deletions first: an id compacted and then reused within the batch ends up present.
+    for (capnp::Text::Reader id : batch.getDeletedReservations()) {
+      if (id.size() > limits::kReservationIdBytesMax) {
+        return Status::corruption("deletedReservations: id longer than allowed");
+      }
+      index.reservations[viewOf(id)] = std::nullopt;
+    }
+    for (auto record : batch.getReservations()) {
+      index.reservations[viewOf(record.getReservation().getReservationId())] = record;
+    }
+    for (auto record : batch.getAccounts()) {
+      index.accounts.insert_or_assign(
+          Index::AccountKeyView{viewOf(record.getSubject()), viewOf(record.getRoute()),
+                                record.getGeneration()},
+          record);
+    }
+    for (auto record : batch.getPolicies()) {
+      index.policies.insert_or_assign(record.getPolicy().getGeneration(), record);
+    }
+    index.ledger_clock_ms = std::max(index.ledger_clock_ms, batch.getLedgerClockMs());
+    messages_.push_back(std::move(message));
+    return Status::ok();
+  } catch (const kj::Exception& exception) {
+    return Status::corruption(std::string("malformed message: ") +
+                              exception.getDescription().cStr());
+  }
+}
+
+Result<StoreBatch> BatchFolder::finish() const {
+  const Index& index = *index_;
+  StoreBatch batch;
+  try {
+    batch.policies.reserve(index.policies.size());
+    for (const auto& [generation, reader] : index.policies) {
+      Result<PolicyRecord> record = readPolicy(reader);
+      if (!record.isOk()) return asCorruption(record.status());
+      batch.policies.push_back(std::move(record).value());
+    }
+    batch.accounts.reserve(index.accounts.size());
+    for (const auto& [key, reader] : index.accounts) {
+      Result<AccountRecord> record = readAccount(reader);
+      if (!record.isOk()) return asCorruption(record.status());
+      batch.accounts.push_back(std::move(record).value());
+    }
+    batch.reservations.reserve(index.reservations.size());
+    for (const auto& [id, reader] : index.reservations) {
+      if (!reader) {
+        batch.deleted_reservations.emplace_back(id);
+        continue;
+      }
+      Result<Reservation> record = readReservation(*reader);
+      if (!record.isOk()) return asCorruption(record.status());
+      batch.reservations.push_back(std::move(record).value());
+    }
+  } catch (const kj::Exception& exception) {
+    return Status::corruption(std::string("malformed message: ") +
+                              exception.getDescription().cStr());
+  }
+  batch.ledger_clock_ms = index.ledger_clock_ms;
+  return batch;
 }
 
 }  // namespace tally::ledger

@@ -1,7 +1,10 @@
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <vector>
 
 #include <capnp/common.h>
 #include <kj/array.h>
@@ -35,5 +38,32 @@ Result<StoreBatch> decodeBatch(std::span<const uint8_t> bytes);
 Result<PolicyRecord> decodePolicyRecord(std::span<const uint8_t> bytes);
 Result<AccountRecord> decodeAccountRecord(std::span<const uint8_t> bytes);
 Result<Reservation> decodeReservationRecord(std::span<const uint8_t> bytes);
+
+// Folds a run of encoded batches (oldest first) into their net effect: the latest image of every
+// row they touch, and the reservation ids whose last change deleted them. Superseded images are
+// only located (their keys are read, their bodies are not decoded), so a run that rewrites the
+// same rows many times costs one full decode per row: finish() decodes each latest image, the
+// read-back check of what the fold writes. Keeps every added blob, unpacked, until destroyed.
+// Not thread-safe; unusable after a failure.
+class BatchFolder {
+ public:
+  BatchFolder();
+  ~BatchFolder();
+  BatchFolder(const BatchFolder&) = delete;
+  BatchFolder& operator=(const BatchFolder&) = delete;
+
+  // Adds the next batch of the run (keeping `blob`). kCorruption for a malformed blob.
+  Status add(Blob blob);
+  // The net effect as one batch: `deleted_reservations` and `reservations` are disjoint, so it
+  // applies like any other batch. kCorruption if a latest image does not decode.
+  Result<StoreBatch> finish() const;
+  size_t batches() const { return messages_.size(); }
+
+ private:
+  struct Message;
+  struct Index;
+  std::vector<std::unique_ptr<Message>> messages_;
+  std::unique_ptr<Index> index_;
+};
 
 }  // namespace tally::ledger

@@ -1,7 +1,7 @@
 # The ledger's durable record (ledger/sqlite_store.h), mirrored by ledger/store.h.
 #
-# One StoreBatchV1 is one row of the SQLite `log` table; the folded tables hold one
-# PolicyRecordV1, AccountRecordV1 or ReservationRecordV1 per row. Every record is a full image:
+# One StoreBatchV1 is one row of the `log` table in DIR/ledger.db; the folded tables in
+# DIR/tables.db hold one PolicyRecordV1, AccountRecordV1 or ReservationRecordV1 per row. Every record is a full image:
 # a later image of the same row replaces an earlier one. Each is stored in the packed
 # serialization (capnp::writePackedMessage), one message per blob.
 #

@@ -200,6 +200,7 @@ class StoreTest : public ::testing::Test {
  protected:
   std::string dataDir() const { return tmp_.path() + "/data"; }
   std::string dbPath() const { return dataDir() + "/" + SqliteStore::kDatabaseFileName; }
+  std::string tablesPath() const { return dataDir() + "/" + SqliteStore::kTablesFileName; }
 
   TempDir tmp_;
 };
@@ -360,17 +361,21 @@ TEST_F(StoreTest, CheckpointAtAnyPointGivesTheSameContents) {
     const char* name;
     uint64_t checkpoint_log_rows;
     bool manual;  // also checkpoint by hand at random points
+    uint64_t rows_per_fold = 256;
+    uint64_t rows_per_trim = 256;
   };
   const std::vector<Variant> variants = {
       {"never", 0, false}, {"every-row", 1, false}, {"every-5", 5, false},
-      {"manual", 0, true}, {"default", 256, true},
+      {"manual", 0, true}, {"default", 256, true},  {"one-row-folds-and-trims", 2, true, 1, 1},
   };
   for (uint64_t seed : {1u, 2u, 3u}) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     for (const Variant& variant : variants) {
       SCOPED_TRACE(variant.name);
       const std::string dir = tmp_.path() + "/" + std::to_string(seed) + "-" + variant.name;
-      const SqliteStoreOptions options{.checkpoint_log_rows = variant.checkpoint_log_rows};
+      const SqliteStoreOptions options{.checkpoint_log_rows = variant.checkpoint_log_rows,
+                                       .fold_rows_per_transaction_max = variant.rows_per_fold,
+                                       .trim_rows_per_commit_max = variant.rows_per_trim};
       std::mt19937_64 rng(seed);             // the same batches for every variant
       std::mt19937_64 actions(seed + 1000);  // checkpoint and reopen points
       Model model;
@@ -379,7 +384,7 @@ TEST_F(StoreTest, CheckpointAtAnyPointGivesTheSameContents) {
       for (uint64_t step = 1; step <= 120; ++step) {
         StoreBatch batch = randomBatch(rng, step);
         ASSERT_TRUE(store->commit(batch).isOk());
-        ASSERT_TRUE(store->lastCheckpointStatus().isOk());
+        ASSERT_TRUE(store->foldStatus().isOk()) << store->foldStatus().toString();
         model.apply(batch);
         if (variant.manual && actions() % 7 == 0) {
           ASSERT_TRUE(store->checkpoint().isOk());
@@ -391,9 +396,9 @@ TEST_F(StoreTest, CheckpointAtAnyPointGivesTheSameContents) {
         }
         if (step % 15 == 0) expectContents(loadOrDie(store.get()), model);
       }
-      if (variant.checkpoint_log_rows == 1) {
-        EXPECT_EQ(store->pendingLogRows(), 0u);
-      }
+      expectContents(loadOrDie(store.get()), model);
+      ASSERT_TRUE(store->checkpoint().isOk());
+      EXPECT_EQ(store->pendingLogRows(), 0u);
       expectContents(loadOrDie(store.get()), model);
     }
   }
@@ -423,18 +428,33 @@ constexpr uint64_t kChildBatchesMax = 1'000'000;
 constexpr uint64_t kChildFailed = ~uint64_t{0};
 constexpr int kAckTimeoutMs = 30'000;
 
-// The child: commits batches 1, 2, ... and acknowledges each on `ack_fd` only after commit()
-// returned. Never returns into the test framework.
-[[noreturn]] void runCrashChild(const std::string& dir, uint64_t checkpoint_log_rows, int ack_fd) {
+// The committed prefix of the crash workload a store holds: the counter account's `available`.
+uint64_t committedPrefix(const StoreContents& contents) {
+  for (const AccountRecord& a : contents.accounts) {
+    if (a.key.subject == "counter") return a.balances.available;
+  }
+  return 0;
+}
+
+// The child: opens the store, continues the crash workload after the prefix the dir holds, and
+// acknowledges each batch n on `ack_fd` only after commit() returned. Never returns into the
+// test framework.
+[[noreturn]] void runCrashChild(const std::string& dir, const SqliteStoreOptions& options,
+                                int ack_fd) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  auto opened = SqliteStore::open(dir, {.checkpoint_log_rows = checkpoint_log_rows});
+  auto opened = SqliteStore::open(dir, options);
   if (!opened.isOk()) {
     (void)!::write(ack_fd, &kChildFailed, sizeof kChildFailed);
     ::_exit(3);
   }
   auto store = std::move(opened).value();
-  for (uint64_t n = 1; n <= kChildBatchesMax; ++n) {
-    if (!store->commit(crashBatch(n)).isOk() || !store->lastCheckpointStatus().isOk()) {
+  Result<StoreContents> loaded = store->load();
+  if (!loaded.isOk()) {
+    (void)!::write(ack_fd, &kChildFailed, sizeof kChildFailed);
+    ::_exit(6);
+  }
+  for (uint64_t n = committedPrefix(loaded.value()) + 1; n <= kChildBatchesMax; ++n) {
+    if (!store->commit(crashBatch(n)).isOk() || !store->foldStatus().isOk()) {
       (void)!::write(ack_fd, &kChildFailed, sizeof kChildFailed);
       ::_exit(4);
     }
@@ -443,8 +463,8 @@ constexpr int kAckTimeoutMs = 30'000;
   ::_exit(0);
 }
 
-// Reads acknowledgements (8-byte seqs) until `want` arrived or the pipe closed; every wait is
-// bounded by kAckTimeoutMs. Returns the highest seq seen.
+// Reads acknowledgements (8-byte batch numbers) until `want` more arrived or the pipe closed;
+// every wait is bounded by kAckTimeoutMs. Returns the highest number seen.
 uint64_t readAcks(int fd, uint64_t want, uint64_t* count, bool* child_failed) {
   uint64_t highest = 0;
   std::vector<uint8_t> pending;
@@ -468,7 +488,9 @@ uint64_t readAcks(int fd, uint64_t want, uint64_t* count, bool* child_failed) {
         *child_failed = true;
         return highest;
       }
-      EXPECT_EQ(seq, highest + 1) << "acknowledgements arrive in commit order";
+      if (highest != 0) {
+        EXPECT_EQ(seq, highest + 1) << "acknowledgements arrive in commit order";
+      }
       highest = seq;
       ++*count;
     }
@@ -477,18 +499,49 @@ uint64_t readAcks(int fd, uint64_t want, uint64_t* count, bool* child_failed) {
   return highest;
 }
 
+// Runs a crash child on `dir` until it acknowledged `acks` batches, lets it run `extra_us` more,
+// then kills it with SIGKILL. *acknowledged: the highest batch it acknowledged.
+void runAndKill(const std::string& dir, const SqliteStoreOptions& options, uint64_t acks,
+                uint64_t extra_us, uint64_t* acknowledged) {
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0) << std::strerror(errno);
+  std::fflush(nullptr);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0) << std::strerror(errno);
+  if (child == 0) {
+    ::close(fds[0]);
+    runCrashChild(dir, options, fds[1]);
+  }
+  ::close(fds[1]);
+  uint64_t count = 0;
+  bool child_failed = false;
+  *acknowledged = readAcks(fds[0], acks, &count, &child_failed);
+  if (extra_us > 0 && !child_failed) ::usleep(static_cast<useconds_t>(extra_us));
+  ASSERT_EQ(::kill(child, SIGKILL), 0) << std::strerror(errno);
+  int wait_status = 0;
+  ASSERT_EQ(::waitpid(child, &wait_status, 0), child);
+  // Acknowledgements written between the last read and the kill count too.
+  *acknowledged =
+      std::max(*acknowledged, readAcks(fds[0], kChildBatchesMax, &count, &child_failed));
+  ::close(fds[0]);
+  ASSERT_FALSE(child_failed) << "the child's store failed";
+  ASSERT_TRUE(WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == SIGKILL)
+      << "the child ended on its own, status " << wait_status;
+  ASSERT_GE(count, acks);
+}
+
 // After a crash: the committed batches form a prefix 1..m with m >= every acknowledged batch,
-// and the contents are exactly what that prefix wrote.
-void checkCrashRecovery(const std::string& dir, uint64_t acknowledged) {
+// and the contents are exactly what that prefix wrote. Then the store goes on: one more batch,
+// and (when `fold`) a full checkpoint. *folded_seq: tables.db's folded_seq as found.
+void checkCrashRecovery(const std::string& dir, uint64_t acknowledged, bool fold = true,
+                        int64_t* folded_seq = nullptr) {
   auto store = openOrDie(dir, {.checkpoint_log_rows = 0});
   ASSERT_NE(store, nullptr);
+  if (folded_seq != nullptr) *folded_seq = store->foldedSeq();
   Result<StoreContents> loaded = store->load();
   ASSERT_TRUE(loaded.isOk()) << loaded.status().toString();
   const StoreContents& contents = loaded.value();
-  uint64_t committed = 0;
-  for (const AccountRecord& a : contents.accounts) {
-    if (a.key.subject == "counter") committed = a.balances.available;
-  }
+  const uint64_t committed = committedPrefix(contents);
   ASSERT_GE(committed, acknowledged) << "an acknowledged batch was lost";
   Model model;
   for (uint64_t n = 1; n <= committed; ++n) model.apply(crashBatch(n));
@@ -496,11 +549,12 @@ void checkCrashRecovery(const std::string& dir, uint64_t acknowledged) {
   for (uint64_t n = 1; n <= acknowledged; ++n) {
     ASSERT_EQ(model.reservations.count("r-" + std::to_string(n)), 1u);
   }
-  // The store goes on after the crash.
   StoreBatch next = crashBatch(committed + 1);
   ASSERT_TRUE(store->commit(next).isOk());
   model.apply(next);
-  ASSERT_TRUE(store->checkpoint().isOk());
+  if (fold) {
+    ASSERT_TRUE(store->checkpoint().isOk());
+  }
   expectContents(loadOrDie(store.get()), model);
 }
 
@@ -510,7 +564,7 @@ struct CrashCase {
 };
 
 void PrintTo(const CrashCase& crash, std::ostream* out) {
-  *out << "kill after " << crash.acks_before_kill << " acks, checkpoint every "
+  *out << "kill after " << crash.acks_before_kill << " acks, fold every "
        << crash.checkpoint_log_rows << " rows";
 }
 
@@ -518,29 +572,9 @@ class CrashTest : public StoreTest, public ::testing::WithParamInterface<CrashCa
 
 TEST_P(CrashTest, SigkillLosesNoAcknowledgedBatch) {
   const CrashCase crash = GetParam();
-  int fds[2];
-  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0) << std::strerror(errno);
-  std::fflush(nullptr);
-  pid_t child = ::fork();
-  ASSERT_GE(child, 0) << std::strerror(errno);
-  if (child == 0) {
-    ::close(fds[0]);
-    runCrashChild(dataDir(), crash.checkpoint_log_rows, fds[1]);
-  }
-  ::close(fds[1]);
-  uint64_t count = 0;
-  bool child_failed = false;
-  uint64_t acknowledged = readAcks(fds[0], crash.acks_before_kill, &count, &child_failed);
-  ASSERT_EQ(::kill(child, SIGKILL), 0) << std::strerror(errno);
-  int wait_status = 0;
-  ASSERT_EQ(::waitpid(child, &wait_status, 0), child);
-  // Acknowledgements written between the last read and the kill count too.
-  acknowledged = std::max(acknowledged, readAcks(fds[0], kChildBatchesMax, &count, &child_failed));
-  ::close(fds[0]);
-  ASSERT_FALSE(child_failed) << "the child's store failed";
-  ASSERT_TRUE(WIFSIGNALED(wait_status) && WTERMSIG(wait_status) == SIGKILL)
-      << "the child ended on its own, status " << wait_status;
-  ASSERT_GE(acknowledged, crash.acks_before_kill);
+  uint64_t acknowledged = 0;
+  ASSERT_NO_FATAL_FAILURE(runAndKill(dataDir(), {.checkpoint_log_rows = crash.checkpoint_log_rows},
+                                     crash.acks_before_kill, 0, &acknowledged));
   checkCrashRecovery(dataDir(), acknowledged);
 }
 
@@ -552,6 +586,300 @@ INSTANTIATE_TEST_SUITE_P(KillPoints, CrashTest,
                            return "after" + std::to_string(info.param.acks_before_kill) + "_every" +
                                   std::to_string(info.param.checkpoint_log_rows);
                          });
+
+// Kills a child again and again on one data dir while its fold thread is busy all the time (tiny
+// folds and trims, a tiny WAL limit, so folds, trims and WAL restarts are always in progress),
+// at random points. Each recovery must hold every acknowledged batch and nothing else.
+TEST_F(StoreTest, SigkillDuringFoldAtRandomPointsLosesNothing) {
+  const uint64_t seed = 20240611;
+  std::mt19937_64 rng(seed);
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const SqliteStoreOptions busy_fold{.checkpoint_log_rows = 2,
+                                     .fold_rows_per_transaction_max = 3,
+                                     .trim_rows_per_commit_max = 1,
+                                     .log_wal_frames_max = 16};
+  constexpr int kRounds = 16;
+  int rounds_with_fold_progress = 0;
+  int64_t folded_before = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    const uint64_t acks = 5 + rng() % 250;
+    const uint64_t extra_us = rng() % 4000;
+    SCOPED_TRACE("round " + std::to_string(round) + ": kill after " + std::to_string(acks) +
+                 " acks + " + std::to_string(extra_us) + " us");
+    uint64_t acknowledged = 0;
+    ASSERT_NO_FATAL_FAILURE(runAndKill(dataDir(), busy_fold, acks, extra_us, &acknowledged));
+    int64_t folded_at_kill = 0;
+    // Every other round leaves the log unfolded, so the next child starts with work to fold.
+    ASSERT_NO_FATAL_FAILURE(
+        checkCrashRecovery(dataDir(), acknowledged, round % 2 == 0, &folded_at_kill));
+    if (folded_at_kill > folded_before) ++rounds_with_fold_progress;
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    folded_before = store->foldedSeq();
+  }
+  EXPECT_GE(rounds_with_fold_progress, kRounds / 2) << "the fold thread was not busy at the kills";
+}
+
+// --- The fold thread ----------------------------------------------------------------------------
+
+// Waits (bounded) until `done` holds.
+template <typename F>
+bool eventually(F&& done, int timeout_ms = 20'000) {
+  for (int waited_ms = 0; waited_ms < timeout_ms; waited_ms += 2) {
+    if (done()) return true;
+    ::usleep(2000);
+  }
+  return done();
+}
+
+// One integer from a raw query on a database file.
+int64_t rawInt(const std::string& db_path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  int64_t value = -1;
+  if (sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK &&
+        sqlite3_step(stmt) == SQLITE_ROW) {
+      value = sqlite3_column_int64(stmt, 0);
+    }
+    EXPECT_EQ(sqlite3_finalize(stmt), SQLITE_OK) << sql;
+  }
+  EXPECT_EQ(sqlite3_close(db), SQLITE_OK);
+  EXPECT_GE(value, 0) << db_path << ": " << sql;
+  return value;
+}
+
+void removeDatabaseFile(const std::string& path) {
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
+}
+
+TEST_F(StoreTest, FoldThreadCatchesUpWhileCommitsContinue) {
+  const SqliteStoreOptions options{.checkpoint_log_rows = 4,
+                                   .fold_rows_per_transaction_max = 3,
+                                   .trim_rows_per_commit_max = 2,
+                                   .log_wal_frames_max = 64};
+  auto store = openOrDie(dataDir(), options);
+  ASSERT_NE(store, nullptr);
+  std::mt19937_64 rng(11);
+  Model model;
+  constexpr uint64_t kSteps = 1500;
+  uint64_t loads_while_folding = 0;
+  for (uint64_t step = 1; step <= kSteps; ++step) {
+    StoreBatch batch = randomBatch(rng, step);
+    ASSERT_TRUE(store->commit(batch).isOk());
+    model.apply(batch);
+    if (step % 10 == 0) {
+      // The fold thread runs meanwhile: tables.db and the log change under this load().
+      const int64_t folded = store->foldedSeq();
+      expectContents(loadOrDie(store.get()), model);
+      if (folded > 0 && folded < static_cast<int64_t>(step)) ++loads_while_folding;
+    }
+  }
+  ASSERT_TRUE(store->foldStatus().isOk()) << store->foldStatus().toString();
+  const SqliteStoreStats stats = store->stats();
+  EXPECT_GT(stats.folds, 0u);
+  EXPECT_GT(stats.trimmed_rows, 0u);
+  EXPECT_GT(loads_while_folding, 0u);
+  EXPECT_TRUE(eventually([&] { return store->foldedSeq() + 4 > static_cast<int64_t>(kSteps); }))
+      << "folded only up to " << store->foldedSeq();
+  ASSERT_TRUE(store->checkpoint().isOk());
+  EXPECT_EQ(store->foldedSeq(), static_cast<int64_t>(kSteps));
+  EXPECT_EQ(store->pendingLogRows(), 0u);
+  expectContents(loadOrDie(store.get()), model);
+  store.reset();
+  store = openOrDie(dataDir(), options);
+  ASSERT_NE(store, nullptr);
+  expectContents(loadOrDie(store.get()), model);
+}
+
+TEST_F(StoreTest, FoldedLogRowsAreTrimmedAndLedgerDbStaysBounded) {
+  const SqliteStoreOptions options{.checkpoint_log_rows = 16, .log_wal_frames_max = 128};
+  auto store = openOrDie(dataDir(), options);
+  ASSERT_NE(store, nullptr);
+  constexpr uint64_t kSteps = 3000;
+  uint64_t pending_max = 0;
+  for (uint64_t n = 1; n <= kSteps; ++n) {
+    StoreBatch batch = crashBatch(n);
+    for (uint64_t i = 0; i < 12; ++i) {  // about 4 KiB per batch
+      batch.reservations.push_back(makeReservation("bulk-" + std::to_string(i), n));
+    }
+    ASSERT_TRUE(store->commit(batch).isOk());
+    pending_max = std::max(pending_max, store->pendingLogRows());
+  }
+  ASSERT_TRUE(store->foldStatus().isOk()) << store->foldStatus().toString();
+  // Trims ride on commits: once the fold caught up, the next commits delete what it folded.
+  ASSERT_TRUE(eventually([&] { return store->foldedSeq() + 16 > static_cast<int64_t>(kSteps); }));
+  for (uint64_t n = kSteps + 1; n <= kSteps + 2; ++n) {
+    ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+  }
+  EXPECT_LE(store->pendingLogRows(), 16u + 2u);
+  const SqliteStoreStats stats = store->stats();
+  EXPECT_GE(stats.trimmed_rows, kSteps - 16);
+  EXPECT_GT(stats.log_wal_restarts, 0u);
+  const uint64_t written = stats.log_bytes;
+  const uint64_t on_disk =
+      std::filesystem::file_size(dbPath()) + std::filesystem::file_size(dbPath() + "-wal");
+  RecordProperty("log_bytes_written", std::to_string(written));
+  RecordProperty("ledger_db_bytes", std::to_string(on_disk));
+  RecordProperty("pending_log_rows_max", std::to_string(pending_max));
+  EXPECT_GT(written, uint64_t{6} << 20);
+  EXPECT_LT(pending_max, 1000u) << "the fold thread fell behind without bound";
+  // The log's pages are reused after trims and the WAL is restarted rather than grown.
+  EXPECT_LT(on_disk, written / 4) << "ledger.db and its WAL grow with the log";
+  EXPECT_GT(stats.log_pages_written, 0u);
+}
+
+// Folded rows stay in ledger.db until a later commit trims them, and a crash may leave tables.db
+// ahead of where load() starts replaying. Replaying such a stretch again changes nothing.
+TEST_F(StoreTest, ReplayingAnAlreadyFoldedStretchIsHarmless) {
+  std::mt19937_64 rng(5);
+  Model model;
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    for (uint64_t step = 1; step <= 60; ++step) {
+      StoreBatch batch = randomBatch(rng, step);
+      ASSERT_TRUE(store->commit(batch).isOk());
+      model.apply(batch);
+      if (step == 30) {
+        ASSERT_TRUE(store->checkpoint().isOk());  // folded and trimmed up to 30
+      }
+    }
+  }
+  {
+    // The fold thread folds 31..60 on its own; no commit follows to trim them.
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 1});
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(eventually([&] { return store->foldedSeq() == 60; }));
+  }
+  EXPECT_EQ(rawInt(tablesPath(), "SELECT value FROM meta WHERE key = 'folded_seq'"), 60);
+  EXPECT_EQ(rawInt(dbPath(), "SELECT value FROM meta WHERE key = 'trimmed_seq'"), 30);
+  EXPECT_EQ(rawInt(dbPath(), "SELECT count(*) FROM log"), 30);  // 31..60: folded, not trimmed
+  // As if tables.db's latest folds had not recorded folded_seq: load() replays those rows over
+  // tables that already hold them.
+  for (int64_t folded : {45, 30}) {
+    SCOPED_TRACE("folded_seq lowered to " + std::to_string(folded));
+    rawSql(tablesPath(),
+           "UPDATE meta SET value = " + std::to_string(folded) + " WHERE key = 'folded_seq'",
+           nullptr);
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    expectContents(loadOrDie(store.get()), model);
+  }
+  // Below what ledger.db trimmed, rows would be missing: refused, not silently replayed.
+  rawSql(tablesPath(), "UPDATE meta SET value = 29 WHERE key = 'folded_seq'", nullptr);
+  Result<std::unique_ptr<SqliteStore>> refused = SqliteStore::open(dataDir());
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_EQ(refused.status().code(), StatusCode::kCorruption) << refused.status().toString();
+}
+
+TEST_F(StoreTest, TablesDbBehindTheTrimmedLogIsRefused) {
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    for (uint64_t n = 1; n <= 5; ++n) ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+    ASSERT_TRUE(store->checkpoint().isOk());
+  }
+  removeDatabaseFile(tablesPath());
+  for (int attempt = 0; attempt < 2; ++attempt) {  // and it stays refused
+    Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
+    ASSERT_FALSE(store.isOk());
+    EXPECT_EQ(store.status().code(), StatusCode::kCorruption);
+    EXPECT_NE(store.status().message().find("tables.db is missing or older than the log"),
+              std::string::npos)
+        << store.status().toString();
+  }
+}
+
+TEST_F(StoreTest, MissingLedgerDbIsRefused) {
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    for (uint64_t n = 1; n <= 5; ++n) ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+    ASSERT_TRUE(store->checkpoint().isOk());
+  }
+  removeDatabaseFile(dbPath());
+  for (int attempt = 0; attempt < 2; ++attempt) {  // and it stays refused
+    Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
+    ASSERT_FALSE(store.isOk());
+    EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(store.status().message().find("has folded its log up to seq 5"), std::string::npos)
+        << store.status().toString();
+  }
+}
+
+TEST_F(StoreTest, SchemaVersion1IsRefusedWithAClearMessage) {
+  // The one-file layout of schema version 1: the log and the tables both in ledger.db.
+  std::filesystem::create_directories(dataDir());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(dbPath().c_str(), &db), SQLITE_OK);
+  for (const char* sql : {
+           "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER)",
+           "CREATE TABLE log(seq INTEGER PRIMARY KEY, body BLOB NOT NULL)",
+           "CREATE TABLE reservations(id TEXT PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID",
+           "INSERT INTO meta(key, value) VALUES('schema_version', 1)",
+       }) {
+    ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sql;
+  }
+  ASSERT_EQ(sqlite3_close(db), SQLITE_OK);
+  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
+  ASSERT_FALSE(store.isOk());
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+  const std::string& message = store.status().message();
+  EXPECT_NE(message.find("ledger.db has schema_version 1; this build reads only 2"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("there is no migration"), std::string::npos) << message;
+}
+
+TEST_F(StoreTest, FoldTransactionsAreBoundedInRowsAndBytes) {
+  Model model;
+  {
+    auto store =
+        openOrDie(dataDir(), {.checkpoint_log_rows = 0, .fold_rows_per_transaction_max = 3});
+    ASSERT_NE(store, nullptr);
+    for (uint64_t n = 1; n <= 20; ++n) {
+      ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+      model.apply(crashBatch(n));
+    }
+    ASSERT_TRUE(store->checkpoint().isOk());
+    EXPECT_EQ(store->stats().folds, 7u);  // 3+3+3+3+3+3+2 rows
+    EXPECT_EQ(store->stats().folded_rows, 20u);
+  }
+  // A byte budget below one row: one row per transaction, never zero.
+  auto store =
+      openOrDie(dataDir(), {.checkpoint_log_rows = 0, .fold_bytes_per_transaction_max = 1});
+  ASSERT_NE(store, nullptr);
+  for (uint64_t n = 21; n <= 25; ++n) {
+    ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+    model.apply(crashBatch(n));
+  }
+  ASSERT_TRUE(store->checkpoint().isOk());
+  EXPECT_EQ(store->stats().folds, 5u);
+  EXPECT_EQ(store->foldedSeq(), 25);
+  expectContents(loadOrDie(store.get()), model);
+}
+
+TEST_F(StoreTest, FoldFailureInTheBackgroundStopsCommits) {
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    for (uint64_t n = 1; n <= 5; ++n) ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+  }
+  const std::vector<uint8_t> garbage(64, 0xff);
+  rawSql(dbPath(), "UPDATE log SET body = ?1 WHERE seq = 2", &garbage);
+  auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 1});
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->commit(crashBatch(6)).isOk());  // wakes the fold thread
+  ASSERT_TRUE(eventually([&] { return !store->foldStatus().isOk(); }));
+  EXPECT_EQ(store->foldStatus().code(), StatusCode::kCorruption);
+  EXPECT_NE(store->foldStatus().message().find("log seq 2"), std::string::npos)
+      << store->foldStatus().toString();
+  EXPECT_EQ(store->commit(crashBatch(7)).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->checkpoint().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->foldedSeq(), 0);
+  EXPECT_EQ(store->pendingLogRows(), 6u);
+}
 
 // --- Refusals and damage ------------------------------------------------------------------------
 
@@ -574,6 +902,7 @@ TEST_F(StoreTest, CreatesMissingDataDirWithPrivateMode) {
   EXPECT_EQ(perms & std::filesystem::perms::others_all, std::filesystem::perms::none);
   EXPECT_TRUE(std::filesystem::exists(dir + "/LOCK"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/ledger.db"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/tables.db"));
 }
 
 TEST_F(StoreTest, DataDirThatIsAFileIsRefused) {
@@ -624,17 +953,18 @@ TEST_F(StoreTest, CorruptLogBodyIsReportedWithItsSeq) {
 
 TEST_F(StoreTest, CorruptTableBodyIsReportedWithItsKey) {
   {
-    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 1});
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->commit(crashBatch(1)).isOk());
+    ASSERT_TRUE(store->checkpoint().isOk());
     EXPECT_EQ(store->pendingLogRows(), 0u);
   }
   // Well-formed, but the image of another row.
   Blob other = encodeReservationRecord(makeReservation("r-2", 2));
   const std::vector<uint8_t> wrong(blobBytes(other).begin(), blobBytes(other).end());
-  rawSql(dbPath(), "UPDATE reservations SET body = ?1 WHERE id = 'r-1'", &wrong);
+  rawSql(tablesPath(), "UPDATE reservations SET body = ?1 WHERE id = 'r-1'", &wrong);
   const std::vector<uint8_t> garbage(40, 0xee);
-  rawSql(dbPath(), "UPDATE accounts SET body = ?1 WHERE subject = 'counter'", &garbage);
+  rawSql(tablesPath(), "UPDATE accounts SET body = ?1 WHERE subject = 'counter'", &garbage);
   {
     auto store = openOrDie(dataDir());
     ASSERT_NE(store, nullptr);
@@ -646,7 +976,7 @@ TEST_F(StoreTest, CorruptTableBodyIsReportedWithItsKey) {
   }
   Blob counter = encodeAccountRecord(crashBatch(1).accounts[0]);
   const std::vector<uint8_t> fixed(blobBytes(counter).begin(), blobBytes(counter).end());
-  rawSql(dbPath(), "UPDATE accounts SET body = ?1 WHERE subject = 'counter'", &fixed);
+  rawSql(tablesPath(), "UPDATE accounts SET body = ?1 WHERE subject = 'counter'", &fixed);
   auto store = openOrDie(dataDir());
   ASSERT_NE(store, nullptr);
   Result<StoreContents> loaded = store->load();
@@ -662,14 +992,19 @@ TEST_F(StoreTest, OtherSchemaVersionIsRefused) {
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->commit(crashBatch(1)).isOk());
   }
-  rawSql(dbPath(), "UPDATE meta SET value = 2 WHERE key = 'schema_version'", nullptr);
-  Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
-  ASSERT_FALSE(store.isOk());
-  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(store.status().message().find("schema_version 2"), std::string::npos)
-      << store.status().toString();
-  // Refusing changed nothing: with the version restored, the data is all there.
-  rawSql(dbPath(), "UPDATE meta SET value = 1 WHERE key = 'schema_version'", nullptr);
+  for (const std::string& path : {dbPath(), tablesPath()}) {
+    SCOPED_TRACE(path);
+    rawSql(path, "UPDATE meta SET value = 3 WHERE key = 'schema_version'", nullptr);
+    Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
+    ASSERT_FALSE(store.isOk());
+    EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(
+        store.status().message().find(path + " has schema_version 3; this build reads only 2"),
+        std::string::npos)
+        << store.status().toString();
+    // Refusing changed nothing: with the version restored, the data is all there.
+    rawSql(path, "UPDATE meta SET value = 2 WHERE key = 'schema_version'", nullptr);
+  }
   auto reopened = openOrDie(dataDir());
   ASSERT_NE(reopened, nullptr);
   Model model;

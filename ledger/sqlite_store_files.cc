@@ -1,0 +1,369 @@
+#include "ledger/sqlite_store_files.h"
+
+#include <algorithm>
+#include <iterator>
+#include <utility>
+
+#include "ledger/store_codec.h"
+
+namespace tally::ledger::store_files {
+
+using sqlite::bindBlob;
+using sqlite::bindInt64;
+using sqlite::bindText;
+using sqlite::columnBlob;
+using sqlite::columnText;
+using sqlite::forEachRow;
+using sqlite::ResetOnExit;
+using sqlite::stepDone;
+
+namespace {
+
+Status checkBodySize(std::span<const uint8_t> body, uint64_t bytes_max, const std::string& where) {
+  if (body.size() <= bytes_max) return Status::ok();
+  return Status::corruption(where + ": body of " + std::to_string(body.size()) +
+                            " bytes is above batch_bytes_max");
+}
+
+bool byId(const Reservation& a, const Reservation& b) {
+  return a.reservation_id < b.reservation_id;
+}
+
+// The table's reservations with the log's changes applied (nullopt: deleted), sorted by id. A
+// linear merge, so that load() never holds the table twice.
+std::vector<Reservation> mergeReservations(
+    std::vector<Reservation> table,
+    std::unordered_map<std::string, std::optional<Reservation>> changes) {
+  if (!std::is_sorted(table.begin(), table.end(), byId)) {
+    std::sort(table.begin(), table.end(), byId);
+  }
+  std::vector<std::pair<std::string, std::optional<Reservation>>> sorted_changes(
+      std::make_move_iterator(changes.begin()), std::make_move_iterator(changes.end()));
+  std::sort(sorted_changes.begin(), sorted_changes.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Reservation> out;
+  out.reserve(table.size() + sorted_changes.size());
+  auto next = table.begin();
+  for (auto& [id, change] : sorted_changes) {
+    while (next != table.end() && next->reservation_id < id) out.push_back(std::move(*next++));
+    if (next != table.end() && next->reservation_id == id) ++next;  // replaced or deleted
+    if (change) out.push_back(std::move(*change));
+  }
+  while (next != table.end()) out.push_back(std::move(*next++));
+  return out;
+}
+
+Status readPolicies(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max,
+                    std::map<Generation, PolicyRecord>* out) {
+  return forEachRow(db, stmt, "read policies", [&](sqlite3_stmt* row) -> Status {
+    const auto generation = static_cast<Generation>(sqlite3_column_int64(row, 0));
+    const std::string where = "policies generation " + std::to_string(generation);
+    std::span<const uint8_t> body = columnBlob(row, 1);
+    TALLY_STORE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
+    Result<PolicyRecord> record = decodePolicyRecord(body);
+    if (!record.isOk()) return Status::corruption(where + ": " + record.status().message());
+    if (record.value().policy.generation != generation) {
+      return Status::corruption(where + ": body holds generation " +
+                                std::to_string(record.value().policy.generation));
+    }
+    (*out)[generation] = std::move(record).value();
+    return Status::ok();
+  });
+}
+
+Status readAccounts(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max,
+                    std::map<AccountKey, AccountRecord>* out) {
+  return forEachRow(db, stmt, "read accounts", [&](sqlite3_stmt* row) -> Status {
+    AccountKey key{.subject = columnText(row, 0),
+                   .route = columnText(row, 1),
+                   .generation = static_cast<Generation>(sqlite3_column_int64(row, 2))};
+    const std::string where =
+        "accounts (" + key.subject + ", " + key.route + ", " + std::to_string(key.generation) + ")";
+    std::span<const uint8_t> body = columnBlob(row, 3);
+    TALLY_STORE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
+    Result<AccountRecord> record = decodeAccountRecord(body);
+    if (!record.isOk()) return Status::corruption(where + ": " + record.status().message());
+    if (record.value().key != key) return Status::corruption(where + ": body holds another key");
+    (*out)[std::move(key)] = std::move(record).value();
+    return Status::ok();
+  });
+}
+
+// Appends in id order (the statement sorts; SQLite's BINARY collation is std::string's order).
+Status readReservations(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max,
+                        std::vector<Reservation>* out) {
+  return forEachRow(db, stmt, "read reservations", [&](sqlite3_stmt* row) -> Status {
+    const std::string id = columnText(row, 0);
+    const std::string where = "reservations id '" + id + "'";
+    std::span<const uint8_t> body = columnBlob(row, 1);
+    TALLY_STORE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
+    Result<Reservation> record = decodeReservationRecord(body);
+    if (!record.isOk()) return Status::corruption(where + ": " + record.status().message());
+    if (record.value().reservation_id != id) {
+      return Status::corruption(where + ": body holds id '" + record.value().reservation_id + "'");
+    }
+    out->push_back(std::move(record).value());
+    return Status::ok();
+  });
+}
+
+Status writePolicies(const sqlite::Connection& tables, const StoreBatch& net) {
+  sqlite3* db = tables.db();
+  sqlite3_stmt* stmt = tables[kTablesUpsertPolicy];
+  const char* op = "fold policy";
+  for (const PolicyRecord& record : net.policies) {
+    const Blob blob = encodePolicyRecord(record);
+    ResetOnExit reset(stmt);
+    TALLY_STORE_RETURN_IF_ERROR(
+        bindInt64(db, stmt, 1, static_cast<int64_t>(record.policy.generation), op));
+    TALLY_STORE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
+    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+  }
+  return Status::ok();
+}
+
+Status writeAccounts(const sqlite::Connection& tables, const StoreBatch& net) {
+  sqlite3* db = tables.db();
+  sqlite3_stmt* stmt = tables[kTablesUpsertAccount];
+  const char* op = "fold account";
+  for (const AccountRecord& record : net.accounts) {
+    const Blob blob = encodeAccountRecord(record);
+    ResetOnExit reset(stmt);
+    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, record.key.subject, op));
+    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 2, record.key.route, op));
+    TALLY_STORE_RETURN_IF_ERROR(
+        bindInt64(db, stmt, 3, static_cast<int64_t>(record.key.generation), op));
+    TALLY_STORE_RETURN_IF_ERROR(bindBlob(db, stmt, 4, blobBytes(blob), op));
+    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+  }
+  return Status::ok();
+}
+
+Status writeReservations(const sqlite::Connection& tables, StoreBatch* net) {
+  sqlite3* db = tables.db();
+  std::sort(net->deleted_reservations.begin(), net->deleted_reservations.end());
+  for (const std::string& id : net->deleted_reservations) {
+    sqlite3_stmt* stmt = tables[kTablesDeleteReservation];
+    ResetOnExit reset(stmt);
+    const char* op = "fold reservation deletion";
+    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, id, op));
+    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+  }
+  std::sort(net->reservations.begin(), net->reservations.end(), byId);
+  for (const Reservation& reservation : net->reservations) {
+    const Blob blob = encodeReservationRecord(reservation);
+    sqlite3_stmt* stmt = tables[kTablesUpsertReservation];
+    ResetOnExit reset(stmt);
+    const char* op = "fold reservation";
+    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, reservation.reservation_id, op));
+    TALLY_STORE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
+    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+// --- Folding ------------------------------------------------------------------------------------
+
+void LogFold::apply(StoreBatch&& batch) {
+  // Deletions first: an id compacted and then reused within the batch ends up present.
+  for (std::string& id : batch.deleted_reservations) reservations[std::move(id)] = std::nullopt;
+  for (Reservation& reservation : batch.reservations) {
+    std::string id = reservation.reservation_id;
+    reservations[std::move(id)] = std::move(reservation);
+  }
+  for (PolicyRecord& record : batch.policies) {
+    Generation generation = record.policy.generation;
+    policies[generation] = std::move(record);
+  }
+  for (AccountRecord& record : batch.accounts) {
+    AccountKey key = record.key;
+    accounts[std::move(key)] = std::move(record);
+  }
+  ledger_clock_ms = std::max(ledger_clock_ms, batch.ledger_clock_ms);
+}
+
+Status foldLogRow(int64_t seq, std::span<const uint8_t> body, uint64_t bytes_max, LogFold* fold) {
+  const std::string where = "log seq " + std::to_string(seq);
+  if (fold->rows > 0 && seq != fold->last_seq + 1) {
+    return Status::corruption(where + " follows log seq " + std::to_string(fold->last_seq) +
+                              ": log rows are missing");
+  }
+  TALLY_STORE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
+  Result<StoreBatch> batch = decodeBatch(body);
+  if (!batch.isOk()) return Status::corruption(where + ": " + batch.status().message());
+  fold->apply(std::move(batch).value());
+  if (fold->rows == 0) fold->first_seq = seq;
+  fold->last_seq = seq;
+  ++fold->rows;
+  return Status::ok();
+}
+
+Status readLogRows(const sqlite::Connection& log, int64_t after_seq, int64_t last_seq,
+                   uint64_t row_bytes_max, uint64_t budget_bytes, std::vector<Blob>* bodies) {
+  TALLY_ASSERT(last_seq > after_seq);
+  sqlite3* db = log.db();
+  sqlite3_stmt* select = log[kLogSelectRange];
+  const char* op = "fold: read log";
+  // One statement, so one read snapshot; it ends when the statement is reset.
+  ResetOnExit reset(select);
+  TALLY_STORE_RETURN_IF_ERROR(bindInt64(db, select, 1, after_seq, op));
+  TALLY_STORE_RETURN_IF_ERROR(bindInt64(db, select, 2, last_seq - after_seq, op));
+  int64_t next = after_seq + 1;
+  uint64_t total_bytes = 0;
+  while (next <= last_seq && total_bytes <= budget_bytes) {
+    const int rc = sqlite3_step(select);
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) return sqlite::statusOf(db, rc, op);
+    if (sqlite3_column_int64(select, 0) != next) break;  // reported below
+    const std::span<const uint8_t> body = columnBlob(select, 1);
+    TALLY_STORE_RETURN_IF_ERROR(
+        checkBodySize(body, row_bytes_max, "log seq " + std::to_string(next)));
+    bodies->push_back(kj::heapArray<kj::byte>(body.data(), body.size()));
+    total_bytes += body.size();
+    ++next;
+  }
+  // Every committed row after folded_seq is there: none is trimmed before it is folded.
+  if (next <= last_seq && total_bytes <= budget_bytes) {
+    return Status::corruption(log.path() + " lacks log seq " + std::to_string(next) +
+                              " of the committed " + std::to_string(after_seq + 1) + ".." +
+                              std::to_string(last_seq));
+  }
+  return Status::ok();
+}
+
+// --- Meta and schema ----------------------------------------------------------------------------
+
+Status readMeta(sqlite3* db, sqlite3_stmt* get, const char* key, std::optional<int64_t>* value) {
+  ResetOnExit reset(get);
+  const std::string op = std::string("read meta ") + key;
+  TALLY_STORE_RETURN_IF_ERROR(bindText(db, get, 1, key, op.c_str()));
+  int rc = sqlite3_step(get);
+  if (rc == SQLITE_DONE) {
+    *value = std::nullopt;
+    return Status::ok();
+  }
+  if (rc != SQLITE_ROW) return sqlite::statusOf(db, rc, op);
+  if (sqlite3_column_type(get, 0) != SQLITE_INTEGER) {
+    return Status::corruption("meta " + std::string(key) + " is not an integer");
+  }
+  *value = sqlite3_column_int64(get, 0);
+  return Status::ok();
+}
+
+Status setMetaMax(sqlite3* db, sqlite3_stmt* set_max, const char* key, int64_t value) {
+  ResetOnExit reset(set_max);
+  const std::string op = std::string("write meta ") + key;
+  TALLY_STORE_RETURN_IF_ERROR(bindText(db, set_max, 1, key, op.c_str()));
+  TALLY_STORE_RETURN_IF_ERROR(bindInt64(db, set_max, 2, value, op.c_str()));
+  return stepDone(db, set_max, op.c_str());
+}
+
+Status createOrCheckSchema(const sqlite::Connection& connection,
+                           std::span<const char* const> schema, const char* marker_table) {
+  sqlite3* db = connection.db();
+  const std::string& path = connection.path();
+  TALLY_STORE_RETURN_IF_ERROR(sqlite::execSql(db, "BEGIN IMMEDIATE", "begin schema setup"));
+  Status status = [&]() -> Status {
+    int64_t tables = 0;
+    bool has_meta = false;
+    bool has_marker = false;
+    const std::string sql = std::string("SELECT count(*), sum(name = 'meta'), sum(name = '") +
+                            marker_table + "') FROM sqlite_master WHERE type = 'table'";
+    TALLY_STORE_RETURN_IF_ERROR(
+        sqlite::queryOnce(db, sql.c_str(), "read schema", [&](sqlite3_stmt* row) {
+          if (row == nullptr) return Status::ok();
+          tables = sqlite3_column_int64(row, 0);
+          has_meta = sqlite3_column_int64(row, 1) > 0;
+          has_marker = sqlite3_column_int64(row, 2) > 0;
+          return Status::ok();
+        }));
+    if (!has_meta && tables > 0) {
+      return Status::failedPrecondition(path + " is not a tally ledger database");
+    }
+    if (has_meta) {
+      std::optional<int64_t> version;
+      TALLY_STORE_RETURN_IF_ERROR(
+          sqlite::queryOnce(db, "SELECT value FROM meta WHERE key = 'schema_version'",
+                            "read schema_version", [&](sqlite3_stmt* row) {
+                              if (row != nullptr && sqlite3_column_type(row, 0) == SQLITE_INTEGER) {
+                                version = sqlite3_column_int64(row, 0);
+                              }
+                              return Status::ok();
+                            }));
+      if (version != kSchemaVersion) {
+        std::string found = version ? std::to_string(*version) : std::string("(none)");
+        std::string why = version == 1 ? " (version 1 kept the folded tables inside ledger.db; "
+                                         "there is no migration: start from an empty data dir)"
+                                       : "";
+        return Status::failedPrecondition(path + " has schema_version " + found +
+                                          "; this build reads only " +
+                                          std::to_string(kSchemaVersion) + why);
+      }
+      if (!has_marker) {
+        return Status::failedPrecondition(path + " has no table '" + marker_table +
+                                          "': it is not this file of a tally data dir");
+      }
+      return Status::ok();
+    }
+    for (const char* create : schema) {
+      TALLY_STORE_RETURN_IF_ERROR(sqlite::execSql(db, create, create));
+    }
+    const std::string insert_version = std::string("INSERT INTO meta(key, value) VALUES('") +
+                                       kMetaSchemaVersion + "', " + std::to_string(kSchemaVersion) +
+                                       ")";
+    return sqlite::execSql(db, insert_version.c_str(), "write schema_version");
+  }();
+  if (!status.isOk()) return connection.rollbackIfOpen(status);
+  return sqlite::execSql(db, "COMMIT", "commit schema setup");
+}
+
+// --- tables.db ----------------------------------------------------------------------------------
+
+Status writeFold(const sqlite::Connection& tables, StoreBatch* net, int64_t last_seq) {
+  TALLY_STORE_RETURN_IF_ERROR(writePolicies(tables, *net));
+  TALLY_STORE_RETURN_IF_ERROR(writeAccounts(tables, *net));
+  TALLY_STORE_RETURN_IF_ERROR(writeReservations(tables, net));
+  sqlite3* db = tables.db();
+  sqlite3_stmt* set_max = tables[kTablesSetMetaMax];
+  TALLY_STORE_RETURN_IF_ERROR(
+      setMetaMax(db, set_max, kMetaLedgerClockMs, static_cast<int64_t>(net->ledger_clock_ms)));
+  return setMetaMax(db, set_max, kMetaFoldedSeq, last_seq);
+}
+
+Status readTables(const sqlite::Connection& tables, uint64_t bytes_max, TablesImage* image) {
+  sqlite3* db = tables.db();
+  TALLY_STORE_RETURN_IF_ERROR(
+      readPolicies(db, tables[kTablesSelectPolicies], bytes_max, &image->policies));
+  TALLY_STORE_RETURN_IF_ERROR(
+      readAccounts(db, tables[kTablesSelectAccounts], bytes_max, &image->accounts));
+  TALLY_STORE_RETURN_IF_ERROR(
+      readReservations(db, tables[kTablesSelectReservations], bytes_max, &image->reservations));
+  std::optional<int64_t> clock_ms;
+  TALLY_STORE_RETURN_IF_ERROR(readMeta(db, tables[kTablesGetMeta], kMetaLedgerClockMs, &clock_ms));
+  std::optional<int64_t> folded_seq;
+  TALLY_STORE_RETURN_IF_ERROR(readMeta(db, tables[kTablesGetMeta], kMetaFoldedSeq, &folded_seq));
+  if (clock_ms.value_or(0) < 0 || folded_seq.value_or(0) < 0) {
+    return Status::corruption(tables.path() + ": negative ledger_clock_ms or folded_seq");
+  }
+  image->ledger_clock_ms = static_cast<uint64_t>(clock_ms.value_or(0));
+  image->folded_seq = folded_seq.value_or(0);
+  return Status::ok();
+}
+
+StoreContents mergeContents(TablesImage image, LogFold fold) {
+  for (auto& [generation, record] : fold.policies) image.policies[generation] = std::move(record);
+  for (auto& [key, record] : fold.accounts) image.accounts[key] = std::move(record);
+  StoreContents contents;
+  contents.policies.reserve(image.policies.size());
+  for (auto& [generation, record] : image.policies) contents.policies.push_back(std::move(record));
+  contents.accounts.reserve(image.accounts.size());
+  for (auto& [key, record] : image.accounts) contents.accounts.push_back(std::move(record));
+  contents.reservations =
+      mergeReservations(std::move(image.reservations), std::move(fold.reservations));
+  contents.ledger_clock_ms = std::max(image.ledger_clock_ms, fold.ledger_clock_ms);
+  return contents;
+}
+
+}  // namespace tally::ledger::store_files

@@ -1,0 +1,175 @@
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/status.h"
+#include "ledger/sqlite_store_support.h"
+#include "ledger/store.h"
+#include "ledger/store_codec.h"
+
+// What the store's two files hold, below SqliteStore (ledger/sqlite_store.h): their schemas and
+// statements, folding decoded log rows into latest images, writing those images into tables.db
+// and reading everything back. No threads and no policy here: the callers own the connections,
+// the transactions and the order of events.
+//
+//   DIR/ledger.db  meta(schema_version, trimmed_seq)     log(seq, body): one StoreBatchV1 each
+//   DIR/tables.db  meta(schema_version, folded_seq,      policies, accounts, reservations: the
+//                       ledger_clock_ms)                 latest image of each row, folded from log
+//
+// Invariant across the files: trimmed_seq <= folded_seq, and ledger.db holds every log row with
+// seq > trimmed_seq, in one contiguous run.
+
+namespace tally::ledger::store_files {
+
+inline constexpr int64_t kSchemaVersion = 2;
+inline constexpr const char* kMetaSchemaVersion = "schema_version";
+inline constexpr const char* kMetaTrimmedSeq = "trimmed_seq";  // ledger.db: log rows <= it gone
+inline constexpr const char* kMetaFoldedSeq = "folded_seq";    // tables.db: log rows <= it in
+inline constexpr const char* kMetaLedgerClockMs = "ledger_clock_ms";  // tables.db
+
+// --- ledger.db ----------------------------------------------------------------------------------
+
+inline constexpr std::array<const char*, 2> kLogSchema = {
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER)",
+    "CREATE TABLE log(seq INTEGER PRIMARY KEY, body BLOB NOT NULL)",
+};
+
+enum LogStatement : size_t {
+  kLogBegin,
+  kLogBeginRead,
+  kLogCommit,
+  kLogInsert,
+  kLogSelectAfter,
+  kLogSelectRange,
+  kLogDeleteUpTo,
+  kLogSetMetaMax,
+  kLogGetMeta,
+  kLogStatementCount,
+};
+
+inline constexpr std::array<const char*, kLogStatementCount> kLogStatementSql = {
+    "BEGIN IMMEDIATE",
+    "BEGIN DEFERRED",
+    "COMMIT",
+    "INSERT INTO log(seq, body) VALUES(?1, ?2)",
+    "SELECT seq, body FROM log WHERE seq > ?1 ORDER BY seq",
+    "SELECT seq, body FROM log WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+    "DELETE FROM log WHERE seq <= ?1",
+    "INSERT INTO meta(key, value) VALUES(?1, ?2) "
+    "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
+    "SELECT value FROM meta WHERE key = ?1",
+};
+
+// --- tables.db ----------------------------------------------------------------------------------
+
+inline constexpr std::array<const char*, 4> kTablesSchema = {
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER)",
+    "CREATE TABLE policies(generation INTEGER PRIMARY KEY, body BLOB NOT NULL)",
+    "CREATE TABLE accounts(subject TEXT, route TEXT, generation INTEGER, body BLOB NOT NULL, "
+    "PRIMARY KEY(subject, route, generation)) WITHOUT ROWID",
+    "CREATE TABLE reservations(id TEXT PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID",
+};
+
+enum TablesStatement : size_t {
+  kTablesBegin,
+  kTablesBeginRead,
+  kTablesCommit,
+  kTablesUpsertPolicy,
+  kTablesUpsertAccount,
+  kTablesUpsertReservation,
+  kTablesDeleteReservation,
+  kTablesSetMetaMax,
+  kTablesGetMeta,
+  kTablesSelectPolicies,
+  kTablesSelectAccounts,
+  kTablesSelectReservations,
+  kTablesStatementCount,
+};
+
+inline constexpr std::array<const char*, kTablesStatementCount> kTablesStatementSql = {
+    "BEGIN IMMEDIATE",
+    "BEGIN DEFERRED",
+    "COMMIT",
+    "INSERT OR REPLACE INTO policies(generation, body) VALUES(?1, ?2)",
+    "INSERT OR REPLACE INTO accounts(subject, route, generation, body) VALUES(?1, ?2, ?3, ?4)",
+    "INSERT OR REPLACE INTO reservations(id, body) VALUES(?1, ?2)",
+    "DELETE FROM reservations WHERE id = ?1",
+    "INSERT INTO meta(key, value) VALUES(?1, ?2) "
+    "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
+    "SELECT value FROM meta WHERE key = ?1",
+    "SELECT generation, body FROM policies ORDER BY generation",
+    "SELECT subject, route, generation, body FROM accounts ORDER BY subject, route, generation",
+    "SELECT id, body FROM reservations ORDER BY id",
+};
+
+// --- Folding ------------------------------------------------------------------------------------
+
+// load()'s replay of the log after folded_seq: the latest image of every row a run of log
+// batches touched, every batch fully decoded (the read-back check of all of them). A reservation
+// mapped to nullopt was deleted. (The fold thread uses BatchFolder instead, which decodes only
+// the latest images.)
+struct LogFold {
+  std::map<Generation, PolicyRecord> policies;
+  std::map<AccountKey, AccountRecord> accounts;
+  std::unordered_map<std::string, std::optional<Reservation>> reservations;
+  uint64_t ledger_clock_ms = 0;
+  int64_t first_seq = 0;  // 0 while empty
+  int64_t last_seq = 0;
+  uint64_t rows = 0;
+
+  void apply(StoreBatch&& batch);
+};
+
+// Decodes the body of log row `seq` (the read-back check of the record) and folds it into
+// `fold`. kCorruption, naming the seq, for a damaged body or a gap in the run of seqs.
+Status foldLogRow(int64_t seq, std::span<const uint8_t> body, uint64_t bytes_max, LogFold* fold);
+
+// Log rows after_seq+1, after_seq+2, ... (at most up to last_seq) of ledger.db, copied out of
+// one short read transaction on `log` (so that it does not keep the WAL from being checkpointed
+// while they are folded). Stops after the row that brings the total past budget_bytes (so it
+// always reads at least one). kCorruption if a row is missing or larger than row_bytes_max.
+Status readLogRows(const sqlite::Connection& log, int64_t after_seq, int64_t last_seq,
+                   uint64_t row_bytes_max, uint64_t budget_bytes, std::vector<Blob>* bodies);
+
+// --- Meta, in either file -----------------------------------------------------------------------
+
+// `get` and `set_max` are that file's GetMeta and SetMetaMax statements.
+Status readMeta(sqlite3* db, sqlite3_stmt* get, const char* key, std::optional<int64_t>* value);
+Status setMetaMax(sqlite3* db, sqlite3_stmt* set_max, const char* key, int64_t value);
+
+// Creates `schema` and schema_version in a new file, or checks an existing file: it must hold
+// `marker_table` and schema_version kSchemaVersion (kFailedPrecondition otherwise, naming the
+// version found).
+Status createOrCheckSchema(const sqlite::Connection& connection,
+                           std::span<const char* const> schema, const char* marker_table);
+
+// --- tables.db ----------------------------------------------------------------------------------
+
+// Writes `net`, the net effect of the log rows up to `last_seq` after tables.db's folded_seq
+// (deletions and upserts disjoint, see BatchFolder), into tables.db's tables and raises
+// folded_seq to last_seq and ledger_clock_ms, inside the caller's transaction on `tables`.
+// Sorts `net`'s reservations and deletions by id, so consecutive writes share B-tree pages.
+Status writeFold(const sqlite::Connection& tables, StoreBatch* net, int64_t last_seq);
+
+// tables.db's contents, read inside the caller's read transaction.
+struct TablesImage {
+  std::map<Generation, PolicyRecord> policies;
+  std::map<AccountKey, AccountRecord> accounts;
+  std::vector<Reservation> reservations;  // ascending id
+  uint64_t ledger_clock_ms = 0;
+  int64_t folded_seq = 0;
+};
+Status readTables(const sqlite::Connection& tables, uint64_t bytes_max, TablesImage* image);
+
+// The tables' contents with the log's later images applied over them.
+StoreContents mergeContents(TablesImage image, LogFold fold);
+
+}  // namespace tally::ledger::store_files
