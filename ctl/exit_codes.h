@@ -34,6 +34,7 @@ constexpr ExitCode exitCodeFor(ReplyCode code) {
     case ReplyCode::kInvalidArgument: return kExitUsage;
     case ReplyCode::kResourceExhausted:
     case ReplyCode::kArithmeticOverflow: return kExitRefused;
+    case ReplyCode::kQueued: return kExitOk;  // durably queued at the agent
   }
   return kExitProtocol;
 }

@@ -319,6 +319,7 @@ const char* errorCodeConstant(wire::ErrorCode code) {
     case wire::ErrorCode::kInvalidArgument: return "INVALID_ARGUMENT";
     case wire::ErrorCode::kUnavailable: return "UNAVAILABLE";
     case wire::ErrorCode::kInternal: return "INTERNAL";
+    case wire::ErrorCode::kPermissionDenied: return "PERMISSION_DENIED";
   }
   return "UNKNOWN_ERROR";
 }

@@ -30,6 +30,7 @@ enum LimitingDimension {
   maxSingleReservation @4;
   generationDraining @5;
   noBudget @6;
+  ledgerUnavailable @7;            # agent: the ledger is unreachable; retry later
 }
 
 struct LimitReservationV1 {

@@ -123,6 +123,7 @@ enum ReplyCode {
   invalidArgument @7;
   resourceExhausted @8;
   arithmeticOverflow @9;
+  queued @10;                      # agent: durably queued, delivered exactly once later
 }
 
 enum GenerationState {
@@ -186,6 +187,7 @@ enum ErrorCode {
   invalidArgument @4;              # a field out of bounds (over-long id, bad digest length, …)
   unavailable @5;                  # retry later (e.g. the ledger is unreachable)
   internal @6;
+  permissionDenied @7;             # agent: the peer's uid/gid is not allowed
 }
 
 struct ErrorReply {

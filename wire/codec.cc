@@ -1,5 +1,6 @@
 #include "wire/codec.h"
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -35,18 +36,27 @@ auto catchDecodeErrors(F&& read) -> decltype(read()) {
   }
 }
 
-// Runs `read` on the message in `frame`, copied into word-aligned memory first: a frame sits at
-// any offset of a socket buffer, and Cap'n Proto reads words in place.
+// Runs `read` on the message in `frame`. Cap'n Proto reads words in place, so a frame at a
+// word-aligned address (a FrameDecoder frame is its own heap allocation) is read where it is;
+// one at any other offset of a buffer is copied into word-aligned memory first.
 template <typename T, typename F>
 Result<T> withMessage(std::span<const uint8_t> frame, F&& read) {
   if (frame.empty() || frame.size() % sizeof(capnp::word) != 0) {
     return Status::corruption("message of " + std::to_string(frame.size()) +
                               " bytes is not a positive whole number of 8-byte words");
   }
-  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(frame.size() / sizeof(capnp::word));
-  std::memcpy(words.begin(), frame.data(), frame.size());
+  kj::Array<capnp::word> copy;
+  kj::ArrayPtr<const capnp::word> words;
+  if (reinterpret_cast<uintptr_t>(frame.data()) % alignof(capnp::word) == 0) {
+    words = kj::arrayPtr(reinterpret_cast<const capnp::word*>(frame.data()),
+                         frame.size() / sizeof(capnp::word));
+  } else {
+    copy = kj::heapArray<capnp::word>(frame.size() / sizeof(capnp::word));
+    std::memcpy(copy.begin(), frame.data(), frame.size());
+    words = copy.asPtr();
+  }
   return catchDecodeErrors([&]() -> Result<T> {
-    capnp::FlatArrayMessageReader message(words.asPtr(), decodeReaderOptions());
+    capnp::FlatArrayMessageReader message(words, decodeReaderOptions());
     if (message.getEnd() != words.end()) {
       return Status::corruption(
           "message is followed by " +
@@ -457,6 +467,7 @@ const char* errorCodeName(ErrorCode code) {
     case ErrorCode::kInvalidArgument: return "invalidArgument";
     case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kPermissionDenied: return "permissionDenied";
   }
   return "invalid";
 }
@@ -491,6 +502,19 @@ Result<std::vector<uint8_t>> encodeResponseFrame(const Response& response,
   capnp::MallocMessageBuilder message;
   fromCore(response, message.initRoot<schema::Response>());
   return encodeFrame(message, frame_bytes_max);
+}
+
+Status encodeResponseFrameInto(const Response& response, std::vector<uint8_t>* out,
+                               uint64_t frame_bytes_max, EncodeScratch* scratch) {
+  if (scratch == nullptr) {
+    capnp::MallocMessageBuilder message;
+    fromCore(response, message.initRoot<schema::Response>());
+    return appendFrame(message, frame_bytes_max, out);
+  }
+  // The builder zeroes what it used of the scratch when it is destroyed, ready for the next.
+  capnp::MallocMessageBuilder message(scratch->firstSegment());
+  fromCore(response, message.initRoot<schema::Response>());
+  return appendFrame(message, frame_bytes_max, out);
 }
 
 ErrorReply errorReplyFor(const Status& status) {

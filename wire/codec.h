@@ -76,6 +76,7 @@ enum class ErrorCode : uint8_t {
   kInvalidArgument,
   kUnavailable,
   kInternal,
+  kPermissionDenied,  // agent: the peer's credentials are not allowed
 };
 const char* errorCodeName(ErrorCode code);
 
@@ -131,6 +132,29 @@ Result<std::vector<uint8_t>> encodeRequestFrame(
     const Request& request, uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault);
 Result<std::vector<uint8_t>> encodeResponseFrame(
     const Response& response, uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault);
+
+// Scratch space for encoding many messages in a row: each message's first segment is built in
+// these (kept zeroed) words instead of a fresh calloc'd one. A message that outgrows them
+// continues in allocated segments. Owned by one thread (a server's loop); not thread-safe.
+class EncodeScratch {
+ public:
+  EncodeScratch() : words_(kWords) {}
+  EncodeScratch(const EncodeScratch&) = delete;
+  EncodeScratch& operator=(const EncodeScratch&) = delete;
+
+  kj::ArrayPtr<capnp::word> firstSegment() { return kj::arrayPtr(words_.data(), words_.size()); }
+
+ private:
+  static constexpr size_t kWords = 1024;  // 8 KiB: any reservation reply fits in one segment
+  std::vector<capnp::word> words_;        // value-initialized: zero
+};
+
+// Appends the framed encoding of `response` to `*out`: the same bytes as encodeResponseFrame,
+// without the intermediate copies. kResourceExhausted, with `*out` unchanged, if the message is
+// above frame_bytes_max. `scratch` (optional) is reused for the first segment.
+Status encodeResponseFrameInto(const Response& response, std::vector<uint8_t>* out,
+                               uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault,
+                               EncodeScratch* scratch = nullptr);
 
 // The error a server answers with when decoding failed with `status`.
 ErrorReply errorReplyFor(const Status& status);

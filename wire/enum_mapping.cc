@@ -32,6 +32,7 @@ std::optional<LimitingDimension> enumToCore(schema::LimitingDimension value) {
     case W::MAX_SINGLE_RESERVATION: return LimitingDimension::kMaxSingleReservation;
     case W::GENERATION_DRAINING: return LimitingDimension::kGenerationDraining;
     case W::NO_BUDGET: return LimitingDimension::kNoBudget;
+    case W::LEDGER_UNAVAILABLE: return LimitingDimension::kLedgerUnavailable;
   }
   return std::nullopt;  // a raw value beyond the schema
 }
@@ -49,6 +50,7 @@ std::optional<ReplyCode> enumToCore(schema::ReplyCode value) {
     case W::INVALID_ARGUMENT: return ReplyCode::kInvalidArgument;
     case W::RESOURCE_EXHAUSTED: return ReplyCode::kResourceExhausted;
     case W::ARITHMETIC_OVERFLOW: return ReplyCode::kArithmeticOverflow;
+    case W::QUEUED: return ReplyCode::kQueued;
   }
   return std::nullopt;  // a raw value beyond the schema
 }
@@ -92,6 +94,7 @@ std::optional<ErrorCode> enumToCore(schema::ErrorCode value) {
     case W::INVALID_ARGUMENT: return ErrorCode::kInvalidArgument;
     case W::UNAVAILABLE: return ErrorCode::kUnavailable;
     case W::INTERNAL: return ErrorCode::kInternal;
+    case W::PERMISSION_DENIED: return ErrorCode::kPermissionDenied;
   }
   return std::nullopt;  // a raw value beyond the schema
 }
@@ -124,6 +127,7 @@ schema::LimitingDimension enumFromCore(LimitingDimension value) {
     case LimitingDimension::kMaxSingleReservation: return W::MAX_SINGLE_RESERVATION;
     case LimitingDimension::kGenerationDraining: return W::GENERATION_DRAINING;
     case LimitingDimension::kNoBudget: return W::NO_BUDGET;
+    case LimitingDimension::kLedgerUnavailable: return W::LEDGER_UNAVAILABLE;
   }
   TALLY_UNREACHABLE();
 }
@@ -141,6 +145,7 @@ schema::ReplyCode enumFromCore(ReplyCode value) {
     case ReplyCode::kInvalidArgument: return W::INVALID_ARGUMENT;
     case ReplyCode::kResourceExhausted: return W::RESOURCE_EXHAUSTED;
     case ReplyCode::kArithmeticOverflow: return W::ARITHMETIC_OVERFLOW;
+    case ReplyCode::kQueued: return W::QUEUED;
   }
   TALLY_UNREACHABLE();
 }
@@ -184,6 +189,7 @@ schema::ErrorCode enumFromCore(ErrorCode value) {
     case ErrorCode::kInvalidArgument: return W::INVALID_ARGUMENT;
     case ErrorCode::kUnavailable: return W::UNAVAILABLE;
     case ErrorCode::kInternal: return W::INTERNAL;
+    case ErrorCode::kPermissionDenied: return W::PERMISSION_DENIED;
   }
   TALLY_UNREACHABLE();
 }

@@ -6,6 +6,8 @@
 
 #include <capnp/serialize.h>
 
+#include "core/assert.h"
+
 namespace tally::wire {
 namespace {
 
@@ -17,20 +19,45 @@ uint64_t effectiveFrameBytesMax(uint64_t frame_bytes_max) {
 }  // namespace
 
 Result<std::vector<uint8_t>> encodeFrame(capnp::MessageBuilder& message, uint64_t frame_bytes_max) {
-  kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
-  kj::ArrayPtr<const kj::byte> bytes = words.asBytes();
+  std::vector<uint8_t> frame;
+  if (Status status = appendFrame(message, frame_bytes_max, &frame); !status.isOk()) return status;
+  return frame;
+}
+
+Status appendFrame(capnp::MessageBuilder& message, uint64_t frame_bytes_max,
+                   std::vector<uint8_t>* out) {
+  // The standard serialization (as capnp::messageToFlatArray writes it): a segment table of
+  // uint32 (count - 1) and each segment's size in words, padded to a whole word, then the
+  // segments.
+  kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments = message.getSegmentsForOutput();
+  const size_t table_words = (segments.size() + 2) / 2;
+  size_t message_bytes = table_words * sizeof(capnp::word);
+  for (const kj::ArrayPtr<const capnp::word>& segment : segments) {
+    message_bytes += segment.size() * sizeof(capnp::word);
+  }
   const uint64_t max_bytes = effectiveFrameBytesMax(frame_bytes_max);
-  if (bytes.size() > max_bytes) {
-    return Status::resourceExhausted("frame of " + std::to_string(bytes.size()) +
+  if (message_bytes > max_bytes) {
+    return Status::resourceExhausted("frame of " + std::to_string(message_bytes) +
                                      " bytes exceeds frame_bytes_max " + std::to_string(max_bytes));
   }
-  std::vector<uint8_t> frame(kFrameHeaderBytes + bytes.size());
-  const auto length = static_cast<uint32_t>(bytes.size());
-  for (size_t i = 0; i < kFrameHeaderBytes; ++i) {
-    frame[i] = static_cast<uint8_t>(length >> (8 * i));
+  const size_t start = out->size();
+  out->resize(start + kFrameHeaderBytes + message_bytes);
+  uint8_t* at = out->data() + start;
+  auto put32 = [&at](uint32_t value) {
+    for (size_t i = 0; i < 4; ++i) *at++ = static_cast<uint8_t>(value >> (8 * i));
+  };
+  put32(static_cast<uint32_t>(message_bytes));
+  put32(static_cast<uint32_t>(segments.size() - 1));
+  for (const kj::ArrayPtr<const capnp::word>& segment : segments) {
+    put32(static_cast<uint32_t>(segment.size()));
   }
-  std::memcpy(frame.data() + kFrameHeaderBytes, bytes.begin(), bytes.size());
-  return frame;
+  if (segments.size() % 2 == 0) put32(0);  // padding to a whole word
+  for (const kj::ArrayPtr<const capnp::word>& segment : segments) {
+    std::memcpy(at, segment.begin(), segment.size() * sizeof(capnp::word));
+    at += segment.size() * sizeof(capnp::word);
+  }
+  TALLY_ASSERT(at == out->data() + out->size());
+  return Status::ok();
 }
 
 FrameDecoder::FrameDecoder(FrameDecoderOptions options)

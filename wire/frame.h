@@ -28,6 +28,10 @@ using Frame = std::vector<uint8_t>;
 // `frame_bytes_max` (the peer would refuse it), so the caller can answer with an error instead.
 Result<std::vector<uint8_t>> encodeFrame(capnp::MessageBuilder& message,
                                          uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault);
+// The same frame, appended to `*out` with one copy of the message's segments. On error `*out`
+// is unchanged.
+Status appendFrame(capnp::MessageBuilder& message, uint64_t frame_bytes_max,
+                   std::vector<uint8_t>* out);
 
 struct FrameDecoderOptions {
   // Frames announcing more bytes than this are refused before any of their body is buffered.

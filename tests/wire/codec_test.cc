@@ -543,7 +543,7 @@ TEST(CodecValidation, RejectsEnumValuesBeyondTheSchema) {
   {
     capnp::MallocMessageBuilder message;
     auto reply = message.initRoot<schema::Response>().initReservation();
-    reply.setCode(static_cast<schema::ReplyCode>(10));
+    reply.setCode(static_cast<schema::ReplyCode>(11));  // 10 is QUEUED
     expectInvalidArgumentNaming(decodeResponse(payloadOf(message)).status(), "code");
   }
   {
@@ -555,7 +555,8 @@ TEST(CodecValidation, RejectsEnumValuesBeyondTheSchema) {
   }
   {
     capnp::MallocMessageBuilder message;
-    message.initRoot<schema::ErrorReply>().setCode(static_cast<schema::ErrorCode>(7));
+    message.initRoot<schema::ErrorReply>().setCode(
+        static_cast<schema::ErrorCode>(8));  // 7 is permissionDenied
     expectInvalidArgumentNaming(toCore(message.getRoot<schema::ErrorReply>().asReader()).status(),
                                 "code");
   }
@@ -683,6 +684,88 @@ TEST(CodecErrors, OversizedReplyIsRefusedAtEncode) {
   Result<std::vector<uint8_t>> bytes = encodeResponseFrame({.request_id = 1, .body = big}, 1024);
   ASSERT_FALSE(bytes.isOk());
   EXPECT_EQ(bytes.status().code(), StatusCode::kResourceExhausted);
+}
+
+// --- Encoding into a caller's buffer ------------------------------------------------------------
+
+AuditReport auditWithAccounts(size_t count) {
+  AuditReport report;
+  for (size_t i = 0; i < count; ++i) {
+    report.accounts.push_back(AccountView{
+        .key = {.subject = "tenant-" + std::to_string(i), .route = "/v1/chat", .generation = 3},
+        .balances = {.opening = 1000, .available = 900, .reserved = 100},
+        .accounting_epoch_ms = 1'700'000'000'000});
+  }
+  return report;
+}
+
+std::vector<Response> sampleResponses() {
+  return {
+      {.request_id = 1,
+       .body = ReservationReply{.code = ReplyCode::kOk, .receipt = sampleReservation()}},
+      {.request_id = 2, .body = PolicyAnswer{.reply = {.generation = 9}, .policy = samplePolicy()}},
+      {.request_id = 3, .body = HealthReply{.status = "ok", .version = "1", .now_ms = 5}},
+      {.request_id = 4, .body = ErrorReply{.code = ErrorCode::kInternal, .message = "boom"}},
+      // Far beyond the 8 KiB scratch: continues in allocated segments.
+      {.request_id = 5, .body = auditWithAccounts(600)},
+      {.request_id = 6, .body = auditWithAccounts(1)},
+  };
+}
+
+TEST(CodecEncodeInto, AppendsTheSameBytesAsEncodeResponseFrame) {
+  EncodeScratch scratch;
+  for (EncodeScratch* reused : {static_cast<EncodeScratch*>(nullptr), &scratch}) {
+    std::vector<uint8_t> out = {0xAA, 0xBB};  // what the buffer already held stays in front
+    std::vector<uint8_t> expected = out;
+    // Twice over, so that the scratch is reused after small and large messages alike.
+    for (int round = 0; round < 2; ++round) {
+      for (const Response& response : sampleResponses()) {
+        Result<std::vector<uint8_t>> alone = encodeResponseFrame(response);
+        ASSERT_TRUE(alone.isOk());
+        expected.insert(expected.end(), alone.value().begin(), alone.value().end());
+        ASSERT_TRUE(
+            encodeResponseFrameInto(response, &out, limits::kFrameBytesMaxDefault, reused).isOk());
+        ASSERT_EQ(out, expected) << "request " << response.request_id;
+      }
+    }
+    // And the frames decode back, in order.
+    FrameDecoder decoder;
+    std::vector<Frame> frames;
+    ASSERT_TRUE(decoder.feed(std::span<const uint8_t>(out).subspan(2), &frames).isOk());
+    ASSERT_EQ(frames.size(), 2 * sampleResponses().size());
+    Result<Response> large = decodeResponse(frames.at(4));
+    ASSERT_TRUE(large.isOk()) << large.status().toString();
+    EXPECT_EQ(std::get<AuditReport>(large.value().body).accounts.size(), 600u);
+  }
+}
+
+TEST(CodecEncodeInto, OversizedReplyLeavesTheBufferUnchanged) {
+  EncodeScratch scratch;
+  AuditReport big;
+  big.violations.assign(100, std::string(100, 'v'));
+  std::vector<uint8_t> out = {1, 2, 3};
+  const Status status =
+      encodeResponseFrameInto({.request_id = 1, .body = big}, &out, 1024, &scratch);
+  EXPECT_EQ(status.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(out, (std::vector<uint8_t>{1, 2, 3}));
+  // The scratch is clean for the next message.
+  const Response small{.request_id = 2, .body = HealthReply{.status = "ok"}};
+  ASSERT_TRUE(encodeResponseFrameInto(small, &out, 1024, &scratch).isOk());
+  Result<std::vector<uint8_t>> alone = encodeResponseFrame(small);
+  ASSERT_TRUE(alone.isOk());
+  EXPECT_EQ(std::vector<uint8_t>(out.begin() + 3, out.end()), alone.value());
+}
+
+TEST(CodecMalformed, WordAlignedFrameIsReadInPlace) {
+  // A FrameDecoder frame is its own allocation, hence word-aligned; decoding it needs no copy
+  // and gives the same answer as the aligned copy of the same bytes at an odd offset.
+  capnp::MallocMessageBuilder message;
+  fromCore(sampleReserve(), message.initRoot<schema::Request>().initReserve());
+  const Frame payload = payloadOf(message);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(payload.data()) % sizeof(capnp::word), 0u);
+  DecodedRequest decoded = decodeRequest(payload);
+  ASSERT_TRUE(decoded.body.isOk()) << decoded.body.status().toString();
+  expectSame(std::get<ReserveRequest>(decoded.body.value()), sampleReserve());
 }
 
 }  // namespace
