@@ -1,0 +1,611 @@
+#include "agent/agent_service.h"
+
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "common/wall_clock.h"
+#include "core/assert.h"
+#include "tally/version.h"
+
+namespace tally::agent {
+namespace {
+
+wire::ErrorReply unavailable(std::string message) {
+  return {.code = wire::ErrorCode::kUnavailable, .message = std::move(message)};
+}
+
+constexpr const char* kOutcomeUnknown = "outcome unknown; retry with the same id";
+
+ReservationReply queuedReply(const OutboxEntry& entry) {
+  return {.code = ReplyCode::kQueued,
+          .message = std::string(outboxKindName(entry.kind)) + " of " + entry.reservation_id +
+                     " durably queued at the agent (seq " + std::to_string(entry.seq) +
+                     "); it reaches the ledger exactly once when the link is back"};
+}
+
+}  // namespace
+
+wire::RequestBody outboxRequest(const OutboxEntry& entry) {
+  switch (entry.kind) {
+    case OutboxKind::kSettle:
+      return SettleRequest{.reservation_id = entry.reservation_id,
+                           .operation_id = entry.operation_id,
+                           .actual_units = entry.actual_units};
+    case OutboxKind::kRelease: return ReleaseRequest{.reservation_id = entry.reservation_id};
+    case OutboxKind::kMarkUnknown:
+      return MarkUnknownRequest{.reservation_id = entry.reservation_id,
+                                .operation_id = entry.operation_id};
+    case OutboxKind::kReportOperation:
+      return ReportOperationRequest{.reservation_id = entry.reservation_id,
+                                    .operation_id = entry.operation_id,
+                                    .actual_units = entry.actual_units};
+  }
+  TALLY_UNREACHABLE();
+}
+
+AgentService::AgentService(uv_loop_t* loop, central::LedgerLink* link, OutboxStore* store,
+                           AgentMetrics* metrics, Logger* logger, AgentServiceOptions options)
+    : loop_(loop),
+      link_(link),
+      store_(store),
+      metrics_(metrics),
+      logger_(logger),
+      options_(options),
+      rng_(options.seed != 0 ? options.seed : monotonicClockUs()),
+      local_({.entries_max = options.local_reservations_max}),
+      unknown_ages_(options.unknown_max),
+      usage_unknown_(options.unknown_max),
+      outbox_({.entries_max = options.outbox_entries_max}) {
+  check_.data = this;
+  pump_timer_.data = this;
+  policy_timer_.data = this;
+}
+
+AgentService::~AgentService() { TALLY_ASSERT(open_handles_ == 0); }
+
+Status AgentService::start(std::vector<OutboxEntry> restored, uint64_t boot_epoch) {
+  boot_epoch_ = boot_epoch;
+  for (const OutboxEntry& entry : restored) durable_seq_ = std::max(durable_seq_, entry.seq);
+  const size_t restored_count = restored.size();
+  outbox_.restore(std::move(restored));
+  if (restored_count > 0) {
+    logger_->info("outbox_restored", {{"entries", uint64_t{restored_count}},
+                                      {"oldest_age_ms", outbox_.oldestAgeMs(wallClockMs())}});
+  }
+  if (int rc = uv_check_init(loop_, &check_); rc != 0) {
+    return Status::ioError(std::string("uv_check_init: ") + uv_strerror(rc));
+  }
+  handles_.push_back(reinterpret_cast<uv_handle_t*>(&check_));
+  ++open_handles_;
+  for (uv_timer_t* timer : {&pump_timer_, &policy_timer_}) {
+    if (int rc = uv_timer_init(loop_, timer); rc != 0) {
+      return Status::ioError(std::string("uv_timer_init: ") + uv_strerror(rc));
+    }
+    handles_.push_back(reinterpret_cast<uv_handle_t*>(timer));
+    ++open_handles_;
+  }
+  started_ = true;
+  if (int rc = uv_check_start(&check_, onCheck); rc != 0) {
+    return Status::ioError(std::string("uv_check_start: ") + uv_strerror(rc));
+  }
+  if (int rc = uv_timer_start(&pump_timer_, onPump, options_.pump_interval_ms,
+                              options_.pump_interval_ms);
+      rc != 0) {
+    return Status::ioError(std::string("uv_timer_start: ") + uv_strerror(rc));
+  }
+  if (int rc = uv_timer_start(&policy_timer_, onPolicyTimer, options_.policy_refresh_ms,
+                              options_.policy_refresh_ms);
+      rc != 0) {
+    return Status::ioError(std::string("uv_timer_start: ") + uv_strerror(rc));
+  }
+  link_->setOnConnected([this] {
+    fetchPolicy();
+    pumpOutbox();
+  });
+  return Status::ok();
+}
+
+void AgentService::stop() {
+  started_ = false;
+  for (uv_handle_t* handle : std::exchange(handles_, {})) {
+    uv_close(handle, [](uv_handle_t* closed) {
+      --static_cast<AgentService*>(closed->data)->open_handles_;
+    });
+  }
+}
+
+bool AgentService::usable() const { return linkUsable(link_->connected(), link_->health()); }
+
+GaugeSnapshot AgentService::gauges() const {
+  const uint64_t now_ms = wallClockMs();
+  return GaugeSnapshot{.health = link_->health(),
+                       .connected = link_->connected(),
+                       .outbox_depth = outbox_.size(),
+                       .outbox_oldest_age_ms = outbox_.oldestAgeMs(now_ms),
+                       .reservation_unknown = unknown_.size(),
+                       .reservation_unknown_oldest_age_ms = unknown_ages_.oldestAgeMs(now_ms),
+                       .usage_unknown = usage_unknown_.size(),
+                       .usage_unknown_oldest_age_ms = usage_unknown_.oldestAgeMs(now_ms),
+                       .boot_epoch = boot_epoch_,
+                       .local_reservations = local_.size()};
+}
+
+void AgentService::handle(wire::RequestBody body, Respond respond) {
+  const Op op = opFor(body);
+  const uint64_t started_us = monotonicClockUs();
+  Respond measured = [this, op, started_us,
+                      respond = std::move(respond)](wire::ResponseBody answer) {
+    metrics_->countRequest(op, outcomeLabel(answer), monotonicClockUs() - started_us);
+    if (const auto* reply = std::get_if<ReservationReply>(&answer)) {
+      if (op == Op::kReserve && (reply->code == ReplyCode::kRejected ||
+                                 reply->receipt.state == ReservationState::kRejected)) {
+        metrics_->countRejection(reply->receipt.limiting_dimension);
+      }
+    }
+    respond(std::move(answer));
+  };
+  std::visit(
+      [&](auto& request) {
+        using T = std::decay_t<decltype(request)>;
+        if constexpr (std::is_same_v<T, ReserveRequest>) {
+          reserve(request, std::move(measured));
+        } else if constexpr (std::is_same_v<T, StartRequest>) {
+          start(request, std::move(measured));
+        } else if constexpr (std::is_same_v<T, SettleRequest>) {
+          followUp(OutboxKind::kSettle, std::move(body), std::move(measured));
+        } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
+          followUp(OutboxKind::kRelease, std::move(body), std::move(measured));
+        } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
+          followUp(OutboxKind::kMarkUnknown, std::move(body), std::move(measured));
+        } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
+          followUp(OutboxKind::kReportOperation, std::move(body), std::move(measured));
+        } else if constexpr (std::is_same_v<T, QueryRequest>) {
+          query(request, std::move(measured));
+        } else if constexpr (std::is_same_v<T, wire::HealthRequest>) {
+          measured(wire::HealthReply{
+              .status = link_->connected() ? linkHealthName(link_->health()) : "DISCONNECTED",
+              .version = kVersion,
+              .now_ms = wallClockMs()});
+        } else if constexpr (std::is_same_v<T, wire::UnknownMessage>) {
+          measured(
+              wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
+                               .message = "unknown request kind " + std::to_string(request.which)});
+        } else {
+          forwardOther(std::move(body), std::move(measured));
+        }
+      },
+      body);
+}
+
+// --- reserve -----------------------------------------------------------------------------------
+
+void AgentService::reserve(const ReserveRequest& request, Respond respond) {
+  const uint64_t now_ms = wallClockMs();
+  if (local_.contains(request.reservation_id)) {
+    respond(local_.admit(request, kOriginOff, now_ms));  // a duplicate of the local receipt
+    return;
+  }
+  if (unknown_.contains(request.reservation_id)) {
+    resolveUnknown(request.reservation_id, std::move(respond));
+    return;
+  }
+  const RolloutMode mode = rolloutModeFor(policy_, request.subject, request.route);
+  if (mode == RolloutMode::kOff) {
+    respond(local_.admit(request, kOriginOff, now_ms));
+    return;
+  }
+  if (!usable()) {
+    if (mode == RolloutMode::kShadow) {
+      const ShadowDecision decision = classifyShadow(nullptr, true);
+      metrics_->countShadowDecision(decision.outcome, decision.dimension);
+      respond(local_.admit(request, kOriginShadow, now_ms));
+      return;
+    }
+    respond(ledgerUnavailableRejection(request, options_.unavailable_retry_after_ms, now_ms));
+    return;
+  }
+  link_->call(request, [this, request, mode,
+                        respond = std::move(respond)](central::LinkResult result) mutable {
+    onReserveAnswer(request, mode, std::move(result), std::move(respond));
+  });
+}
+
+void AgentService::onReserveAnswer(const ReserveRequest& request, RolloutMode mode,
+                                   central::LinkResult result, Respond respond) {
+  const uint64_t now_ms = wallClockMs();
+  const ReservationReply* reply =
+      result.status.isOk() ? std::get_if<ReservationReply>(&result.response.body) : nullptr;
+  if (mode == RolloutMode::kShadow) {
+    const ShadowDecision decision = classifyShadow(reply, !result.status.isOk());
+    metrics_->countShadowDecision(decision.outcome, decision.dimension);
+    if (decision.admit_locally) {
+      respond(local_.admit(request, kOriginShadow, now_ms));
+      return;
+    }
+    if (result.status.isOk()) {
+      respond(std::move(result.response.body));
+    } else {
+      respond(unavailable(result.status.message()));
+    }
+    return;
+  }
+  if (result.status.isOk()) {
+    respond(std::move(result.response.body));
+    return;
+  }
+  if (result.status.code() == StatusCode::kResourceExhausted) {
+    respond(unavailable("not sent to the ledger: " + result.status.message()));  // not sent
+    return;
+  }
+  // The debit may or may not have happened: RESERVATION_UNKNOWN until a query says.
+  if (!unknown_ages_.add(request.reservation_id, now_ms)) {
+    logger_->error("reservation_unknown_table_full",
+                   {{"reservation_id", request.reservation_id}, {"max", options_.unknown_max}});
+  } else {
+    unknown_.try_emplace(request.reservation_id, Unknown{.request = request});
+    logger_->warn("reservation_unknown", {{"reservation_id", request.reservation_id},
+                                          {"error", result.status.toString()}});
+  }
+  respond(unavailable(kOutcomeUnknown));
+}
+
+void AgentService::resolveUnknown(const std::string& id, Respond waiter) {
+  auto it = unknown_.find(id);
+  if (it == unknown_.end()) return;
+  if (waiter) it->second.waiters.push_back(std::move(waiter));
+  if (it->second.resolving) return;
+  if (!usable()) {
+    resolutionFailed(id, "ledger unreachable");
+    return;
+  }
+  it->second.resolving = true;
+  link_->call(QueryRequest{.reservation_id = id}, [this, id](central::LinkResult result) {
+    auto found = unknown_.find(id);
+    if (found == unknown_.end()) return;
+    if (!result.status.isOk()) {
+      resolutionFailed(id, result.status.toString());
+      return;
+    }
+    const auto* reply = std::get_if<ReservationReply>(&result.response.body);
+    if (reply != nullptr && reply->code == ReplyCode::kOk) {
+      ReservationReply answer = *reply;
+      answer.duplicate = true;
+      answer.refunded_units = 0;
+      resolved(id, std::move(answer));
+      return;
+    }
+    if (reply == nullptr || reply->code != ReplyCode::kNotFound) {
+      resolutionFailed(id, "unexpected query answer " + outcomeLabel(result.response.body));
+      return;
+    }
+    // The ledger never saw it: send the same reserve again, same id and digest.
+    link_->call(found->second.request, [this, id](central::LinkResult again) {
+      if (!unknown_.contains(id)) return;
+      if (!again.status.isOk()) {
+        resolutionFailed(id, again.status.toString());
+        return;
+      }
+      resolved(id, std::move(again.response.body));
+    });
+  });
+}
+
+void AgentService::resolutionFailed(const std::string& id, const std::string& why) {
+  auto it = unknown_.find(id);
+  if (it == unknown_.end()) return;
+  it->second.resolving = false;
+  std::vector<Respond> waiters = std::exchange(it->second.waiters, {});
+  logger_->debug("reservation_unknown_unresolved", {{"reservation_id", id}, {"error", why}});
+  for (Respond& waiter : waiters) waiter(unavailable(kOutcomeUnknown));
+}
+
+void AgentService::resolved(const std::string& id, wire::ResponseBody body) {
+  auto it = unknown_.find(id);
+  if (it == unknown_.end()) return;
+  std::vector<Respond> waiters = std::move(it->second.waiters);
+  unknown_.erase(it);
+  const uint64_t age_ms = unknown_ages_.oldestAgeMs(wallClockMs());
+  unknown_ages_.remove(id);
+  logger_->info(
+      "reservation_unknown_resolved",
+      {{"reservation_id", id}, {"answer", outcomeLabel(body)}, {"oldest_unknown_age_ms", age_ms}});
+  for (Respond& waiter : waiters) waiter(body);
+}
+
+// --- start, follow-ups, query ------------------------------------------------------------------
+
+void AgentService::start(const StartRequest& request, Respond respond) {
+  switch (startRoute(local_.contains(request.reservation_id), usable())) {
+    case StartRoute::kLocal: respond(local_.start(request, wallClockMs())); return;
+    case StartRoute::kUnavailable:
+      respond(unavailable(
+          "the ledger is unreachable; only the ledger can start a central reservation; retry "
+          "later with the same ids"));
+      return;
+    case StartRoute::kForward:
+      link_->call(request, [respond = std::move(respond)](central::LinkResult result) {
+        if (result.status.isOk()) {
+          respond(std::move(result.response.body));
+        } else {
+          respond(unavailable("start " + std::string(kOutcomeUnknown) + " (" +
+                              result.status.message() + ")"));
+        }
+      });
+      return;
+  }
+}
+
+void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond respond) {
+  OutboxEntry entry{.kind = kind};
+  std::visit(
+      [&](const auto& request) {
+        using T = std::decay_t<decltype(request)>;
+        if constexpr (std::is_same_v<T, SettleRequest> ||
+                      std::is_same_v<T, ReportOperationRequest>) {
+          entry.reservation_id = request.reservation_id;
+          entry.operation_id = request.operation_id;
+          entry.actual_units = request.actual_units;
+        } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
+          entry.reservation_id = request.reservation_id;
+          entry.operation_id = request.operation_id;
+        } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
+          entry.reservation_id = request.reservation_id;
+        }
+      },
+      body);
+  const bool local = local_.contains(entry.reservation_id);
+  switch (followUpRoute(local, !outbox_.empty(), usable())) {
+    case FollowUp::kLocal: {
+      const uint64_t now_ms = wallClockMs();
+      std::visit(
+          [&](const auto& request) {
+            using T = std::decay_t<decltype(request)>;
+            if constexpr (std::is_same_v<T, SettleRequest>) {
+              respond(local_.settle(request, now_ms));
+            } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
+              respond(local_.reportOperation(request, now_ms));
+            } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
+              respond(local_.markUnknown(request, now_ms));
+            } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
+              respond(local_.release(request, now_ms));
+            }
+          },
+          body);
+      return;
+    }
+    case FollowUp::kOutbox: enqueue(std::move(entry), std::move(respond)); return;
+    case FollowUp::kForward:
+      link_->call(std::move(body), [this, entry = std::move(entry), respond = std::move(respond)](
+                                       central::LinkResult result) mutable {
+        if (result.status.isOk()) {
+          noteDelivered(entry.kind, entry.reservation_id, result.response.body);
+          respond(std::move(result.response.body));
+          return;
+        }
+        // The answer is lost or it was never sent: the outbox delivers it exactly once later.
+        logger_->info("queued_after_link_failure", {{"kind", outboxKindName(entry.kind)},
+                                                    {"reservation_id", entry.reservation_id},
+                                                    {"error", result.status.toString()}});
+        enqueue(std::move(entry), std::move(respond));
+      });
+      return;
+  }
+}
+
+void AgentService::noteDelivered(OutboxKind kind, const std::string& id,
+                                 const wire::ResponseBody& body) {
+  const auto* reply = std::get_if<ReservationReply>(&body);
+  if (reply == nullptr || reply->code != ReplyCode::kOk) return;
+  if (kind == OutboxKind::kMarkUnknown) {
+    if (reply->receipt.state == ReservationState::kUsageUnknown) {
+      (void)usage_unknown_.add(id, wallClockMs());
+    }
+  } else if (kind != OutboxKind::kRelease) {
+    usage_unknown_.remove(id);
+  }
+}
+
+void AgentService::query(const QueryRequest& request, Respond respond) {
+  if (local_.contains(request.reservation_id)) {
+    respond(local_.query(request));
+    return;
+  }
+  if (!link_->connected()) {
+    respond(unavailable("the ledger is unreachable; query later"));
+    return;
+  }
+  const std::string id = request.reservation_id;
+  link_->call(request, [this, id, respond = std::move(respond)](central::LinkResult result) {
+    if (!result.status.isOk()) {
+      respond(unavailable("query failed: " + result.status.message()));
+      return;
+    }
+    const auto* reply = std::get_if<ReservationReply>(&result.response.body);
+    if (reply != nullptr && reply->code == ReplyCode::kOk && unknown_.contains(id)) {
+      ReservationReply answer = *reply;
+      answer.duplicate = true;
+      answer.refunded_units = 0;
+      resolved(id, std::move(answer));
+    }
+    respond(std::move(result.response.body));
+  });
+}
+
+void AgentService::forwardOther(wire::RequestBody body, Respond respond) {
+  if (!link_->connected()) {
+    respond(unavailable("the ledger is unreachable"));
+    return;
+  }
+  const bool changes_policy = std::holds_alternative<wire::PublishPolicyRequest>(body) ||
+                              std::holds_alternative<wire::RollbackPolicyRequest>(body);
+  link_->call(std::move(body),
+              [this, changes_policy, respond = std::move(respond)](central::LinkResult result) {
+                if (result.status.isOk()) {
+                  if (changes_policy)
+                    fetchPolicy();  // modes follow a publish through this agent at once
+                  respond(std::move(result.response.body));
+                } else {
+                  respond(unavailable("ledger request failed: " + result.status.message()));
+                }
+              });
+}
+
+// --- the outbox --------------------------------------------------------------------------------
+
+void AgentService::enqueue(OutboxEntry entry, Respond respond) {
+  uint64_t seq = 0;
+  const OutboxCode code = outbox_.append(std::move(entry), wallClockMs(), &seq);
+  if (code == OutboxCode::kFull) {
+    logger_->error("outbox_full", {{"entries_max", options_.outbox_entries_max}});
+    respond(unavailable("the agent's outbox is full; retry later"));
+    return;
+  }
+  TALLY_ASSERT(code == OutboxCode::kOk);
+  TALLY_ASSERT(!outbox_.entries().empty() && outbox_.entries().back().seq == seq);
+  pending_durable_.push_back(
+      PendingDurable{.entry = outbox_.entries().back(), .respond = std::move(respond)});
+}
+
+void AgentService::onCheck(uv_check_t* check) {
+  auto* service = static_cast<AgentService*>(check->data);
+  if (!service->pending_durable_.empty()) service->commitOutbox();
+}
+
+void AgentService::commitOutbox() {
+  // Group commit: everything queued this loop iteration, one transaction, one fsync; then the
+  // QUEUED replies.
+  std::vector<PendingDurable> batch = std::exchange(pending_durable_, {});
+  std::vector<OutboxEntry> entries;
+  entries.reserve(batch.size());
+  for (const PendingDurable& pending : batch) entries.push_back(pending.entry);
+  const Status status = store_->appendBatch(entries);
+  if (!status.isOk()) {
+    // Not durable: no acknowledgement. The entries stay queued in memory and may still be
+    // delivered (harmless: the ledger is idempotent), but the gateway must retry.
+    logger_->error("outbox_write_failed",
+                   {{"entries", uint64_t{entries.size()}}, {"error", status.toString()}});
+    for (PendingDurable& pending : batch) {
+      pending.respond(unavailable("the agent could not queue it durably: " + status.message() +
+                                  "; retry with the same ids"));
+    }
+    durable_seq_ = std::max(durable_seq_, entries.back().seq);
+    return;
+  }
+  durable_seq_ = std::max(durable_seq_, entries.back().seq);
+  logger_->debug("outbox_committed",
+                 {{"entries", uint64_t{entries.size()}}, {"depth", uint64_t{outbox_.size()}}});
+  for (PendingDurable& pending : batch) pending.respond(queuedReply(pending.entry));
+}
+
+void AgentService::pumpOutbox() {
+  if (!started_ || !link_->connected()) return;
+  const uint64_t now_ms = wallClockMs();
+  const OutboxEntry* head = outbox_.due(now_ms);
+  if (head == nullptr || head->seq > durable_seq_) return;
+  const OutboxEntry entry = *head;
+  const OutboxCode sent = outbox_.markSent(entry.seq);
+  TALLY_ASSERT(sent == OutboxCode::kOk);
+  link_->call(outboxRequest(entry), [this, entry](central::LinkResult result) {
+    if (!result.status.isOk()) {
+      const uint32_t jitter = static_cast<uint32_t>(rng_() % 1001);
+      const OutboxCode failed = outbox_.onFailed(entry.seq, wallClockMs(), jitter);
+      TALLY_ASSERT(failed == OutboxCode::kOk);
+      logger_->debug("outbox_delivery_failed",
+                     {{"seq", entry.seq}, {"error", result.status.toString()}});
+      return;
+    }
+    // An answer that says the ledger changed nothing (a protocol error, a full table, an
+    // overflow) is not a delivery: an acknowledged entry is never dropped; it is retried with
+    // backoff, and the outbox age metric and this log line tell the operator.
+    if (!outboxAnswerDelivers(std::get_if<ReservationReply>(&result.response.body))) {
+      const uint32_t jitter = static_cast<uint32_t>(rng_() % 1001);
+      const OutboxCode failed = outbox_.onFailed(entry.seq, wallClockMs(), jitter);
+      TALLY_ASSERT(failed == OutboxCode::kOk);
+      logger_->warn("outbox_delivery_refused", {{"seq", entry.seq},
+                                                {"kind", outboxKindName(entry.kind)},
+                                                {"reservation_id", entry.reservation_id},
+                                                {"answer", outcomeLabel(result.response.body)}});
+      return;
+    }
+    const std::string outcome = outcomeLabel(result.response.body);
+    if (outcome != "ok") {
+      logger_->warn("outbox_delivered_not_ok", {{"seq", entry.seq},
+                                                {"kind", outboxKindName(entry.kind)},
+                                                {"reservation_id", entry.reservation_id},
+                                                {"answer", outcome}});
+    }
+    noteDelivered(entry.kind, entry.reservation_id, result.response.body);
+    const OutboxCode delivered = outbox_.onDelivered(entry.seq);
+    TALLY_ASSERT(delivered == OutboxCode::kOk);
+    if (Status s = store_->remove(entry.seq); !s.isOk()) {
+      // Stays on disk: redelivered after a restart, which the ledger answers as a duplicate.
+      logger_->error("outbox_remove_failed", {{"seq", entry.seq}, {"error", s.toString()}});
+    }
+    logger_->debug("outbox_delivered", {{"seq", entry.seq}, {"depth", uint64_t{outbox_.size()}}});
+    pumpOutbox();
+  });
+}
+
+void AgentService::onPump(uv_timer_t* timer) { static_cast<AgentService*>(timer->data)->onTimer(); }
+
+void AgentService::onTimer() {
+  pumpOutbox();
+  if (usable() && !unknown_.empty()) {
+    for (const std::string& id : unknown_ages_.oldest(options_.resolve_batch_max)) {
+      resolveUnknown(id, nullptr);
+    }
+  }
+  if (draining_ && ((outbox_.empty() && pending_durable_.empty()) || !link_->connected() ||
+                    wallClockMs() >= drain_deadline_ms_)) {
+    draining_ = false;
+    logger_->info("outbox_drain_done",
+                  {{"left", uint64_t{outbox_.size()}}, {"connected", link_->connected()}});
+    if (on_drained_) std::exchange(on_drained_, nullptr)();
+  }
+}
+
+void AgentService::drain(uint64_t timeout_ms, std::function<void()> on_done) {
+  if (!started_) {
+    on_done();
+    return;
+  }
+  draining_ = true;
+  drain_deadline_ms_ = wallClockMs() + timeout_ms;
+  on_drained_ = std::move(on_done);
+  onTimer();
+}
+
+// --- policy ------------------------------------------------------------------------------------
+
+void AgentService::onPolicyTimer(uv_timer_t* timer) {
+  static_cast<AgentService*>(timer->data)->fetchPolicy();
+}
+
+void AgentService::fetchPolicy() {
+  if (!started_ || !link_->connected() || policy_fetch_in_flight_) return;
+  policy_fetch_in_flight_ = true;
+  link_->call(wire::ShowPolicyRequest{}, [this](central::LinkResult result) {
+    policy_fetch_in_flight_ = false;
+    if (!result.status.isOk()) return;
+    const auto* answer = std::get_if<wire::PolicyAnswer>(&result.response.body);
+    if (answer == nullptr) return;
+    const Generation before = policy_.has_value() ? policy_->generation : 0;
+    if (answer->reply.code == ReplyCode::kOk && answer->policy.has_value()) {
+      policy_ = answer->policy;
+      if (policy_->generation == 0) policy_->generation = answer->reply.generation;
+    } else if (answer->reply.code == ReplyCode::kNotFound) {
+      policy_.reset();
+    } else {
+      return;
+    }
+    const Generation after = policy_.has_value() ? policy_->generation : 0;
+    if (after != before) {
+      logger_->info("policy_loaded",
+                    {{"generation", after},
+                     {"budgets", uint64_t{policy_.has_value() ? policy_->budgets.size() : 0}}});
+    }
+  });
+}
+
+}  // namespace tally::agent

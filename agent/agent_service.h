@@ -1,0 +1,150 @@
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "agent/decisions.h"
+#include "agent/gateway_server.h"
+#include "agent/local_reservations.h"
+#include "agent/metrics.h"
+#include "agent/outbox_store.h"
+#include "central-client/ledger_link.h"
+#include "common/log.h"
+#include "core/outbox.h"
+#include "core/policy.h"
+#include "wire/codec.h"
+
+// What tally-agent does with each gateway request (SPEC §7), between the GatewayServer and the
+// LedgerLink:
+//
+//  * Rollout per route (policy fetched with ShowPolicy on connect and every policy_refresh_ms;
+//    none known → enforce): `off` admits locally (origin "off"); `shadow` asks the ledger,
+//    records the decision and admits locally (origin "shadow") what the ledger refused;
+//    `enforce` forwards. Later operations on a local reservation are answered locally.
+//  * Link usable (connected, not PARTITIONED): every operation is forwarded. A reserve whose
+//    answer is lost becomes RESERVATION_UNKNOWN: the gateway hears kUnavailable "outcome
+//    unknown; retry with the same id"; the agent resolves it by Query with the same id (and, if
+//    the ledger never saw it, re-sends the same reserve), in the background and when the
+//    gateway retries. It never invents an id.
+//  * Link unusable: reserve → REJECTED (ledger-unavailable, retry-after); start → kUnavailable;
+//    settle / release / markUnknown / reportOperation → the durable outbox (fsync'd before the
+//    QUEUED reply; one SQLite transaction per loop iteration). While the outbox is non-empty,
+//    those operations always queue behind it (never overtake). A forwarded one whose answer is
+//    lost is queued too.
+//  * The outbox is delivered in order, one entry in flight, whenever the link is connected;
+//    any ledger answer counts as delivered (non-OK codes are logged); transport failures back
+//    off with jitter.
+//
+// Owns its timers and check handle; borrows loop, link, store, metrics and logger, which must
+// outlive it. Single-threaded (the loop thread).
+
+namespace tally::agent {
+
+struct AgentServiceOptions {
+  uint64_t policy_refresh_ms = 5'000;
+  uint64_t outbox_entries_max = 1'000'000;
+  uint64_t local_reservations_max = 100'000;
+  uint64_t unknown_max = 100'000;
+  int64_t unavailable_retry_after_ms = 1'000;
+  uint64_t pump_interval_ms = 20;
+  uint64_t resolve_batch_max = 64;
+  uint64_t seed = 0;
+};
+
+class AgentService {
+ public:
+  AgentService(uv_loop_t* loop, central::LedgerLink* link, OutboxStore* store,
+               AgentMetrics* metrics, Logger* logger, AgentServiceOptions options);
+  ~AgentService();
+  AgentService(const AgentService&) = delete;
+  AgentService& operator=(const AgentService&) = delete;
+
+  // Restores the outbox from the store and starts the timers.
+  [[nodiscard]] Status start(std::vector<OutboxEntry> restored, uint64_t boot_epoch);
+  void handle(wire::RequestBody body, Respond respond);
+
+  // Delivers what it can of the outbox while the ledger is connected, until it is empty or
+  // `timeout_ms` passed; then calls `on_done`. Entries left stay durable for the next start.
+  void drain(uint64_t timeout_ms, std::function<void()> on_done);
+  // Closes the timers and the check handle.
+  void stop();
+
+  GaugeSnapshot gauges() const;
+
+ private:
+  struct Unknown {
+    ReserveRequest request;
+    bool resolving = false;
+    std::vector<Respond> waiters;
+  };
+  struct PendingDurable {
+    OutboxEntry entry;
+    Respond respond;
+  };
+
+  bool usable() const;
+  void reserve(const ReserveRequest& request, Respond respond);
+  void onReserveAnswer(const ReserveRequest& request, RolloutMode mode, central::LinkResult result,
+                       Respond respond);
+  void start(const StartRequest& request, Respond respond);
+  void followUp(OutboxKind kind, wire::RequestBody body, Respond respond);
+  void query(const QueryRequest& request, Respond respond);
+  void forwardOther(wire::RequestBody body, Respond respond);
+
+  void resolveUnknown(const std::string& id, Respond waiter);
+  void resolutionFailed(const std::string& id, const std::string& why);
+  void resolved(const std::string& id, wire::ResponseBody body);
+
+  void enqueue(OutboxEntry entry, Respond respond);
+  void commitOutbox();
+  void pumpOutbox();
+  void noteDelivered(OutboxKind kind, const std::string& id, const wire::ResponseBody& body);
+  void fetchPolicy();
+  void onTimer();
+
+  static void onCheck(uv_check_t* check);
+  static void onPump(uv_timer_t* timer);
+  static void onPolicyTimer(uv_timer_t* timer);
+
+  uv_loop_t* loop_;
+  central::LedgerLink* link_;
+  OutboxStore* store_;
+  AgentMetrics* metrics_;
+  Logger* logger_;
+  AgentServiceOptions options_;
+  std::mt19937_64 rng_;
+
+  uv_check_t check_{};
+  uv_timer_t pump_timer_{};
+  uv_timer_t policy_timer_{};
+  std::vector<uv_handle_t*> handles_;  // initialized, closed by stop()
+  int open_handles_ = 0;
+  bool started_ = false;
+
+  std::optional<Policy> policy_;
+  bool policy_fetch_in_flight_ = false;
+  LocalReservations local_;
+  std::unordered_map<std::string, Unknown> unknown_;
+  AgedIds unknown_ages_;
+  AgedIds usage_unknown_;
+  Outbox outbox_;
+  uint64_t durable_seq_ = 0;  // every outbox seq up to here is in the store
+  std::vector<PendingDurable> pending_durable_;
+  uint64_t boot_epoch_ = 0;
+
+  bool draining_ = false;
+  uint64_t drain_deadline_ms_ = 0;
+  std::function<void()> on_drained_;
+};
+
+// Pure: the ledger request that delivers an outbox entry.
+wire::RequestBody outboxRequest(const OutboxEntry& entry);
+
+}  // namespace tally::agent

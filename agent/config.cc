@@ -1,0 +1,237 @@
+#include "agent/config.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+
+namespace tally::agent {
+namespace {
+
+Status keyError(const std::string& path, const std::string& key, const std::string& why) {
+  return Status::invalidArgument(path + ": key '" + key + "': " + why);
+}
+
+Status readUnsigned(const toml::table& table, const std::string& path, const std::string& key,
+                    uint64_t min, uint64_t max, uint64_t* out) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return Status::ok();
+  const auto value = node->value<int64_t>();
+  if (!node->is_integer() || !value) return keyError(path, key, "must be an integer");
+  if (*value < 0 || static_cast<uint64_t>(*value) < min || static_cast<uint64_t>(*value) > max) {
+    return keyError(path, key,
+                    "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  *out = static_cast<uint64_t>(*value);
+  return Status::ok();
+}
+
+Status readIdList(const toml::table& table, const std::string& path, const char* key,
+                  std::vector<uint32_t>* out) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return Status::ok();
+  const toml::array* array = node->as_array();
+  if (array == nullptr) return keyError(path, key, "must be a list of integers");
+  out->clear();
+  for (const toml::node& element : *array) {
+    const auto value = element.value<int64_t>();
+    if (!element.is_integer() || !value || *value < 0 || *value > 0xFFFFFFFFll) {
+      return keyError(path, key, "must be a list of integers in [0, 4294967295]");
+    }
+    out->push_back(static_cast<uint32_t>(*value));
+  }
+  return Status::ok();
+}
+
+Status readMode(const toml::table& table, const std::string& path, uint32_t* out) {
+  const toml::node* node = table.get("socket_mode");
+  if (node == nullptr) return Status::ok();
+  uint64_t mode = 0;
+  if (node->is_integer()) {
+    const int64_t value = *node->value<int64_t>();
+    if (value < 0) return keyError(path, "socket_mode", "must be in [0, 0777]");
+    mode = static_cast<uint64_t>(value);
+  } else if (const auto text = node->value<std::string>()) {
+    const char* begin = text->data();
+    const char* end = begin + text->size();
+    auto [ptr, ec] = std::from_chars(begin, end, mode, 8);
+    if (text->empty() || ec != std::errc() || ptr != end) {
+      return keyError(path, "socket_mode", "must be an octal string such as \"0660\"");
+    }
+  } else {
+    return keyError(path, "socket_mode", "must be an integer (0o660) or an octal string");
+  }
+  if (mode > 0777) return keyError(path, "socket_mode", "must be in [0, 0777]");
+  *out = static_cast<uint32_t>(mode);
+  return Status::ok();
+}
+
+Status readHealth(const toml::table& root, const std::string& path, LinkHealthThresholds* out) {
+  const toml::node* node = root.get("health");
+  if (node == nullptr) return Status::ok();
+  const toml::table* table = node->as_table();
+  if (table == nullptr) return keyError(path, "health", "must be a table");
+  static const std::set<std::string> kKnown = {"failures_to_degrade", "failures_to_partition",
+                                               "slow_request_us", "partition_after_ms",
+                                               "successes_to_recover"};
+  for (const auto& [key, value] : *table) {
+    if (!kKnown.contains(std::string(key.str()))) {
+      return keyError(path, "health." + std::string(key.str()), "unknown key");
+    }
+  }
+  uint64_t value = out->failures_to_degrade;
+  if (Status s = readUnsigned(*table, path, "failures_to_degrade", 1, 1'000'000, &value);
+      !s.isOk()) {
+    return s;
+  }
+  out->failures_to_degrade = static_cast<uint32_t>(value);
+  value = out->failures_to_partition;
+  if (Status s = readUnsigned(*table, path, "failures_to_partition", 1, 1'000'000, &value);
+      !s.isOk()) {
+    return s;
+  }
+  out->failures_to_partition = static_cast<uint32_t>(value);
+  value = out->successes_to_recover;
+  if (Status s = readUnsigned(*table, path, "successes_to_recover", 1, 1'000'000, &value);
+      !s.isOk()) {
+    return s;
+  }
+  out->successes_to_recover = static_cast<uint32_t>(value);
+  if (Status s =
+          readUnsigned(*table, path, "slow_request_us", 1, 3'600'000'000ull, &out->slow_request_us);
+      !s.isOk()) {
+    return s;
+  }
+  return readUnsigned(*table, path, "partition_after_ms", 1, 3'600'000, &out->partition_after_ms);
+}
+
+}  // namespace
+
+Status parseHostPort(const std::string& text, std::string* host, uint16_t* port) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    return Status::invalidArgument("address '" + text + "' is not HOST:PORT");
+  }
+  unsigned value = 0;
+  const char* begin = text.data() + colon + 1;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec != std::errc() || ptr != end || value > 65535) {
+    return Status::invalidArgument("port in '" + text + "' is not a number 0..65535");
+  }
+  *host = text.substr(0, colon);
+  *port = static_cast<uint16_t>(value);
+  return Status::ok();
+}
+
+Status applyMetricsListen(const std::string& text, AgentConfig* config) {
+  if (text.empty()) {
+    config->metrics_enabled = false;
+    return Status::ok();
+  }
+  config->metrics_enabled = true;
+  return parseHostPort(text, &config->metrics_host, &config->metrics_port);
+}
+
+Status applyConfigFile(const std::string& path, AgentConfig* config) {
+  toml::table table;
+  try {
+    table = toml::parse_file(path);
+  } catch (const toml::parse_error& error) {
+    return Status::invalidArgument(path + ": " + std::string(error.description()));
+  }
+  static const std::set<std::string> kKnown = {
+      "socket",           "socket_mode",        "allowed_uids",
+      "allowed_gids",     "metrics_listen",     "request_timeout_ms",
+      "health",           "outbox_entries_max", "policy_refresh_ms",
+      "drain_timeout_ms", "frame_bytes_max",    "log_level"};
+  for (const auto& [key, node] : table) {
+    if (!kKnown.contains(std::string(key.str()))) {
+      return keyError(path, std::string(key.str()), "unknown key");
+    }
+  }
+  if (const toml::node* node = table.get("socket")) {
+    const auto text = node->value<std::string>();
+    if (!node->is_string() || !text || text->empty()) {
+      return keyError(path, "socket", "must be a non-empty path");
+    }
+    config->socket_path = *text;
+  }
+  if (const toml::node* node = table.get("metrics_listen")) {
+    const auto text = node->value<std::string>();
+    if (!node->is_string() || !text) return keyError(path, "metrics_listen", "must be a string");
+    if (Status s = applyMetricsListen(*text, config); !s.isOk()) {
+      return keyError(path, "metrics_listen", s.message());
+    }
+  }
+  if (const toml::node* node = table.get("log_level")) {
+    const auto text = node->value<std::string>();
+    if (!node->is_string() || !text) return keyError(path, "log_level", "must be a string");
+    config->log_level = *text;
+  }
+  if (Status s = readMode(table, path, &config->socket_mode); !s.isOk()) return s;
+  if (table.contains("allowed_uids") || table.contains("allowed_gids")) {
+    config->allowed_ids_configured = true;
+  }
+  if (Status s = readIdList(table, path, "allowed_uids", &config->allowed_uids); !s.isOk()) {
+    return s;
+  }
+  if (Status s = readIdList(table, path, "allowed_gids", &config->allowed_gids); !s.isOk()) {
+    return s;
+  }
+  if (Status s =
+          readUnsigned(table, path, "request_timeout_ms", 1, 600'000, &config->request_timeout_ms);
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s = readUnsigned(table, path, "outbox_entries_max", 1, 100'000'000,
+                              &config->outbox_entries_max);
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s =
+          readUnsigned(table, path, "policy_refresh_ms", 10, 3'600'000, &config->policy_refresh_ms);
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s =
+          readUnsigned(table, path, "drain_timeout_ms", 0, 600'000, &config->drain_timeout_ms);
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s =
+          readUnsigned(table, path, "frame_bytes_max", 1024, 64u << 20, &config->frame_bytes_max);
+      !s.isOk()) {
+    return s;
+  }
+  return readHealth(table, path, &config->health);
+}
+
+void applyDefaultPeers(AgentConfig* config, uid_t own_uid, gid_t own_gid) {
+  if (config->allowed_ids_configured) return;
+  config->allowed_uids = {static_cast<uint32_t>(own_uid)};
+  if (own_uid != 0) config->allowed_uids.push_back(0);
+  config->allowed_gids = {static_cast<uint32_t>(own_gid)};
+  if (own_gid != 0) config->allowed_gids.push_back(0);
+}
+
+Status validateConfig(const AgentConfig& config) {
+  if (config.data_dir.empty()) return Status::invalidArgument("--data-dir is required");
+  if (config.socket_path.empty()) return Status::invalidArgument("socket path is empty");
+  if (config.socket_path.size() >= 108) {
+    return Status::invalidArgument("socket path '" + config.socket_path +
+                                   "' is longer than 107 bytes");
+  }
+  static const std::set<std::string> kLevels = {"debug", "info", "warn", "error"};
+  if (!kLevels.contains(config.log_level)) {
+    return Status::invalidArgument("log_level must be debug, info, warn or error");
+  }
+  if (config.health.failures_to_partition < config.health.failures_to_degrade) {
+    return Status::invalidArgument(
+        "health.failures_to_partition must be >= health.failures_to_degrade");
+  }
+  return Status::ok();
+}
+
+}  // namespace tally::agent

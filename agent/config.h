@@ -1,0 +1,70 @@
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/limits.h"
+#include "core/link_health.h"
+#include "core/status.h"
+
+// tally-agent's configuration: defaults, then the TOML file (--config), then flags.
+//
+//   socket = "/run/tally/agent.sock"
+//   socket_mode = 0o660                # or the string "0660"
+//   allowed_uids = [1000]              # replaces the default (own uid and root)
+//   allowed_gids = [1000]              # replaces the default (own gid and root's group)
+//   metrics_listen = "127.0.0.1:9464"  # "" disables the metrics endpoint
+//   request_timeout_ms = 2000          # per ledger request
+//   outbox_entries_max = 1000000
+//   policy_refresh_ms = 5000
+//   drain_timeout_ms = 5000
+//   log_level = "info"
+//   [health]                           # core/link_health.h thresholds
+//   failures_to_degrade = 1
+//   failures_to_partition = 3
+//   slow_request_us = 100000
+//   partition_after_ms = 3000
+//   successes_to_recover = 3
+//
+// A peer is served if its uid is in allowed_uids or its gid in allowed_gids. Unknown keys, wrong
+// types and impossible values are errors naming the key.
+
+namespace tally::agent {
+
+inline constexpr const char* kDefaultSocketPath = "/run/tally/agent.sock";
+
+struct AgentConfig {
+  std::string data_dir;
+  std::string ledger_host = "127.0.0.1";
+  uint16_t ledger_port = 7411;
+  std::string socket_path = kDefaultSocketPath;
+  uint32_t socket_mode = 0660;
+  std::vector<uint32_t> allowed_uids;  // empty after parsing means: the defaults
+  std::vector<uint32_t> allowed_gids;
+  bool allowed_ids_configured = false;
+  std::string metrics_host = "127.0.0.1";
+  uint16_t metrics_port = 9464;
+  bool metrics_enabled = true;
+  uint64_t request_timeout_ms = 2'000;
+  LinkHealthThresholds health;
+  uint64_t outbox_entries_max = 1'000'000;
+  uint64_t policy_refresh_ms = 5'000;
+  uint64_t drain_timeout_ms = 5'000;
+  uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
+  std::string log_level = "info";
+  int ready_fd = -1;  // write "ready METRICS_PORT SOCKET\n" here once serving, then close it
+};
+
+// "HOST:PORT" with a numeric port (0 allowed: pick a free one).
+Status parseHostPort(const std::string& text, std::string* host, uint16_t* port);
+// metrics_listen: "" disables, otherwise HOST:PORT.
+Status applyMetricsListen(const std::string& text, AgentConfig* config);
+Status applyConfigFile(const std::string& path, AgentConfig* config);
+// Fills the default allowed ids (own uid/gid and root) unless the file set them.
+void applyDefaultPeers(AgentConfig* config, uid_t own_uid, gid_t own_gid);
+Status validateConfig(const AgentConfig& config);
+
+}  // namespace tally::agent

@@ -1,0 +1,80 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "core/ledger_types.h"
+#include "core/link_health.h"
+#include "core/policy.h"
+
+// The agent's routing decisions as small pure functions, and the bounded id/age sets behind its
+// RESERVATION_UNKNOWN and USAGE_UNKNOWN gauges. No I/O, no clock: time is an argument.
+
+namespace tally::agent {
+
+// The rollout mode for (subject, route): the matched budget's effective mode; no policy known
+// yet, or no budget matching, means enforce (the ledger decides).
+RolloutMode rolloutModeFor(const std::optional<Policy>& policy, const std::string& subject,
+                           const std::string& route);
+
+// The link can carry admissions and the start CAS: connected and not PARTITIONED.
+bool linkUsable(bool connected, LinkHealth health);
+
+// Where a settle / release / markUnknown / reportOperation goes.
+enum class FollowUp : uint8_t {
+  kLocal,    // a reservation the agent admitted itself (off / shadow)
+  kOutbox,   // durably queued, delivered in order later
+  kForward,  // straight to the ledger
+};
+// Never overtake: while anything is queued, later operations queue behind it.
+FollowUp followUpRoute(bool local, bool outbox_nonempty, bool link_usable);
+
+// Where a start goes: local, forward, or (partition) a retryable kUnavailable.
+enum class StartRoute : uint8_t { kLocal, kForward, kUnavailable };
+StartRoute startRoute(bool local, bool link_usable);
+
+// The rejection a reserve gets while the ledger is unreachable (enforce mode, no shards).
+ReservationReply ledgerUnavailableRejection(const ReserveRequest& request, int64_t retry_after_ms,
+                                            uint64_t now_ms);
+
+// Whether the ledger's answer to a queued outbox entry delivers it. An answer that says the
+// ledger changed nothing (no ReservationReply at all, RESOURCE_EXHAUSTED, ARITHMETIC_OVERFLOW)
+// does not: the acknowledged entry stays queued and is retried. Every other reply (OK,
+// duplicate, NOT_FOUND, INVALID_STATE, conflicts, …) is the ledger's final word on it.
+bool outboxAnswerDelivers(const ReservationReply* reply);
+
+// What a shadow-mode ledger answer means, for the shadow-decision metric.
+struct ShadowDecision {
+  const char* outcome = "admitted";  // admitted | rejected | unavailable | error
+  LimitingDimension dimension = LimitingDimension::kNone;
+  bool admit_locally = false;  // the ledger did not reserve: the agent admits on its own
+};
+// `reply` is null when the ledger's answer was lost or was not a ReservationReply.
+ShadowDecision classifyShadow(const ReservationReply* reply, bool transport_failed);
+
+// A bounded set of ids, each with the time it entered; answers the count and the oldest age.
+class AgedIds {
+ public:
+  explicit AgedIds(uint64_t entries_max) : entries_max_(entries_max) {}
+
+  // False (nothing changed) when full; true when added or already present.
+  bool add(const std::string& id, uint64_t now_ms);
+  bool remove(const std::string& id);
+  bool contains(const std::string& id) const { return since_.contains(id); }
+  size_t size() const { return since_.size(); }
+  uint64_t oldestAgeMs(uint64_t now_ms) const;
+  // Up to `max` ids, oldest first.
+  std::vector<std::string> oldest(size_t max) const;
+
+ private:
+  uint64_t entries_max_;
+  std::unordered_map<std::string, uint64_t> since_;
+  std::set<std::pair<uint64_t, std::string>> by_age_;
+};
+
+}  // namespace tally::agent

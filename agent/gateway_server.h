@@ -1,0 +1,126 @@
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/log.h"
+#include "core/limits.h"
+#include "core/status.h"
+#include "wire/codec.h"
+#include "wire/frame.h"
+
+// tally-agent's gateway-facing shell: a libuv pipe server on a Unix socket (SPEC §7).
+//
+//  * Listens on `socket_path` (a stale socket file nobody listens on is removed first; the file
+//    is chmod'ed to `socket_mode`), or on an inherited descriptor (systemd socket activation).
+//  * Each accepted peer's credentials (SO_PEERCRED) are checked: a uid in allowed_uids or a gid
+//    in allowed_gids is served; anyone else gets a warn log line and, at its first request, one
+//    ErrorReply (permissionDenied) under that request's id; then the connection is closed.
+//  * Frames are decoded as in the ledger server: pipelined requests, each answered under its
+//    own id (answers may come back in any order); a request that does not decode gets an
+//    ErrorReply; a framing error gets one ErrorReply and the connection is closed after it.
+//  * Back-pressure: a connection with pending_replies_per_connection_max unanswered requests,
+//    or more than write_queue_bytes_max unsent reply bytes, is not read until it drains.
+//
+// Every decoded request is handed to the RequestHandler with a Respond callback that must be
+// called exactly once, on the loop thread, possibly later; answering a connection that has gone
+// is a no-op. Owns its handles and connections; borrows `loop` and `logger`, which must outlive
+// it. Single-threaded (the loop thread).
+
+namespace tally::agent {
+
+struct GatewayServerOptions {
+  std::string socket_path;
+  uint32_t socket_mode = 0660;
+  int inherited_fd = -1;  // >= 0: listen on this descriptor (socket activation) instead
+  std::vector<uint32_t> allowed_uids;
+  std::vector<uint32_t> allowed_gids;
+  uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
+  uint64_t connections_max = 4096;
+  uint64_t pending_replies_per_connection_max = limits::kRequestsInFlightPerConnectionMax;
+  uint64_t write_queue_bytes_max = 16u << 20;
+  uint64_t drain_timeout_ms = 5'000;  // on stop, connections get this long for their answers
+};
+
+using Respond = std::function<void(wire::ResponseBody body)>;
+using RequestHandler = std::function<void(wire::RequestBody body, Respond respond)>;
+
+// Pure: whether a peer with these credentials may talk to the agent.
+bool peerAllowed(uint32_t uid, uint32_t gid, const std::vector<uint32_t>& allowed_uids,
+                 const std::vector<uint32_t>& allowed_gids);
+
+class GatewayServer {
+ public:
+  GatewayServer(uv_loop_t* loop, Logger* logger, GatewayServerOptions options,
+                RequestHandler handler);
+  ~GatewayServer();
+  GatewayServer(const GatewayServer&) = delete;
+  GatewayServer& operator=(const GatewayServer&) = delete;
+
+  [[nodiscard]] Status start();
+  // Stops accepting and reading; once every request handed out has been answered (or after
+  // drain_timeout_ms), closes every connection after its queued answers and every handle, then
+  // calls `on_stopped` on the loop thread.
+  void stop(std::function<void()> on_stopped);
+
+  uint64_t inFlight() const { return in_flight_; }
+  uint64_t connections() const { return connections_.size(); }
+
+  class Connection;
+
+ private:
+  static void onConnection(uv_stream_t* listener, int status);
+  static void onFlushPrepare(uv_prepare_t* handle);
+  static void onFlushCheck(uv_check_t* handle);
+  static void onDrainDeadline(uv_timer_t* timer);
+  Status listenOnPath();
+  void accept();
+  bool checkPeer(Connection* connection);
+  void startReading(Connection* connection);
+  void onFrames(Connection* connection, std::vector<wire::Frame>* frames);
+  void refuse(Connection* connection, const uv_buf_t* buf, ssize_t nread);
+  void answer(uint64_t connection_id, uint64_t request_id, const wire::ResponseBody& body);
+  void queueReply(Connection* connection, const wire::Response& response);
+  void flushAll();
+  void flush(Connection* connection);
+  void maybeResume(Connection* connection);
+  void closeConnection(Connection* connection);
+  void shutdownThenClose(Connection* connection);
+  void closeHandle(uv_handle_t* handle);
+  void maybeFinishStop();
+  void finishStop();
+
+  uv_loop_t* loop_;
+  Logger* logger_;
+  GatewayServerOptions options_;
+  RequestHandler handler_;
+
+  uv_pipe_t listener_{};
+  uv_prepare_t prepare_{};
+  uv_check_t check_{};
+  uv_timer_t drain_timer_{};
+  bool listener_open_ = false;
+  bool prepare_open_ = false;
+  bool check_open_ = false;
+  bool drain_timer_open_ = false;
+  bool bound_path_ = false;  // we created the socket file (and remove it on stop)
+  int open_handles_ = 0;
+
+  uint64_t next_connection_id_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
+  std::vector<uint64_t> dirty_;  // connections with unsent reply bytes
+  uint64_t in_flight_ = 0;
+  bool stopping_ = false;
+  bool closing_connections_ = false;
+  bool drain_expired_ = false;
+  bool stopped_ = false;
+  std::function<void()> on_stopped_;
+};
+
+}  // namespace tally::agent

@@ -1,0 +1,190 @@
+#include "agent/metrics.h"
+
+#include <cctype>
+#include <cstdio>
+#include <type_traits>
+#include <variant>
+
+namespace tally::agent {
+namespace {
+
+std::string seconds(uint64_t us) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.6g", static_cast<double>(us) / 1e6);
+  return buffer;
+}
+
+void header(std::string* out, const char* name, const char* type, const char* help) {
+  *out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+void sample(std::string* out, const std::string& name, const std::string& labels,
+            const std::string& value) {
+  *out += name;
+  if (!labels.empty()) *out += "{" + labels + "}";
+  *out += " " + value + "\n";
+}
+
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+}  // namespace
+
+const char* opName(Op op) {
+  switch (op) {
+    case Op::kReserve: return "reserve";
+    case Op::kStart: return "start";
+    case Op::kSettle: return "settle";
+    case Op::kRelease: return "release";
+    case Op::kMarkUnknown: return "mark_unknown";
+    case Op::kReportOperation: return "report_operation";
+    case Op::kQuery: return "query";
+    case Op::kHealth: return "health";
+    case Op::kOther: return "other";
+  }
+  return "other";
+}
+
+Op opFor(const wire::RequestBody& body) {
+  return std::visit(
+      [](const auto& request) {
+        using T = std::decay_t<decltype(request)>;
+        if constexpr (std::is_same_v<T, ReserveRequest>) return Op::kReserve;
+        if constexpr (std::is_same_v<T, StartRequest>) return Op::kStart;
+        if constexpr (std::is_same_v<T, SettleRequest>) return Op::kSettle;
+        if constexpr (std::is_same_v<T, ReleaseRequest>) return Op::kRelease;
+        if constexpr (std::is_same_v<T, MarkUnknownRequest>) return Op::kMarkUnknown;
+        if constexpr (std::is_same_v<T, ReportOperationRequest>) return Op::kReportOperation;
+        if constexpr (std::is_same_v<T, QueryRequest>) return Op::kQuery;
+        if constexpr (std::is_same_v<T, wire::HealthRequest>) return Op::kHealth;
+        return Op::kOther;
+      },
+      body);
+}
+
+std::string outcomeLabel(const wire::ResponseBody& body) {
+  if (const auto* reply = std::get_if<ReservationReply>(&body)) {
+    if (reply->code == ReplyCode::kOk && reply->receipt.state == ReservationState::kRejected) {
+      return "rejected";
+    }
+    return lower(replyCodeName(reply->code));
+  }
+  if (const auto* error = std::get_if<wire::ErrorReply>(&body)) {
+    return std::string("error_") + wire::errorCodeName(error->code);
+  }
+  if (const auto* policy = std::get_if<wire::PolicyAnswer>(&body)) {
+    return lower(replyCodeName(policy->reply.code));
+  }
+  return "ok";
+}
+
+void AgentMetrics::countRequest(Op op, const std::string& outcome, uint64_t duration_us) {
+  ++requests_[{opName(op), outcome}];
+  Histogram& histogram = durations_[static_cast<size_t>(op)];
+  ++histogram.count;
+  histogram.sum_us += duration_us;
+  for (size_t i = 0; i < kBucketsUs.size(); ++i) {
+    if (duration_us <= kBucketsUs[i]) {
+      ++histogram.buckets[i];
+      break;
+    }
+  }
+}
+
+void AgentMetrics::countRejection(LimitingDimension dimension) {
+  ++rejections_[limitingDimensionName(dimension)];
+}
+
+void AgentMetrics::countShadowDecision(const std::string& outcome, LimitingDimension dimension) {
+  ++shadow_[{outcome, limitingDimensionName(dimension)}];
+}
+
+uint64_t AgentMetrics::requests(Op op, const std::string& outcome) const {
+  auto it = requests_.find({opName(op), outcome});
+  return it == requests_.end() ? 0 : it->second;
+}
+
+uint64_t AgentMetrics::shadowDecisions(const std::string& outcome,
+                                       LimitingDimension dimension) const {
+  auto it = shadow_.find({outcome, limitingDimensionName(dimension)});
+  return it == shadow_.end() ? 0 : it->second;
+}
+
+std::string AgentMetrics::render(const GaugeSnapshot& g) const {
+  std::string out;
+  header(&out, "tally_agent_requests_total", "counter",
+         "Gateway requests by operation and outcome.");
+  for (const auto& [key, value] : requests_) {
+    sample(&out, "tally_agent_requests_total",
+           "op=\"" + key.first + "\",outcome=\"" + key.second + "\"", std::to_string(value));
+  }
+  header(&out, "tally_agent_rejections_total", "counter",
+         "Reservations rejected, by limiting dimension.");
+  for (const auto& [dimension, value] : rejections_) {
+    sample(&out, "tally_agent_rejections_total", "dimension=\"" + dimension + "\"",
+           std::to_string(value));
+  }
+  header(&out, "tally_agent_request_duration_seconds", "histogram",
+         "Time from a gateway request to its answer, per operation.");
+  for (size_t op = 0; op < kOpCount; ++op) {
+    const Histogram& h = durations_[op];
+    if (h.count == 0) continue;
+    const std::string name = opName(static_cast<Op>(op));
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < kBucketsUs.size(); ++i) {
+      cumulative += h.buckets[i];
+      sample(&out, "tally_agent_request_duration_seconds_bucket",
+             "op=\"" + name + "\",le=\"" + seconds(kBucketsUs[i]) + "\"",
+             std::to_string(cumulative));
+    }
+    sample(&out, "tally_agent_request_duration_seconds_bucket", "op=\"" + name + "\",le=\"+Inf\"",
+           std::to_string(h.count));
+    sample(&out, "tally_agent_request_duration_seconds_sum", "op=\"" + name + "\"",
+           seconds(h.sum_us));
+    sample(&out, "tally_agent_request_duration_seconds_count", "op=\"" + name + "\"",
+           std::to_string(h.count));
+  }
+  header(&out, "tally_agent_ledger_health", "gauge",
+         "Link to the ledger: 0 HEALTHY, 1 DEGRADED, 2 PARTITIONED (or not connected).");
+  const LinkHealth shown = g.connected ? g.health : LinkHealth::kPartitioned;
+  sample(&out, "tally_agent_ledger_health",
+         std::string("state=\"") + linkHealthName(shown) + "\",connected=\"" +
+             (g.connected ? "true" : "false") + "\"",
+         std::to_string(static_cast<int>(shown)));
+  header(&out, "tally_agent_outbox_depth", "gauge", "Operations queued in the durable outbox.");
+  sample(&out, "tally_agent_outbox_depth", "", std::to_string(g.outbox_depth));
+  header(&out, "tally_agent_outbox_oldest_age_seconds", "gauge",
+         "Age of the oldest queued outbox entry.");
+  sample(&out, "tally_agent_outbox_oldest_age_seconds", "", seconds(g.outbox_oldest_age_ms * 1000));
+  header(&out, "tally_agent_reservation_unknown", "gauge",
+         "Reservations whose ledger answer was lost (RESERVATION_UNKNOWN), not yet resolved.");
+  sample(&out, "tally_agent_reservation_unknown", "", std::to_string(g.reservation_unknown));
+  header(&out, "tally_agent_reservation_unknown_oldest_age_seconds", "gauge",
+         "Age of the oldest unresolved RESERVATION_UNKNOWN.");
+  sample(&out, "tally_agent_reservation_unknown_oldest_age_seconds", "",
+         seconds(g.reservation_unknown_oldest_age_ms * 1000));
+  header(&out, "tally_agent_usage_unknown", "gauge",
+         "Reservations marked USAGE_UNKNOWN through this agent and not yet resolved by a receipt "
+         "(best effort).");
+  sample(&out, "tally_agent_usage_unknown", "", std::to_string(g.usage_unknown));
+  header(&out, "tally_agent_usage_unknown_oldest_age_seconds", "gauge",
+         "Age of the oldest USAGE_UNKNOWN marked through this agent.");
+  sample(&out, "tally_agent_usage_unknown_oldest_age_seconds", "",
+         seconds(g.usage_unknown_oldest_age_ms * 1000));
+  header(&out, "tally_agent_shadow_decisions_total", "counter",
+         "Shadow-mode ledger decisions by outcome and limiting dimension (the agent admitted).");
+  for (const auto& [key, value] : shadow_) {
+    sample(&out, "tally_agent_shadow_decisions_total",
+           "outcome=\"" + key.first + "\",dimension=\"" + key.second + "\"", std::to_string(value));
+  }
+  header(&out, "tally_agent_local_reservations", "gauge",
+         "Reservations admitted locally (rollout off / shadow) still tracked by the agent.");
+  sample(&out, "tally_agent_local_reservations", "", std::to_string(g.local_reservations));
+  header(&out, "tally_agent_boot_epoch", "gauge", "This agent's boot epoch.");
+  sample(&out, "tally_agent_boot_epoch", "", std::to_string(g.boot_epoch));
+  return out;
+}
+
+}  // namespace tally::agent

@@ -1,0 +1,81 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "core/link_health.h"
+#include "core/types.h"
+#include "wire/codec.h"
+
+// tally-agent's metrics, rendered in the Prometheus text exposition format (version 0.0.4).
+// Counters and histograms are kept here; gauges are read at render time from a snapshot the
+// caller assembles. Pure (no I/O, no clock); owned by the loop thread.
+
+namespace tally::agent {
+
+enum class Op : uint8_t {
+  kReserve = 0,
+  kStart,
+  kSettle,
+  kRelease,
+  kMarkUnknown,
+  kReportOperation,
+  kQuery,
+  kHealth,
+  kOther,
+};
+inline constexpr size_t kOpCount = 9;
+const char* opName(Op op);
+Op opFor(const wire::RequestBody& body);
+
+// The outcome label of one answer: the reply code ("ok", "rejected", "queued", …) or
+// "error_<code>" for an ErrorReply.
+std::string outcomeLabel(const wire::ResponseBody& body);
+
+struct GaugeSnapshot {
+  LinkHealth health = LinkHealth::kHealthy;
+  bool connected = false;
+  uint64_t outbox_depth = 0;
+  uint64_t outbox_oldest_age_ms = 0;
+  uint64_t reservation_unknown = 0;
+  uint64_t reservation_unknown_oldest_age_ms = 0;
+  uint64_t usage_unknown = 0;
+  uint64_t usage_unknown_oldest_age_ms = 0;
+  uint64_t boot_epoch = 0;
+  uint64_t local_reservations = 0;
+};
+
+class AgentMetrics {
+ public:
+  // Upper bounds of the request-duration histogram buckets, in microseconds.
+  static constexpr std::array<uint64_t, 15> kBucketsUs = {
+      100,    250,     500,     1'000,   2'500,     5'000,     10'000,   25'000,
+      50'000, 100'000, 250'000, 500'000, 1'000'000, 2'500'000, 5'000'000};
+
+  void countRequest(Op op, const std::string& outcome, uint64_t duration_us);
+  void countRejection(LimitingDimension dimension);
+  void countShadowDecision(const std::string& outcome, LimitingDimension dimension);
+
+  uint64_t requests(Op op, const std::string& outcome) const;
+  uint64_t shadowDecisions(const std::string& outcome, LimitingDimension dimension) const;
+
+  std::string render(const GaugeSnapshot& gauges) const;
+
+ private:
+  struct Histogram {
+    std::array<uint64_t, kBucketsUs.size()> buckets{};  // non-cumulative
+    uint64_t count = 0;
+    uint64_t sum_us = 0;
+  };
+
+  std::map<std::pair<std::string, std::string>, uint64_t> requests_;  // (op, outcome)
+  std::map<std::string, uint64_t> rejections_;                        // dimension
+  std::map<std::pair<std::string, std::string>, uint64_t> shadow_;    // (outcome, dimension)
+  std::array<Histogram, kOpCount> durations_{};
+};
+
+}  // namespace tally::agent

@@ -1,0 +1,545 @@
+#include "agent/outbox_store.h"
+
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string_view>
+#include <utility>
+
+#include "core/assert.h"
+#include "core/limits.h"
+
+#define TALLY_AGENT_RETURN_IF_ERROR(expr)           \
+  do {                                              \
+    if (Status status_ = (expr); !status_.isOk()) { \
+      return status_;                               \
+    }                                               \
+  } while (false)
+
+namespace tally::agent {
+
+namespace {
+
+constexpr mode_t kDataDirMode = 0750;
+constexpr mode_t kLockFileMode = 0640;
+constexpr int64_t kSynchronousFull = 2;
+constexpr int64_t kBusyTimeoutMs = 5000;  // the flock keeps other agents out; this is a backstop
+constexpr int64_t kWalAutocheckpointPages = 1000;
+constexpr int64_t kJournalSizeLimitBytes = 16 << 20;
+constexpr int64_t kCacheKib = 8 * 1024;
+constexpr size_t kMetaKeyBytesMax = 256;
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+constexpr const char* kMetaSchemaVersion = "schema_version";
+constexpr const char* kMetaBootEpoch = "boot_epoch";
+
+constexpr const char* kSchema[] = {
+    "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) STRICT",
+    "CREATE TABLE outbox ("
+    " seq INTEGER PRIMARY KEY NOT NULL,"
+    " kind INTEGER NOT NULL,"
+    " reservation_id TEXT NOT NULL,"
+    " operation_id TEXT NOT NULL,"
+    " actual_units INTEGER NOT NULL,"
+    " enqueued_at_ms INTEGER NOT NULL,"
+    " attempts INTEGER NOT NULL,"
+    " next_attempt_ms INTEGER NOT NULL) STRICT",
+    "CREATE TABLE kv (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) STRICT",
+};
+
+// Indexed by OutboxStore::Statement.
+constexpr const char* kStatementSql[] = {
+    "BEGIN IMMEDIATE",
+    "COMMIT",
+    "INSERT INTO outbox(seq, kind, reservation_id, operation_id, actual_units, enqueued_at_ms,"
+    " attempts, next_attempt_ms) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    "DELETE FROM outbox WHERE seq = ?1",
+    "SELECT seq, kind, reservation_id, operation_id, actual_units, enqueued_at_ms, attempts,"
+    " next_attempt_ms FROM outbox ORDER BY seq",
+    "SELECT value FROM meta WHERE key = ?1",
+    "INSERT INTO meta(key, value) VALUES(?1, ?2)"
+    " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+    "SELECT value FROM kv WHERE key = ?1",
+    "INSERT INTO kv(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value = "
+    "excluded.value",
+};
+
+std::string errnoText(int error) { return std::strerror(error); }
+
+// The Status for a failed sqlite3_* call `rc` during `operation`.
+Status statusOf(sqlite3* db, int rc, std::string_view operation) {
+  const std::string detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+  const std::string message =
+      std::string(operation) + ": " + detail + " (sqlite code " + std::to_string(rc) + ")";
+  switch (rc & 0xff) {
+    case SQLITE_FULL: return Status::resourceExhausted("disk full: " + message);
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB: return Status::corruption(message);
+    case SQLITE_CONSTRAINT: return Status::invalidArgument(message);
+    default: return Status::ioError(message);
+  }
+}
+
+Status execSql(sqlite3* db, const char* sql, std::string_view operation) {
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+  return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, operation);
+}
+
+// One-off statement (setup only): hands the first row's first column to `*value` (nullopt when
+// there is no row).
+Status queryInt(sqlite3* db, const char* sql, std::string_view operation,
+                std::optional<int64_t>* value) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) return statusOf(db, rc, operation);
+  rc = sqlite3_step(stmt);
+  Status status;
+  if (rc == SQLITE_ROW) {
+    *value = sqlite3_column_int64(stmt, 0);
+  } else if (rc == SQLITE_DONE) {
+    *value = std::nullopt;
+  } else {
+    status = statusOf(db, rc, operation);
+  }
+  // finalize repeats the step's error, already reported.
+  (void)sqlite3_finalize(stmt);
+  return status;
+}
+
+Status queryText(sqlite3* db, const char* sql, std::string_view operation, std::string* value) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) return statusOf(db, rc, operation);
+  rc = sqlite3_step(stmt);
+  Status status;
+  if (rc == SQLITE_ROW) {
+    const unsigned char* text = sqlite3_column_text(stmt, 0);
+    *value = text != nullptr ? reinterpret_cast<const char*>(text) : "";
+  } else if (rc != SQLITE_DONE) {
+    status = statusOf(db, rc, operation);
+  }
+  (void)sqlite3_finalize(stmt);
+  return status;
+}
+
+// Clears a statement for reuse when the scope ends; sqlite3_reset repeats the last step's error,
+// which the caller already checked.
+class ResetOnExit {
+ public:
+  explicit ResetOnExit(sqlite3_stmt* stmt) : stmt_(stmt) {}
+  ~ResetOnExit() {
+    (void)sqlite3_reset(stmt_);
+    (void)sqlite3_clear_bindings(stmt_);
+  }
+  ResetOnExit(const ResetOnExit&) = delete;
+  ResetOnExit& operator=(const ResetOnExit&) = delete;
+
+ private:
+  sqlite3_stmt* stmt_;
+};
+
+Status bindInt64(sqlite3* db, sqlite3_stmt* stmt, int index, int64_t value, const char* op) {
+  const int rc = sqlite3_bind_int64(stmt, index, value);
+  return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, op);
+}
+
+// Bound SQLITE_STATIC: the caller steps the statement while `value` lives.
+Status bindText(sqlite3* db, sqlite3_stmt* stmt, int index, std::string_view value,
+                const char* op) {
+  const int rc =
+      sqlite3_bind_text64(stmt, index, value.data(), value.size(), SQLITE_STATIC, SQLITE_UTF8);
+  return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, op);
+}
+
+Status stepDone(sqlite3* db, sqlite3_stmt* stmt, const char* op) {
+  const int rc = sqlite3_step(stmt);
+  return rc == SQLITE_DONE ? Status::ok() : statusOf(db, rc, op);
+}
+
+std::string columnText(sqlite3_stmt* stmt, int column) {
+  const unsigned char* text = sqlite3_column_text(stmt, column);
+  const int size = sqlite3_column_bytes(stmt, column);
+  if (text == nullptr || size <= 0) return {};
+  return std::string(reinterpret_cast<const char*>(text), static_cast<size_t>(size));
+}
+
+Status syncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::ioError("open directory " + dir + ": " + errnoText(errno));
+  const int rc = ::fsync(fd);
+  const int error = errno;
+  ::close(fd);
+  if (rc != 0) return Status::ioError("fsync directory " + dir + ": " + errnoText(error));
+  return Status::ok();
+}
+
+// Creates `dir` and any missing parent with kDataDirMode, syncing each new entry's parent.
+Status makeDataDir(const std::string& dir) {
+  for (size_t end = 1; end <= dir.size(); ++end) {
+    if (end != dir.size() && dir[end] != '/') continue;
+    const std::string prefix = dir.substr(0, end);
+    if (::mkdir(prefix.c_str(), kDataDirMode) == 0) {
+      const size_t slash = prefix.find_last_of('/');
+      TALLY_AGENT_RETURN_IF_ERROR(
+          syncDirectory(slash == std::string::npos ? "." : prefix.substr(0, slash + 1)));
+      continue;
+    }
+    if (errno != EEXIST) {
+      return Status::ioError("create data dir " + prefix + ": " + errnoText(errno));
+    }
+  }
+  struct stat info {};
+  if (::stat(dir.c_str(), &info) != 0) {
+    return Status::ioError("data dir " + dir + ": " + errnoText(errno));
+  }
+  if (!S_ISDIR(info.st_mode)) {
+    return Status::failedPrecondition("data dir " + dir + " exists and is not a directory");
+  }
+  return Status::ok();
+}
+
+// The exclusive lock that keeps two agents off one data dir; returns the locked fd.
+Result<int> lockDataDir(const std::string& dir) {
+  const std::string path = dir + "/" + OutboxStore::kLockFileName;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kLockFileMode);
+  if (fd < 0) return Status::ioError("open " + path + ": " + errnoText(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    ::close(fd);
+    if (error == EWOULDBLOCK) {
+      return Status::failedPrecondition("data dir " + dir + " is in use: another agent holds " +
+                                        path);
+    }
+    return Status::ioError("lock " + path + ": " + errnoText(error));
+  }
+  return fd;
+}
+
+Status validateEntry(const OutboxEntry& entry) {
+  const std::string where = "outbox entry seq " + std::to_string(entry.seq);
+  if (entry.seq == 0 || entry.seq > static_cast<uint64_t>(kInt64Max)) {
+    return Status::invalidArgument(where + ": seq must be in 1..INT64_MAX");
+  }
+  if (entry.actual_units > static_cast<uint64_t>(kInt64Max) ||
+      entry.enqueued_at_ms > static_cast<uint64_t>(kInt64Max) ||
+      entry.next_attempt_ms > static_cast<uint64_t>(kInt64Max)) {
+    return Status::invalidArgument(where + ": a value is above INT64_MAX");
+  }
+  if (entry.reservation_id.size() > limits::kReservationIdBytesMax ||
+      entry.operation_id.size() > limits::kOperationIdBytesMax) {
+    return Status::invalidArgument(where + ": reservation or operation id too long");
+  }
+  if (static_cast<uint8_t>(entry.kind) > static_cast<uint8_t>(OutboxKind::kReportOperation)) {
+    return Status::invalidArgument(where + ": unknown kind");
+  }
+  return Status::ok();
+}
+
+// A row as written by insertEntry(); kCorruption for anything insertEntry() could not write.
+Result<OutboxEntry> readEntry(sqlite3_stmt* row) {
+  const int64_t seq = sqlite3_column_int64(row, 0);
+  const int64_t kind = sqlite3_column_int64(row, 1);
+  const int64_t actual = sqlite3_column_int64(row, 4);
+  const int64_t enqueued = sqlite3_column_int64(row, 5);
+  const int64_t attempts = sqlite3_column_int64(row, 6);
+  const int64_t next_attempt = sqlite3_column_int64(row, 7);
+  const std::string where = "outbox row seq " + std::to_string(seq);
+  if (seq <= 0 || actual < 0 || enqueued < 0 || next_attempt < 0 || attempts < 0 ||
+      attempts > std::numeric_limits<uint32_t>::max()) {
+    return Status::corruption(where + ": value out of range");
+  }
+  if (kind < 0 || kind > static_cast<int64_t>(OutboxKind::kReportOperation)) {
+    return Status::corruption(where + ": unknown kind " + std::to_string(kind));
+  }
+  OutboxEntry entry{.seq = static_cast<uint64_t>(seq),
+                    .kind = static_cast<OutboxKind>(kind),
+                    .reservation_id = columnText(row, 2),
+                    .operation_id = columnText(row, 3),
+                    .actual_units = static_cast<Units>(actual),
+                    .enqueued_at_ms = static_cast<uint64_t>(enqueued),
+                    .attempts = static_cast<uint32_t>(attempts),
+                    .next_attempt_ms = static_cast<uint64_t>(next_attempt)};
+  if (Status valid = validateEntry(entry); !valid.isOk()) {
+    return Status::corruption(where + ": " + valid.message());
+  }
+  return entry;
+}
+
+}  // namespace
+
+// --- Open ---------------------------------------------------------------------------------------
+
+OutboxStore::OutboxStore(Key, std::string path, int lock_fd)
+    : path_(std::move(path)), lock_fd_(lock_fd) {}
+
+OutboxStore::~OutboxStore() {
+  // finalize repeats each statement's last error, already reported when it happened.
+  for (sqlite3_stmt* stmt : statements_) (void)sqlite3_finalize(stmt);
+  if (db_ != nullptr) {
+    // Every statement is finalized, so close is not refused; an error in the closing checkpoint
+    // loses nothing (every transaction is already durable in the WAL).
+    if (int rc = sqlite3_close(db_); rc != SQLITE_OK) {
+      std::fprintf(stderr, "tally-agent: closing %s: %s\n", path_.c_str(), sqlite3_errstr(rc));
+    }
+  }
+  // The lock goes last: the file is closed before another agent may open it.
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+Result<std::unique_ptr<OutboxStore>> OutboxStore::open(const std::string& data_dir,
+                                                       OutboxStoreOptions options) {
+  if (data_dir.empty()) return Status::invalidArgument("data dir: empty path");
+  TALLY_AGENT_RETURN_IF_ERROR(makeDataDir(data_dir));
+  Result<int> lock_fd = lockDataDir(data_dir);
+  if (!lock_fd.isOk()) return lock_fd.status();
+  auto store =
+      std::make_unique<OutboxStore>(Key{}, data_dir + "/" + kDatabaseFileName, lock_fd.value());
+  TALLY_AGENT_RETURN_IF_ERROR(store->initialize(options));
+  // The entries of a new LOCK, agent.db and its WAL are durable before anything depends on them.
+  TALLY_AGENT_RETURN_IF_ERROR(syncDirectory(data_dir));
+  return store;
+}
+
+Status OutboxStore::initialize(const OutboxStoreOptions& options) {
+  int rc =
+      sqlite3_open_v2(path_.c_str(), &db_,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  // db_ is owned from here on even when the open failed (SQLite still allocates a handle).
+  if (rc != SQLITE_OK) return statusOf(db_, rc, "open " + path_);
+  rc = sqlite3_extended_result_codes(db_, 1);
+  if (rc != SQLITE_OK) return statusOf(db_, rc, "enable extended result codes on " + path_);
+  TALLY_AGENT_RETURN_IF_ERROR(applyPragmas(options));
+  TALLY_AGENT_RETURN_IF_ERROR(createOrCheckSchema());
+  for (size_t i = 0; i < kStatementCount; ++i) {
+    rc = sqlite3_prepare_v3(db_, kStatementSql[i], -1, SQLITE_PREPARE_PERSISTENT, &statements_[i],
+                            nullptr);
+    if (rc != SQLITE_OK) return statusOf(db_, rc, std::string("prepare ") + kStatementSql[i]);
+  }
+  return Status::ok();
+}
+
+Status OutboxStore::applyPragmas(const OutboxStoreOptions& options) {
+  // page_size only takes effect on a new file, so it precedes journal_mode (which writes it).
+  TALLY_AGENT_RETURN_IF_ERROR(execSql(db_, "PRAGMA page_size=4096", "set page_size"));
+  std::string journal_mode;
+  TALLY_AGENT_RETURN_IF_ERROR(
+      queryText(db_, "PRAGMA journal_mode=WAL", "set journal_mode", &journal_mode));
+  if (journal_mode != "wal") {
+    return Status::ioError("set journal_mode: " + path_ + " is in journal mode '" + journal_mode +
+                           "', not 'wal'");
+  }
+  const std::string statements[] = {
+      "PRAGMA synchronous=FULL",
+      "PRAGMA locking_mode=NORMAL",
+      "PRAGMA foreign_keys=OFF",
+      "PRAGMA temp_store=MEMORY",
+      "PRAGMA trusted_schema=OFF",
+      "PRAGMA wal_autocheckpoint=" + std::to_string(kWalAutocheckpointPages),
+      "PRAGMA journal_size_limit=" + std::to_string(kJournalSizeLimitBytes),
+      "PRAGMA cache_size=-" + std::to_string(kCacheKib),
+  };
+  for (const std::string& sql : statements) {
+    TALLY_AGENT_RETURN_IF_ERROR(execSql(db_, sql.c_str(), sql));
+  }
+  if (options.database_pages_max > 0) {
+    const std::string sql = "PRAGMA max_page_count=" + std::to_string(options.database_pages_max);
+    TALLY_AGENT_RETURN_IF_ERROR(execSql(db_, sql.c_str(), "set max_page_count"));
+  }
+  if (int rc = sqlite3_busy_timeout(db_, static_cast<int>(kBusyTimeoutMs)); rc != SQLITE_OK) {
+    return statusOf(db_, rc, "set busy timeout");
+  }
+  std::optional<int64_t> synchronous;
+  TALLY_AGENT_RETURN_IF_ERROR(
+      queryInt(db_, "PRAGMA synchronous", "read synchronous", &synchronous));
+  if (synchronous != kSynchronousFull) {
+    return Status::ioError("set synchronous on " + path_ + ": got " +
+                           std::to_string(synchronous.value_or(-1)) + ", not FULL");
+  }
+  return Status::ok();
+}
+
+Status OutboxStore::createOrCheckSchema() {
+  TALLY_AGENT_RETURN_IF_ERROR(execSql(db_, "BEGIN IMMEDIATE", "begin schema setup"));
+  Status status = [&]() -> Status {
+    std::optional<int64_t> tables;
+    TALLY_AGENT_RETURN_IF_ERROR(queryInt(
+        db_, "SELECT count(*) FROM sqlite_master WHERE type = 'table'", "read schema", &tables));
+    std::optional<int64_t> has_meta;
+    TALLY_AGENT_RETURN_IF_ERROR(
+        queryInt(db_, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+                 "read schema", &has_meta));
+    if (has_meta.value_or(0) == 0) {
+      if (tables.value_or(0) > 0) {
+        return Status::failedPrecondition(path_ + " is not a tally agent database");
+      }
+      for (const char* create : kSchema) TALLY_AGENT_RETURN_IF_ERROR(execSql(db_, create, create));
+      const std::string insert = std::string("INSERT INTO meta(key, value) VALUES('") +
+                                 kMetaSchemaVersion + "', " + std::to_string(kSchemaVersion) +
+                                 "), ('" + kMetaBootEpoch + "', 0)";
+      return execSql(db_, insert.c_str(), "write schema_version");
+    }
+    std::optional<int64_t> version;
+    TALLY_AGENT_RETURN_IF_ERROR(queryInt(db_, "SELECT value FROM meta WHERE key = 'schema_version'",
+                                         "read schema_version", &version));
+    if (version != kSchemaVersion) {
+      return Status::failedPrecondition(
+          path_ + " has schema_version " + (version ? std::to_string(*version) : "(none)") +
+          "; this build reads only " + std::to_string(kSchemaVersion));
+    }
+    return Status::ok();
+  }();
+  if (!status.isOk()) return rollbackAfter(std::move(status));
+  return execSql(db_, "COMMIT", "commit schema setup");
+}
+
+// --- Transactions -------------------------------------------------------------------------------
+
+Status OutboxStore::rollbackAfter(Status status) {
+  if (sqlite3_get_autocommit(db_) != 0) return status;  // SQLite already ended the transaction
+  const int rc = sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  if (rc == SQLITE_OK) return status;
+  return Status::ioError(status.toString() + "; then " + statusOf(db_, rc, "rollback").toString());
+}
+
+template <typename F>
+Status OutboxStore::inTransaction(const char* what, F&& body) {
+  Status status = [&]() -> Status {
+    {
+      ResetOnExit reset(statements_[kBegin]);
+      TALLY_AGENT_RETURN_IF_ERROR(stepDone(db_, statements_[kBegin], what));
+    }
+    TALLY_AGENT_RETURN_IF_ERROR(body());
+    ResetOnExit reset(statements_[kCommit]);
+    return stepDone(db_, statements_[kCommit], what);
+  }();
+  if (!status.isOk()) return rollbackAfter(std::move(status));
+  return status;
+}
+
+// --- Outbox -------------------------------------------------------------------------------------
+
+Status OutboxStore::insertEntry(const OutboxEntry& entry) {
+  TALLY_AGENT_RETURN_IF_ERROR(validateEntry(entry));
+  constexpr const char* kOp = "append outbox entry";
+  sqlite3_stmt* stmt = statements_[kInsertEntry];
+  ResetOnExit reset(stmt);
+  TALLY_AGENT_RETURN_IF_ERROR(bindInt64(db_, stmt, 1, static_cast<int64_t>(entry.seq), kOp));
+  TALLY_AGENT_RETURN_IF_ERROR(bindInt64(db_, stmt, 2, static_cast<int64_t>(entry.kind), kOp));
+  TALLY_AGENT_RETURN_IF_ERROR(bindText(db_, stmt, 3, entry.reservation_id, kOp));
+  TALLY_AGENT_RETURN_IF_ERROR(bindText(db_, stmt, 4, entry.operation_id, kOp));
+  TALLY_AGENT_RETURN_IF_ERROR(
+      bindInt64(db_, stmt, 5, static_cast<int64_t>(entry.actual_units), kOp));
+  TALLY_AGENT_RETURN_IF_ERROR(
+      bindInt64(db_, stmt, 6, static_cast<int64_t>(entry.enqueued_at_ms), kOp));
+  TALLY_AGENT_RETURN_IF_ERROR(bindInt64(db_, stmt, 7, static_cast<int64_t>(entry.attempts), kOp));
+  TALLY_AGENT_RETURN_IF_ERROR(
+      bindInt64(db_, stmt, 8, static_cast<int64_t>(entry.next_attempt_ms), kOp));
+  return stepDone(db_, stmt, kOp);
+}
+
+Status OutboxStore::append(const OutboxEntry& entry) {
+  // With synchronous=FULL, COMMIT returns once the WAL holding the row is fsync'd.
+  TALLY_AGENT_RETURN_IF_ERROR(validateEntry(entry));
+  return inTransaction("append outbox entry", [&] { return insertEntry(entry); });
+}
+
+Status OutboxStore::appendBatch(const std::vector<OutboxEntry>& entries) {
+  if (entries.empty()) return Status::ok();
+  for (const OutboxEntry& entry : entries) TALLY_AGENT_RETURN_IF_ERROR(validateEntry(entry));
+  return inTransaction("append outbox batch", [&]() -> Status {
+    for (const OutboxEntry& entry : entries) TALLY_AGENT_RETURN_IF_ERROR(insertEntry(entry));
+    return Status::ok();
+  });
+}
+
+Status OutboxStore::remove(uint64_t seq) {
+  if (seq == 0 || seq > static_cast<uint64_t>(kInt64Max)) return Status::ok();  // never stored
+  constexpr const char* kOp = "remove outbox entry";
+  sqlite3_stmt* stmt = statements_[kDeleteEntry];
+  ResetOnExit reset(stmt);
+  TALLY_AGENT_RETURN_IF_ERROR(bindInt64(db_, stmt, 1, static_cast<int64_t>(seq), kOp));
+  return stepDone(db_, stmt, kOp);
+}
+
+Result<std::vector<OutboxEntry>> OutboxStore::load() {
+  sqlite3_stmt* stmt = statements_[kSelectEntries];
+  ResetOnExit reset(stmt);
+  std::vector<OutboxEntry> entries;
+  for (;;) {
+    const int rc = sqlite3_step(stmt);
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) return statusOf(db_, rc, "load outbox");
+    Result<OutboxEntry> entry = readEntry(stmt);
+    if (!entry.isOk()) return Status::corruption(path_ + ": " + entry.status().message());
+    // Rows come by seq (the primary key): strictly increasing.
+    TALLY_ASSERT(entries.empty() || entries.back().seq < entry.value().seq);
+    entries.push_back(std::move(entry).value());
+  }
+  return entries;
+}
+
+// --- Meta ---------------------------------------------------------------------------------------
+
+Result<uint64_t> OutboxStore::incrementBootEpoch() {
+  uint64_t epoch = 0;
+  Status status = inTransaction("increment boot epoch", [&]() -> Status {
+    constexpr const char* kOp = "increment boot epoch";
+    int64_t current = 0;
+    {
+      sqlite3_stmt* get = statements_[kGetMeta];
+      ResetOnExit reset(get);
+      TALLY_AGENT_RETURN_IF_ERROR(bindText(db_, get, 1, kMetaBootEpoch, kOp));
+      const int rc = sqlite3_step(get);
+      if (rc == SQLITE_ROW) {
+        current = sqlite3_column_int64(get, 0);
+      } else if (rc != SQLITE_DONE) {
+        return statusOf(db_, rc, kOp);
+      }
+    }
+    if (current < 0 || current == kInt64Max) {
+      return Status::corruption(path_ + ": boot_epoch " + std::to_string(current));
+    }
+    sqlite3_stmt* put = statements_[kPutMeta];
+    ResetOnExit reset(put);
+    TALLY_AGENT_RETURN_IF_ERROR(bindText(db_, put, 1, kMetaBootEpoch, kOp));
+    TALLY_AGENT_RETURN_IF_ERROR(bindInt64(db_, put, 2, current + 1, kOp));
+    TALLY_AGENT_RETURN_IF_ERROR(stepDone(db_, put, kOp));
+    epoch = static_cast<uint64_t>(current + 1);
+    return Status::ok();
+  });
+  if (!status.isOk()) return status;
+  return epoch;
+}
+
+Status OutboxStore::putMeta(const std::string& key, int64_t value) {
+  if (key.empty() || key.size() > kMetaKeyBytesMax) {
+    return Status::invalidArgument("meta key must be 1.." + std::to_string(kMetaKeyBytesMax) +
+                                   " bytes");
+  }
+  const std::string op = "put meta '" + key + "'";
+  sqlite3_stmt* stmt = statements_[kPutKv];
+  ResetOnExit reset(stmt);
+  TALLY_AGENT_RETURN_IF_ERROR(bindText(db_, stmt, 1, key, op.c_str()));
+  TALLY_AGENT_RETURN_IF_ERROR(bindInt64(db_, stmt, 2, value, op.c_str()));
+  return stepDone(db_, stmt, op.c_str());
+}
+
+Result<std::optional<int64_t>> OutboxStore::getMeta(const std::string& key) {
+  sqlite3_stmt* stmt = statements_[kGetKv];
+  ResetOnExit reset(stmt);
+  const std::string op = "get meta '" + key + "'";
+  TALLY_AGENT_RETURN_IF_ERROR(bindText(db_, stmt, 1, key, op.c_str()));
+  const int rc = sqlite3_step(stmt);
+  if (rc == SQLITE_ROW) return std::optional<int64_t>(sqlite3_column_int64(stmt, 0));
+  if (rc == SQLITE_DONE) return std::optional<int64_t>();
+  return statusOf(db_, rc, op);
+}
+
+}  // namespace tally::agent

@@ -1,0 +1,595 @@
+#include "central-client/ledger_link.h"
+
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <span>
+
+#include "core/assert.h"
+
+namespace tally::central {
+
+// One TCP connection to the ledger, from connect until its close callback. The link holds the
+// current one in connection_ and closing ones in closing_; write and connect callbacks, which
+// libuv runs before the close callback, may still use it.
+class LedgerLink::Connection {
+ public:
+  Connection(LedgerLink* link, uint64_t id, uint64_t frame_bytes_max)
+      : link_(link), id_(id), decoder_({.frame_bytes_max = frame_bytes_max}) {
+    tcp_.data = this;
+    connect_req_.data = this;
+  }
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  LedgerLink* link_;
+  uint64_t id_;
+  uv_tcp_t tcp_{};
+  uv_connect_t connect_req_{};
+  wire::FrameDecoder decoder_;
+  bool connected_ = false;
+};
+
+namespace {
+
+// One batch of framed requests on its way to the socket; freed by the write callback.
+struct WriteRequest {
+  uv_write_t req{};
+  std::vector<uint8_t> bytes;
+  LedgerLink::Connection* connection = nullptr;
+};
+
+constexpr unsigned kKeepAliveDelaySeconds = 30;
+constexpr uint32_t kBackoffShiftMax = 30;
+
+uint64_t seedFromTime() { return uv_hrtime() ^ 0x9e3779b97f4a7c15ull; }
+
+std::string uvError(const char* what, int rc) { return std::string(what) + ": " + uv_strerror(rc); }
+
+}  // namespace
+
+LedgerLink::LedgerLink(uv_loop_t* loop, LedgerLinkOptions options, Logger* logger)
+    : loop_(loop),
+      options_(std::move(options)),
+      logger_(logger),
+      monitor_(options_.health, uv_now(loop)),
+      reported_health_(monitor_.state()),
+      rng_(options_.seed != 0 ? options_.seed : seedFromTime()) {
+  for (uv_handle_t* handle :
+       {reinterpret_cast<uv_handle_t*>(&health_timer_),
+        reinterpret_cast<uv_handle_t*>(&deadline_timer_),
+        reinterpret_cast<uv_handle_t*>(&connect_timer_), reinterpret_cast<uv_handle_t*>(&prepare_),
+        reinterpret_cast<uv_handle_t*>(&check_), reinterpret_cast<uv_handle_t*>(&idle_)}) {
+    handle->data = this;
+  }
+  resolve_req_.data = this;
+}
+
+LedgerLink::~LedgerLink() {
+  // stop() must have finished: every handle closed, no lookup in flight.
+  TALLY_ASSERT(open_handles_ == 0);
+  TALLY_ASSERT(!resolving_);
+  TALLY_ASSERT(state_ == State::kIdle || state_ == State::kStopped);
+}
+
+// --- Start and stop ---------------------------------------------------------------------------
+
+Status LedgerLink::initHandle(uv_handle_t* handle, int rc, const char* what) {
+  if (rc != 0) return Status::ioError(uvError(what, rc));
+  handle->data = this;
+  handles_.push_back(handle);
+  ++open_handles_;
+  return Status::ok();
+}
+
+Status LedgerLink::start() {
+  TALLY_ASSERT(state_ == State::kIdle && handles_.empty());
+  if (options_.host.empty()) return Status::invalidArgument("ledger link: empty host");
+  if (options_.port == 0) return Status::invalidArgument("ledger link: port 0");
+  if (options_.request_timeout_ms == 0 || options_.connect_timeout_ms == 0 ||
+      options_.requests_in_flight_max == 0 || options_.health_tick_ms == 0 ||
+      options_.frame_bytes_max < wire::kFrameHeaderBytes) {
+    return Status::invalidArgument(
+        "ledger link: request_timeout_ms, connect_timeout_ms, requests_in_flight_max, "
+        "health_tick_ms and frame_bytes_max must be positive");
+  }
+  if (options_.reconnect_backoff_max_ms < options_.reconnect_backoff_initial_ms) {
+    return Status::invalidArgument(
+        "ledger link: reconnect_backoff_max_ms is below reconnect_backoff_initial_ms");
+  }
+  auto as_handle = [](auto* handle) { return reinterpret_cast<uv_handle_t*>(handle); };
+  if (Status s = initHandle(as_handle(&health_timer_), uv_timer_init(loop_, &health_timer_),
+                            "uv_timer_init");
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s = initHandle(as_handle(&deadline_timer_), uv_timer_init(loop_, &deadline_timer_),
+                            "uv_timer_init");
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s = initHandle(as_handle(&connect_timer_), uv_timer_init(loop_, &connect_timer_),
+                            "uv_timer_init");
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s =
+          initHandle(as_handle(&prepare_), uv_prepare_init(loop_, &prepare_), "uv_prepare_init");
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s = initHandle(as_handle(&check_), uv_check_init(loop_, &check_), "uv_check_init");
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s = initHandle(as_handle(&idle_), uv_idle_init(loop_, &idle_), "uv_idle_init");
+      !s.isOk()) {
+    return s;
+  }
+  if (int rc = uv_timer_start(&health_timer_, onHealthTick, options_.health_tick_ms,
+                              options_.health_tick_ms);
+      rc != 0) {
+    return Status::ioError(uvError("uv_timer_start", rc));
+  }
+  if (int rc = uv_prepare_start(
+          &prepare_, [](uv_prepare_t* h) { onFlush(reinterpret_cast<uv_handle_t*>(h)); });
+      rc != 0) {
+    return Status::ioError(uvError("uv_prepare_start", rc));
+  }
+  if (int rc = uv_check_start(&check_,
+                              [](uv_check_t* h) { onFlush(reinterpret_cast<uv_handle_t*>(h)); });
+      rc != 0) {
+    return Status::ioError(uvError("uv_check_start", rc));
+  }
+  // The loop's clock may be stale (the owner may have done slow work since it last ran): the
+  // monitor starts from the real now, so startup time does not count as time without success.
+  uv_update_time(loop_);
+  monitor_ = LinkHealthMonitor(options_.health, nowMs());
+  logger_->info("ledger_link_starting",
+                {{"ledger", options_.host + ":" + std::to_string(options_.port)}});
+  beginConnect();
+  return Status::ok();
+}
+
+void LedgerLink::stop(std::function<void()> on_closed) {
+  if (state_ == State::kStopped) {
+    if (on_closed) on_closed();
+    return;
+  }
+  if (on_closed) on_closed_.push_back(std::move(on_closed));
+  if (state_ == State::kStopping) return;
+  state_ = State::kStopping;
+  if (resolving_) {
+    // A lookup already running cannot be cancelled; its callback arrives later either way.
+    (void)uv_cancel(reinterpret_cast<uv_req_t*>(&resolve_req_));
+  }
+  if (connection_ != nullptr) closeConnection();
+  out_.clear();
+  for (uv_handle_t* handle : handles_) closeHandle(handle);
+  handles_.clear();
+  failAllPending("stopping");
+  maybeFinishStop();
+}
+
+void LedgerLink::closeHandle(uv_handle_t* handle) {
+  uv_close(handle, [](uv_handle_t* closed) {
+    auto* link = static_cast<LedgerLink*>(closed->data);
+    --link->open_handles_;
+    link->maybeFinishStop();
+  });
+}
+
+void LedgerLink::maybeFinishStop() {
+  if (state_ != State::kStopping || open_handles_ > 0 || resolving_) return;
+  // Results deferred by call() are delivered here, from a close callback: never inside call().
+  while (!deferred_.empty()) drainDeferred();
+  state_ = State::kStopped;
+  logger_->info("ledger_link_stopped", {{"calls", stats_.calls}});
+  std::vector<std::function<void()>> callbacks = std::exchange(on_closed_, {});
+  for (auto& callback : callbacks) callback();
+}
+
+// --- Connecting ---------------------------------------------------------------------------------
+
+void LedgerLink::beginConnect() {
+  if (state_ == State::kStopping || state_ == State::kStopped) return;
+  sockaddr_storage address{};
+  auto* in4 = reinterpret_cast<sockaddr_in*>(&address);
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&address);
+  if (uv_ip4_addr(options_.host.c_str(), options_.port, in4) == 0 ||
+      uv_ip6_addr(options_.host.c_str(), options_.port, in6) == 0) {
+    connectTo(reinterpret_cast<const sockaddr*>(&address));
+    return;
+  }
+  // A name: looked up at each attempt, so a moved ledger is found again.
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  const std::string port = std::to_string(options_.port);
+  state_ = State::kResolving;
+  if (int rc = uv_getaddrinfo(loop_, &resolve_req_, onResolved, options_.host.c_str(), port.c_str(),
+                              &hints);
+      rc != 0) {
+    connectFailed(uvError("resolve host", rc));
+    return;
+  }
+  resolving_ = true;
+}
+
+void LedgerLink::onResolved(uv_getaddrinfo_t* req, int status, addrinfo* result) {
+  auto* link = static_cast<LedgerLink*>(req->data);
+  link->resolving_ = false;
+  if (link->state_ == State::kStopping) {
+    uv_freeaddrinfo(result);
+    link->maybeFinishStop();
+    return;
+  }
+  if (status != 0 || result == nullptr) {
+    uv_freeaddrinfo(result);
+    link->connectFailed(uvError("resolve host", status != 0 ? status : UV_EAI_NONAME));
+    return;
+  }
+  // Successive attempts rotate through the addresses (e.g. ::1 and 127.0.0.1 for localhost).
+  std::vector<const addrinfo*> addresses;
+  for (const addrinfo* a = result; a != nullptr; a = a->ai_next) {
+    if (a->ai_addr != nullptr) addresses.push_back(a);
+  }
+  if (addresses.empty()) {
+    uv_freeaddrinfo(result);
+    link->connectFailed("resolve host: no address");
+    return;
+  }
+  link->connectTo(addresses[link->resolve_rotation_++ % addresses.size()]->ai_addr);
+  uv_freeaddrinfo(result);
+}
+
+void LedgerLink::connectTo(const sockaddr* address) {
+  auto connection =
+      std::make_unique<Connection>(this, next_connection_id_++, options_.frame_bytes_max);
+  if (int rc = uv_tcp_init(loop_, &connection->tcp_); rc != 0) {
+    connectFailed(uvError("uv_tcp_init", rc));
+    return;
+  }
+  ++open_handles_;
+  connection_ = std::move(connection);
+  state_ = State::kConnecting;
+  if (int rc = uv_tcp_connect(&connection_->connect_req_, &connection_->tcp_, address, onConnect);
+      rc != 0) {
+    connectFailed(uvError("connect", rc));
+    return;
+  }
+  const int rc = uv_timer_start(&connect_timer_, onConnectTimer, options_.connect_timeout_ms, 0);
+  TALLY_ASSERT(rc == 0);  // fails only on a closing handle, and we are not stopping
+}
+
+void LedgerLink::onConnect(uv_connect_t* req, int status) {
+  auto* connection = static_cast<Connection*>(req->data);
+  LedgerLink* link = connection->link_;
+  // Cancelled (closed by a timeout or stop) or superseded: nothing to do.
+  if (status == UV_ECANCELED || connection != link->connection_.get()) return;
+  if (status != 0) {
+    link->connectFailed(uvError("connect", status));
+    return;
+  }
+  (void)uv_timer_stop(&link->connect_timer_);
+  // Both are optimizations: a failure leaves a working, if slower, connection.
+  (void)uv_tcp_nodelay(&connection->tcp_, 1);
+  (void)uv_tcp_keepalive(&connection->tcp_, 1, kKeepAliveDelaySeconds);
+  auto on_alloc = [](uv_handle_t* handle, size_t, uv_buf_t* buf) {
+    LedgerLink* owner = static_cast<Connection*>(handle->data)->link_;
+    *buf =
+        uv_buf_init(owner->read_buffer_.data(), static_cast<unsigned>(owner->read_buffer_.size()));
+  };
+  if (int rc = uv_read_start(reinterpret_cast<uv_stream_t*>(&connection->tcp_), on_alloc, onRead);
+      rc != 0) {
+    link->connectFailed(uvError("read start", rc));
+    return;
+  }
+  connection->connected_ = true;
+  link->state_ = State::kConnected;
+  link->backoff_attempt_ = 0;
+  ++link->stats_.connects;
+  link->logger_->info("ledger_link_connected",
+                      {{"ledger", link->options_.host + ":" + std::to_string(link->options_.port)},
+                       {"connection", connection->id_}});
+  if (link->on_connected_) link->on_connected_();
+}
+
+void LedgerLink::onConnectTimer(uv_timer_t* timer) {
+  auto* link = static_cast<LedgerLink*>(timer->data);
+  if (link->state_ == State::kConnecting) {
+    link->connectFailed("connect timed out after " +
+                        std::to_string(link->options_.connect_timeout_ms) + " ms");
+  } else if (link->state_ == State::kBackoff) {
+    link->beginConnect();
+  }
+}
+
+void LedgerLink::connectFailed(const std::string& error) {
+  if (connection_ != nullptr) closeConnection();
+  ++stats_.connect_failures;
+  monitor_.onFailure(nowMs());
+  logger_->warn("ledger_link_connect_failed",
+                {{"ledger", options_.host + ":" + std::to_string(options_.port)},
+                 {"error", error},
+                 {"attempt", backoff_attempt_ + 1}});
+  noteHealth();
+  scheduleReconnect();
+}
+
+uint64_t LedgerLink::nextBackoffMs() {
+  const uint32_t shift = std::min(backoff_attempt_, kBackoffShiftMax);
+  ++backoff_attempt_;
+  const uint64_t initial = options_.reconnect_backoff_initial_ms;
+  const uint64_t ceiling = options_.reconnect_backoff_max_ms;
+  const uint64_t base =
+      initial > (ceiling >> shift) ? ceiling : std::min(initial << shift, ceiling);
+  // "Equal jitter": at least half the step, so a fleet of agents spreads out but never spins.
+  const uint64_t half = base / 2;
+  return base - half + (half == 0 ? 0 : rng_() % (half + 1));
+}
+
+void LedgerLink::scheduleReconnect() {
+  if (state_ == State::kStopping || state_ == State::kStopped) return;
+  state_ = State::kBackoff;
+  const uint64_t delay_ms = nextBackoffMs();
+  const int rc = uv_timer_start(&connect_timer_, onConnectTimer, delay_ms, 0);
+  TALLY_ASSERT(rc == 0);
+}
+
+// --- Closing ----------------------------------------------------------------------------------
+
+void LedgerLink::closeConnection() {
+  TALLY_ASSERT(connection_ != nullptr);
+  Connection* connection = connection_.get();
+  connection->connected_ = false;
+  closing_.push_back(std::move(connection_));
+  (void)uv_timer_stop(&connect_timer_);
+  uv_close(reinterpret_cast<uv_handle_t*>(&connection->tcp_), [](uv_handle_t* handle) {
+    auto* closed = static_cast<Connection*>(handle->data);
+    LedgerLink* link = closed->link_;
+    std::erase_if(link->closing_, [closed](const auto& c) { return c.get() == closed; });
+    --link->open_handles_;
+    link->maybeFinishStop();
+  });
+}
+
+void LedgerLink::dropConnection(const std::string& reason) {
+  if (connection_ == nullptr) return;
+  const uint64_t id = connection_->id_;
+  closeConnection();
+  out_.clear();
+  ++stats_.connections_lost;
+  monitor_.onFailure(nowMs());
+  logger_->warn(
+      "ledger_link_lost",
+      {{"connection", id}, {"reason", reason}, {"pending_failed", uint64_t{pending_.size()}}});
+  noteHealth();
+  // Reconnecting first: callbacks run with the link already not connected.
+  scheduleReconnect();
+  failAllPending("connection to the ledger lost (" + reason + "); the outcome is unknown");
+}
+
+void LedgerLink::failAllPending(const std::string& reason) {
+  std::map<uint64_t, Pending> failed = std::exchange(pending_, {});
+  if (state_ != State::kStopping) (void)uv_timer_stop(&deadline_timer_);
+  for (auto& [id, pending] : failed) {
+    ++stats_.failed_in_flight;
+    pending.done(LinkResult{.status = Status::unavailable(reason)});
+  }
+}
+
+void LedgerLink::protocolError(const std::string& error) {
+  ++stats_.protocol_errors;
+  logger_->warn("ledger_link_bad_answer", {{"error", error}});
+  dropConnection("malformed answer: " + error);
+}
+
+// --- Requests ---------------------------------------------------------------------------------
+
+void LedgerLink::call(wire::RequestBody body, std::function<void(LinkResult)> done) {
+  TALLY_ASSERT(state_ != State::kIdle && state_ != State::kStopped);
+  TALLY_ASSERT(done != nullptr);
+  ++stats_.calls;
+  if (state_ == State::kStopping) {
+    defer(std::move(done), LinkResult{.status = Status::unavailable("ledger link stopping")});
+    return;
+  }
+  if (state_ != State::kConnected) {
+    ++stats_.failed_not_connected;
+    defer(
+        std::move(done),
+        LinkResult{.status = Status::unavailable("not connected to the ledger at " + options_.host +
+                                                 ":" + std::to_string(options_.port))});
+    return;
+  }
+  if (pending_.size() >= options_.requests_in_flight_max) {
+    ++stats_.failed_exhausted;
+    defer(std::move(done), LinkResult{.status = Status::resourceExhausted(
+                                          "ledger link: requests_in_flight_max (" +
+                                          std::to_string(options_.requests_in_flight_max) +
+                                          ") requests in flight")});
+    return;
+  }
+  const uint64_t id = next_request_id_++;
+  Result<std::vector<uint8_t>> frame = wire::encodeRequestFrame(
+      wire::Request{.request_id = id, .body = std::move(body)}, options_.frame_bytes_max);
+  if (!frame.isOk()) {
+    ++stats_.failed_exhausted;
+    defer(std::move(done), LinkResult{.status = frame.status()});
+    return;
+  }
+  out_.insert(out_.end(), frame.value().begin(), frame.value().end());
+  pending_.emplace(id, Pending{.done = std::move(done),
+                               .deadline_ms = nowMs() + options_.request_timeout_ms,
+                               .sent_ns = uv_hrtime()});
+  if (uv_is_active(reinterpret_cast<uv_handle_t*>(&deadline_timer_)) == 0) armDeadlineTimer();
+}
+
+void LedgerLink::onFlush(uv_handle_t* handle) { static_cast<LedgerLink*>(handle->data)->flush(); }
+
+void LedgerLink::flush() {
+  if (out_.empty() || connection_ == nullptr || !connection_->connected_) return;
+  auto request = std::make_unique<WriteRequest>();
+  request->bytes = std::exchange(out_, {});
+  request->connection = connection_.get();
+  request->req.data = request.get();
+  uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(request->bytes.data()),
+                             static_cast<unsigned>(request->bytes.size()));
+  auto on_written = [](uv_write_t* req, int status) {
+    std::unique_ptr<WriteRequest> owned(static_cast<WriteRequest*>(req->data));
+    if (status == 0 || status == UV_ECANCELED) return;
+    LedgerLink* link = owned->connection->link_;
+    if (owned->connection == link->connection_.get()) {
+      link->dropConnection(uvError("write", status));
+    }
+  };
+  if (int rc = uv_write(&request->req, reinterpret_cast<uv_stream_t*>(&connection_->tcp_), &buf, 1,
+                        on_written);
+      rc != 0) {
+    dropConnection(uvError("write", rc));
+    return;
+  }
+  request.release();  // owned by the write callback now
+}
+
+void LedgerLink::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
+  auto* connection = static_cast<Connection*>(stream->data);
+  LedgerLink* link = connection->link_;
+  if (connection != link->connection_.get()) return;
+  if (nread < 0) {
+    link->dropConnection(nread == UV_EOF ? std::string("the ledger closed the connection")
+                                         : uvError("read", static_cast<int>(nread)));
+    return;
+  }
+  if (nread == 0) return;
+  std::vector<wire::Frame> frames;
+  const Status status = connection->decoder_.feed(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(buf->base),
+                               static_cast<size_t>(nread)),
+      &frames);
+  for (const wire::Frame& frame : frames) {
+    if (!link->onFrame(connection, frame)) return;
+  }
+  if (!status.isOk()) link->protocolError("bad frame: " + status.toString());
+}
+
+bool LedgerLink::onFrame(Connection* connection, const wire::Frame& frame) {
+  Result<wire::Response> decoded = wire::decodeResponse(frame);
+  if (!decoded.isOk()) {
+    protocolError("undecodable response: " + decoded.status().toString());
+    return false;
+  }
+  wire::Response& response = decoded.value();
+  const uint64_t id = response.request_id;
+  if (id == 0 || id >= next_request_id_) {
+    // Id 0: the ledger could not read one of our envelopes, so our framing is suspect too.
+    std::string detail;
+    if (const auto* error = std::get_if<wire::ErrorReply>(&response.body)) {
+      detail = std::string(" (") + wire::errorCodeName(error->code) + ": " + error->message + ")";
+    }
+    protocolError("answer under request id " + std::to_string(id) + ", which was never sent" +
+                  detail);
+    return false;
+  }
+  auto it = pending_.find(id);
+  if (it == pending_.end()) {
+    ++stats_.late_answers;
+    logger_->debug("ledger_link_late_answer", {{"request_id", id}});
+    return true;
+  }
+  Pending pending = std::move(it->second);
+  pending_.erase(it);
+  const uint64_t latency_us = (uv_hrtime() - pending.sent_ns) / 1000;
+  ++stats_.answered;
+  monitor_.onSuccess(latency_us, nowMs());
+  noteHealth();
+  pending.done(LinkResult{
+      .status = Status::ok(), .response = std::move(response), .latency_us = latency_us});
+  // The callback may have stopped the link (closing this connection).
+  return connection == connection_.get() && state_ == State::kConnected;
+}
+
+// --- Timers -----------------------------------------------------------------------------------
+
+void LedgerLink::armDeadlineTimer() {
+  if (state_ == State::kStopping || state_ == State::kStopped) return;
+  if (pending_.empty()) {
+    (void)uv_timer_stop(&deadline_timer_);
+    return;
+  }
+  const uint64_t deadline_ms = pending_.begin()->second.deadline_ms;
+  const uint64_t now_ms = nowMs();
+  const int rc = uv_timer_start(&deadline_timer_, onDeadlineTimer,
+                                deadline_ms > now_ms ? deadline_ms - now_ms : 0, 0);
+  TALLY_ASSERT(rc == 0);
+}
+
+void LedgerLink::onDeadlineTimer(uv_timer_t* timer) {
+  auto* link = static_cast<LedgerLink*>(timer->data);
+  const uint64_t now_ms = link->nowMs();
+  std::vector<std::function<void(LinkResult)>> expired;
+  while (!link->pending_.empty() && link->pending_.begin()->second.deadline_ms <= now_ms) {
+    expired.push_back(std::move(link->pending_.begin()->second.done));
+    link->pending_.erase(link->pending_.begin());
+    ++link->stats_.timeouts;
+    link->monitor_.onFailure(now_ms);
+  }
+  // Answers removed the front early: the timer fired for nothing and is simply re-armed.
+  link->armDeadlineTimer();
+  if (expired.empty()) return;
+  link->logger_->warn("ledger_link_timeouts",
+                      {{"requests", uint64_t{expired.size()}},
+                       {"request_timeout_ms", link->options_.request_timeout_ms}});
+  link->noteHealth();
+  const std::string reason = "no answer from the ledger within " +
+                             std::to_string(link->options_.request_timeout_ms) +
+                             " ms; the outcome is unknown";
+  for (auto& done : expired) done(LinkResult{.status = Status::unavailable(reason)});
+}
+
+void LedgerLink::onHealthTick(uv_timer_t* timer) {
+  auto* link = static_cast<LedgerLink*>(timer->data);
+  link->monitor_.tick(link->nowMs());
+  link->noteHealth();
+}
+
+void LedgerLink::noteHealth() {
+  const LinkHealth now = monitor_.state();
+  if (now == reported_health_) return;
+  const LinkHealth previous = std::exchange(reported_health_, now);
+  logger_->warn("ledger_link_health",
+                {{"from", linkHealthName(previous)},
+                 {"to", linkHealthName(now)},
+                 {"consecutive_failures", monitor_.consecutiveFailures()},
+                 {"ms_since_success", nowMs() - std::min(nowMs(), monitor_.lastSuccessMs())}});
+  if (on_health_change_) on_health_change_(previous, now);
+}
+
+// --- Deferred results -------------------------------------------------------------------------
+
+void LedgerLink::defer(std::function<void(LinkResult)> done, LinkResult result) {
+  deferred_.emplace_back(std::move(done), std::move(result));
+  if (state_ == State::kStopping) return;  // delivered by maybeFinishStop()
+  if (uv_is_active(reinterpret_cast<uv_handle_t*>(&idle_)) == 0) {
+    const int rc = uv_idle_start(&idle_, onIdle);
+    TALLY_ASSERT(rc == 0);
+  }
+}
+
+void LedgerLink::onIdle(uv_idle_t* idle) {
+  auto* link = static_cast<LedgerLink*>(idle->data);
+  link->drainDeferred();
+  if (link->deferred_.empty() && link->state_ != State::kStopping &&
+      link->state_ != State::kStopped) {
+    (void)uv_idle_stop(idle);
+  }
+}
+
+void LedgerLink::drainDeferred() {
+  auto batch = std::exchange(deferred_, {});
+  for (auto& [done, result] : batch) done(std::move(result));
+}
+
+}  // namespace tally::central

@@ -1,0 +1,70 @@
+#include "agent/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include "agent/metrics_server.h"
+
+namespace tally::agent {
+namespace {
+
+TEST(AgentMetrics, RendersCountersHistogramsAndGauges) {
+  AgentMetrics metrics;
+  metrics.countRequest(Op::kReserve, "ok", 300);
+  metrics.countRequest(Op::kReserve, "rejected", 20'000);
+  metrics.countRejection(LimitingDimension::kLedgerUnavailable);
+  metrics.countShadowDecision("rejected", LimitingDimension::kCapacity);
+  EXPECT_EQ(metrics.requests(Op::kReserve, "ok"), 1u);
+  EXPECT_EQ(metrics.shadowDecisions("rejected", LimitingDimension::kCapacity), 1u);
+  const std::string text = metrics.render(GaugeSnapshot{.health = LinkHealth::kDegraded,
+                                                        .connected = true,
+                                                        .outbox_depth = 4,
+                                                        .outbox_oldest_age_ms = 1500,
+                                                        .reservation_unknown = 2,
+                                                        .boot_epoch = 9});
+  EXPECT_NE(text.find("tally_agent_requests_total{op=\"reserve\",outcome=\"ok\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("tally_agent_rejections_total{dimension=\"ledger-unavailable\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(
+      text.find("tally_agent_request_duration_seconds_bucket{op=\"reserve\",le=\"0.0005\"} 1\n"),
+      std::string::npos);
+  EXPECT_NE(
+      text.find("tally_agent_request_duration_seconds_bucket{op=\"reserve\",le=\"+Inf\"} 2\n"),
+      std::string::npos);
+  EXPECT_NE(text.find("tally_agent_ledger_health{state=\"DEGRADED\",connected=\"true\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("tally_agent_outbox_depth 4\n"), std::string::npos);
+  EXPECT_NE(text.find("tally_agent_outbox_oldest_age_seconds 1.5\n"), std::string::npos);
+  EXPECT_NE(text.find("tally_agent_reservation_unknown 2\n"), std::string::npos);
+  EXPECT_NE(text.find("tally_agent_shadow_decisions_total{outcome=\"rejected\",dimension="
+                      "\"capacity\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("tally_agent_boot_epoch 9\n"), std::string::npos);
+}
+
+TEST(AgentMetrics, NotConnectedShowsPartitioned) {
+  AgentMetrics metrics;
+  const std::string text = metrics.render(GaugeSnapshot{.connected = false});
+  EXPECT_NE(text.find("tally_agent_ledger_health{state=\"PARTITIONED\",connected=\"false\"} 2\n"),
+            std::string::npos);
+}
+
+TEST(AgentMetrics, OutcomeLabels) {
+  EXPECT_EQ(outcomeLabel(ReservationReply{.code = ReplyCode::kQueued}), "queued");
+  EXPECT_EQ(outcomeLabel(wire::ErrorReply{.code = wire::ErrorCode::kUnavailable}),
+            "error_unavailable");
+  EXPECT_EQ(opFor(wire::RequestBody{SettleRequest{}}), Op::kSettle);
+}
+
+TEST(HttpResponse, MetricsAndNotFound) {
+  const std::string ok = httpResponseFor("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "body\n");
+  EXPECT_EQ(ok.rfind("HTTP/1.1 200 OK\r\n", 0), 0u);
+  EXPECT_NE(ok.find("Content-Length: 5\r\n"), std::string::npos);
+  EXPECT_EQ(ok.substr(ok.size() - 5), "body\n");
+  EXPECT_EQ(httpResponseFor("GET / HTTP/1.1\r\n\r\n", "x").rfind("HTTP/1.1 404", 0), 0u);
+  EXPECT_EQ(httpResponseFor("POST /metrics HTTP/1.1\r\n\r\n", "x").rfind("HTTP/1.1 405", 0), 0u);
+  EXPECT_EQ(httpResponseFor("garbage\r\n\r\n", "x").rfind("HTTP/1.1 400", 0), 0u);
+}
+
+}  // namespace
+}  // namespace tally::agent
