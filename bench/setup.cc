@@ -35,7 +35,11 @@ Result<SetupOutcome> setUp(Rpc* rpc, const BenchOptions& options) {
   if (!health.isOk()) return Status::unavailable("health: " + health.status().toString());
   const auto* reply = std::get_if<wire::HealthReply>(&health.value().body);
   if (reply == nullptr) return unexpected(health.value(), "health");
-  if (reply->status != "ok") return Status::unavailable("health: server says " + reply->status);
+  // The ledger answers "ok"; an agent names its link to the ledger (HEALTHY, DEGRADED,
+  // PARTITIONED, DISCONNECTED) and can only carry the load while the link is usable.
+  if (reply->status != "ok" && reply->status != "HEALTHY" && reply->status != "DEGRADED") {
+    return Status::unavailable("health: server says " + reply->status);
+  }
   outcome.server_version = reply->version;
 
   // Reservation ids are "<prefix>-<n>": an earlier run with this prefix would turn every reserve

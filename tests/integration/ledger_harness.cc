@@ -124,6 +124,10 @@ void LedgerInstance::kill9() {
   if (process_ != nullptr) process_->kill9();
 }
 
+bool LedgerInstance::signal(int signal_number) {
+  return process_ != nullptr && process_->signal(signal_number);
+}
+
 int LedgerInstance::terminate(uint64_t timeout_ms) {
   if (process_ == nullptr || !process_->signal(SIGTERM)) return -1;
   return process_->waitExit(timeout_ms);

@@ -52,6 +52,8 @@ class LedgerInstance {
   // readiness line. Precondition: not running.
   [[nodiscard]] Status start();
   void kill9();
+  // Sends `signal_number` (e.g. SIGSTOP to freeze it); false if it is not running.
+  bool signal(int signal_number);
   // SIGTERM, then the exit code (or -1 if it did not exit within `timeout_ms`).
   int terminate(uint64_t timeout_ms = kExitTimeoutMs);
   // False once the child has exited (reaped here).

@@ -5,6 +5,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,6 +76,34 @@ std::unique_ptr<RawSocket> RawSocket::connect(const std::string& host, uint16_t 
     (void)::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &length);
     if (so_error != 0) {
       *error = std::string("connect: ") + std::strerror(so_error);
+      return nullptr;
+    }
+  }
+  return socket;
+}
+
+std::unique_ptr<RawSocket> RawSocket::connectUnix(const std::string& path, uint64_t timeout_ms,
+                                                  std::string* error) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
+    *error = "bad Unix socket path: " + path;
+    return nullptr;
+  }
+  std::memcpy(address.sun_path, path.data(), path.size());
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = std::string("socket: ") + std::strerror(errno);
+    return nullptr;
+  }
+  std::unique_ptr<RawSocket> socket(new RawSocket(fd));
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
+    if (errno != EINPROGRESS && errno != EAGAIN) {
+      *error = std::string("connect ") + path + ": " + std::strerror(errno);
+      return nullptr;
+    }
+    if (!waitFor(fd, POLLOUT, nowMs() + timeout_ms)) {
+      *error = "connect timed out";
       return nullptr;
     }
   }

@@ -28,6 +28,9 @@ class RawSocket {
   static std::unique_ptr<RawSocket> connect(const std::string& host, uint16_t port,
                                             uint64_t timeout_ms, std::string* error,
                                             RawSocketOptions options = {});
+  // Connects to a Unix stream socket (an agent's); nullptr (with `*error` set) on failure.
+  static std::unique_ptr<RawSocket> connectUnix(const std::string& path, uint64_t timeout_ms,
+                                                std::string* error);
   ~RawSocket();
   RawSocket(const RawSocket&) = delete;
   RawSocket& operator=(const RawSocket&) = delete;
