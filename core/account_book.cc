@@ -87,10 +87,8 @@ Status AccountBook::restoreAccount(const AccountKey& key, const Balances& balanc
   const BucketParams bucket{.refill_per_second = budget->refill_per_second, .burst = budget->burst};
   Account account = Account::restore(bucket, balances, refill_clock_ms, refill_carry, &ok);
   if (!ok) return Status::corruption("account " + name + " does not conserve");
-  RouteAccounts* route_accounts = nullptr;
   if (!insertEntry(std::make_unique<AccountEntry>(
-                       AccountEntry{.key = key, .budget = *budget, .account = account}),
-                   &route_accounts)) {
+          AccountEntry{.key = key, .budget = *budget, .account = account}))) {
     return Status::corruption("account " + name + " stored twice");
   }
   return Status::ok();
@@ -123,7 +121,7 @@ const AccountBook::RouteAccounts* AccountBook::findRoute(std::string_view subjec
   return it == routes_.end() ? nullptr : &it->second;
 }
 
-bool AccountBook::insertEntry(std::unique_ptr<AccountEntry> entry, RouteAccounts** route_accounts) {
+bool AccountBook::insertEntry(std::unique_ptr<AccountEntry> entry) {
   RouteAccounts* accounts = findRoute(entry->key.subject, entry->key.route);
   if (accounts == nullptr) {
     accounts = &routes_[SubjectRoute{entry->key.subject, entry->key.route}];
@@ -137,7 +135,6 @@ bool AccountBook::insertEntry(std::unique_ptr<AccountEntry> entry, RouteAccounts
       [](Generation g, const std::unique_ptr<AccountEntry>& e) { return g < e->key.generation; });
   list.insert(at, std::move(entry));
   ++account_count_;
-  *route_accounts = accounts;
   return true;
 }
 
@@ -191,12 +188,6 @@ const AccountEntry* AccountBook::find(std::string_view subject, std::string_view
   return route_accounts == nullptr ? nullptr : route_accounts->find(generation);
 }
 
-void AccountBook::markChanged(const AccountKey& key) {
-  AccountEntry* entry = find(key);
-  TALLY_ASSERT(entry != nullptr);
-  markChanged(entry);
-}
-
 void AccountBook::markChanged(AccountEntry* entry) {
   if (entry->change_pending) return;
   entry->change_pending = true;
@@ -217,8 +208,7 @@ AccountEntry* AccountBook::openAccount(const AccountKey& key, const Budget& budg
   auto owned = std::make_unique<AccountEntry>(AccountEntry{
       .key = key, .budget = budget, .account = Account::open(bucket, opening, now_ms)});
   AccountEntry* entry = owned.get();
-  RouteAccounts* route_accounts = nullptr;
-  const bool inserted = insertEntry(std::move(owned), &route_accounts);
+  const bool inserted = insertEntry(std::move(owned));
   TALLY_ASSERT(inserted);
   markChanged(entry);
   return entry;

@@ -23,6 +23,11 @@
 // is one paired entry (transferredOut on one side, minted on the other), so the sum over a
 // subject/route's accounts obeys the equation with no transfer term left over.
 //
+// Index: accounts are grouped by subject/route in a hash map looked up through string views (no
+// temporary keys), each group holding its generations in ascending order, so an admission costs
+// one lookup. The map is unordered; view() and takeChanged*() sort by key, so every output is
+// deterministic. Accounts are never removed, and an AccountEntry never moves.
+//
 // Invariant: every account conserves after every call; no `available` is negative (unsigned,
 // and every subtraction is checked).
 
@@ -97,9 +102,8 @@ class AccountBook {
   // Audit of balances only (the Ledger adds the reservation cross-check), sorted by key.
   std::vector<AccountView> view(uint64_t now_ms) const;
 
-  // Records that `key`'s balances changed (the Ledger calls it for every balance operation it
+  // Records that `entry`'s balances changed (the Ledger calls it for every balance operation it
   // applies to an AccountEntry directly).
-  void markChanged(const AccountKey& key);
   void markChanged(AccountEntry* entry);
   // Keys whose balances changed since the last call (for the durable store), sorted.
   std::vector<AccountKey> takeChangedAccounts();
@@ -152,7 +156,7 @@ class AccountBook {
   const RouteAccounts* findRoute(std::string_view subject, std::string_view route) const;
   // Inserts `entry` into its route's list (created if needed), keeping generations ascending.
   // False if that generation already has an account.
-  bool insertEntry(std::unique_ptr<AccountEntry> entry, RouteAccounts** route_accounts);
+  bool insertEntry(std::unique_ptr<AccountEntry> entry);
   AccountEntry* openAccount(const AccountKey& key, const Budget& budget, uint64_t now_ms,
                             bool* table_full);
   void rebalance(const RouteAccounts& route_accounts, uint64_t now_ms);

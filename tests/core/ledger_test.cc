@@ -1297,6 +1297,67 @@ TEST_F(LedgerTest, TakeChangesNamesTouchedReservationsAndAccounts) {
   EXPECT_TRUE(audited(kT0));
 }
 
+// The account index and the change lists are unordered inside; what they hand out is sorted by
+// key, whatever order the accounts were opened and touched in, and takeChangedRows() names the
+// very rows takeChanges() names.
+TEST(LedgerOrderTest, AuditAndChangesAreInKeyOrderAndBothTakeFormsAgree) {
+  Budget any_chat = testBudget();
+  any_chat.subject_pattern = "*";
+  Budget any_embed = any_chat;
+  any_embed.route = "/v1/embed";
+  const Policy policy{.budgets = {any_chat, any_embed}};
+  Ledger by_id;
+  Ledger by_row;
+  const std::vector<std::pair<std::string, std::string>> scrambled = {
+      {"zeta", kRoute},  {"alpha", "/v1/embed"}, {"mid", kRoute},
+      {"alpha", kRoute}, {"zeta", "/v1/embed"},  {"beta", kRoute}};
+  int n = 0;
+  auto apply = [&](Ledger& ledger) {
+    for (const auto& [subject, route] : scrambled) {
+      ReserveRequest request = reserveRequest("r" + std::to_string(n++ % 100), 10, 1);
+      request.subject = subject;
+      request.route = route;
+      ASSERT_EQ(ledger.reserve(request, kT0).code, ReplyCode::kOk);
+    }
+  };
+  for (Ledger* ledger : {&by_id, &by_row}) {
+    n = 0;
+    ASSERT_EQ(ledger->publishPolicy(policy, kT0).code, ReplyCode::kOk);
+    apply(*ledger);
+    ASSERT_EQ(ledger->publishPolicy(policy, kT0).code, ReplyCode::kOk);  // generation 2
+    n = 50;
+    apply(*ledger);
+  }
+  const LedgerChanges changes = by_id.takeChanges();
+  const LedgerChangedRows rows = by_row.takeChangedRows();
+  EXPECT_TRUE(changes.policies && rows.policies);
+  ASSERT_EQ(changes.accounts.size(), 12u);  // 6 subject/routes × 2 generations
+  EXPECT_TRUE(std::is_sorted(changes.accounts.begin(), changes.accounts.end()));
+  ASSERT_EQ(rows.accounts.size(), changes.accounts.size());
+  for (size_t i = 0; i < rows.accounts.size(); ++i) {
+    EXPECT_EQ(rows.accounts[i]->key, changes.accounts[i]);
+  }
+  ASSERT_EQ(changes.reservations_upserted.size(), 12u);
+  EXPECT_TRUE(
+      std::is_sorted(changes.reservations_upserted.begin(), changes.reservations_upserted.end()));
+  ASSERT_EQ(rows.reservations_upserted.size(), changes.reservations_upserted.size());
+  for (size_t i = 0; i < rows.reservations_upserted.size(); ++i) {
+    EXPECT_EQ(*rows.reservations_upserted[i],
+              *by_id.findReservation(changes.reservations_upserted[i]));
+  }
+  EXPECT_TRUE(by_id.takeChanges().empty());
+  EXPECT_TRUE(by_row.takeChangedRows().empty());
+
+  const std::vector<AccountView> views = by_id.audit(kT0).accounts;
+  ASSERT_EQ(views.size(), 12u);
+  EXPECT_TRUE(
+      std::is_sorted(views.begin(), views.end(),
+                     [](const AccountView& a, const AccountView& b) { return a.key < b.key; }));
+  EXPECT_EQ(views, by_row.audit(kT0).accounts);
+  EXPECT_EQ(views.front().key, (AccountKey{"alpha", "/v1/chat", 1}));
+  EXPECT_EQ(views.back().key, (AccountKey{"zeta", "/v1/embed", 2}));
+}
+
 // A durable store that keeps exactly what takeChanges() names, as the ledger shell does, and
 // rebuilds a ledger from it through the restore API.
 struct Store {
