@@ -7,6 +7,7 @@
 #include "core/account.h"
 #include "core/policy.h"
 #include "core/reservation.h"
+#include "core/shard_types.h"
 #include "core/types.h"
 
 // Requests and replies of the central ledger state machine (core/ledger.h). The wire layer
@@ -107,6 +108,26 @@ struct AuditReport {
   // sum of units held by its live reservations.
   bool conserved = true;
   std::vector<std::string> violations;  // human-readable, empty when conserved
+  std::vector<ShardLedgerView> shards;  // every shard's central equation, sorted by id
+};
+
+struct GatewayReply {
+  ReplyCode code = ReplyCode::kOk;
+  std::string message;
+  std::vector<GatewayRecord> gateways;
+  bool duplicate = false;
+};
+
+struct ShardReply {
+  ReplyCode code = ReplyCode::kOk;
+  std::string message;
+  std::vector<ShardLedgerView> shards;
+  bool duplicate = false;
+  Units reminted_units = 0;  // by this call
+  Units spent_units = 0;     // by this call
+  Units debt_units = 0;      // by this call
+  LimitingDimension limiting_dimension = LimitingDimension::kNone;
+  bool permission_denied = false;  // unknown/disabled gateway or a bad signature
 };
 
 }  // namespace tally

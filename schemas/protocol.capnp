@@ -12,6 +12,7 @@ $Cxx.namespace("tally::schema");
 
 using Budget = import "admission_budget.capnp";
 using Reservation = import "limit_reservation.capnp";
+using Shard = import "emergency_shard.capnp";
 
 # --- Canonical request digest ----------------------------------------------------------------
 
@@ -90,6 +91,41 @@ struct ShowPolicyRequest {
   generation @0 :UInt64;           # 0: the active generation
 }
 
+# --- Gateways and emergency shards (SPEC §6) --------------------------------------------------
+
+struct EnrollGatewayRequest {
+  gatewayName @0 :Text;            # tallyctl gateway enroll --id NAME
+  publicKey @1 :Data;              # Ed25519, 32 bytes
+}
+
+struct ListGatewaysRequest {}
+
+struct SetGatewayEnabledRequest {
+  gatewayName @0 :Text;
+  enabled @1 :Bool;                # false: tallyctl gateway disable
+}
+
+struct ShardStatusRequest {
+  # An agent asking, at each contact, what became of its shards (revoked, reconciled, fence).
+  gatewayName @0 :Text;
+  shardIds @1 :List(Text);
+}
+
+struct ListShardsRequest {
+  gatewayName @0 :Text;            # empty: every gateway
+  state @1 :Text;                  # empty: every state; else a ShardState wire name, e.g. "ISSUED"
+}
+
+struct RevokeShardsRequest {
+  # Exactly one of the two is set.
+  shardId @0 :Text;
+  gatewayName @1 :Text;            # every live shard of this gateway
+}
+
+struct WriteOffShardRequest {
+  shardId @0 :Text;
+}
+
 struct Request {
   requestId @0 :UInt64;
   union {
@@ -106,6 +142,15 @@ struct Request {
     publishPolicy @11 :PublishPolicyRequest;
     rollbackPolicy @12 :RollbackPolicyRequest;
     showPolicy @13 :ShowPolicyRequest;
+    enrollGateway @14 :EnrollGatewayRequest;
+    listGateways @15 :ListGatewaysRequest;
+    setGatewayEnabled @16 :SetGatewayEnabledRequest;
+    issueShard @17 :Shard.ShardIssueRequestV1;
+    reportShard @18 :Shard.ShardReportV1;
+    shardStatus @19 :ShardStatusRequest;
+    listShards @20 :ListShardsRequest;
+    revokeShards @21 :RevokeShardsRequest;
+    writeOffShard @22 :WriteOffShardRequest;
   }
 }
 
@@ -167,10 +212,45 @@ struct AccountAudit {
   conserved @15 :Bool;
 }
 
+enum ShardState {
+  # core ShardState, same order. Wire/JSON names: ISSUED, REVOKED, RECONCILING, RECONCILED,
+  # CONFLICT, WRITTEN_OFF.
+  issued @0;
+  revoked @1;
+  reconciling @2;                  # reported; STARTED/UNKNOWN receipts keep units retired
+  reconciled @3;                   # every receipt terminal; nothing of it is retired any more
+  conflict @4;                     # two gateways/boot epochs or overspend: nothing reminted
+  writtenOff @5;                   # expired unreported; its units stay retired for ever
+}
+
+struct ShardAudit {
+  # The central side of one shard: allocated = spent + reminted + retired.
+  shardId @0 :Text;
+  gatewayName @1 :Text;
+  subject @2 :Text;
+  route @3 :Text;
+  policyGeneration @4 :UInt64;
+  state @5 :ShardState;
+  allocatedUnits @6 :UInt64;
+  spentUnits @7 :UInt64;           # recorded from terminal receipts
+  remintedUnits @8 :UInt64;        # proven unused and returned to the current generation
+  retiredUnits @9 :UInt64;         # still in retiredForEmergency (pending, unreported, written off)
+  debtUnits @10 :UInt64;           # overspend recorded as debt
+  writtenOff @11 :Bool;
+  conserved @12 :Bool;
+  # The agent's last report (zeros if none): allocated = available + reserved + spent + retired.
+  reportedLocalAvailable @13 :UInt64;
+  reportedLocalReserved @14 :UInt64;
+  reportedLocalSpent @15 :UInt64;
+  reportedLocalRetired @16 :UInt64;
+  reported @17 :Bool;
+}
+
 struct AuditReply {
   accounts @0 :List(AccountAudit);
   conserved @1 :Bool;
   violations @2 :List(Text);       # human-readable, empty when conserved
+  shards @3 :List(ShardAudit);
 }
 
 struct HealthReply {
@@ -195,6 +275,39 @@ struct ErrorReply {
   message @1 :Text;
 }
 
+struct GatewayInfo {
+  gatewayName @0 :Text;
+  publicKey @1 :Data;
+  enabled @2 :Bool;
+  enrolledAtMs @3 :UInt64;
+}
+
+struct GatewayReply {
+  code @0 :ReplyCode;              # notFound, idempotencyConflict (name enrolled with another key) …
+  message @1 :Text;
+  gateways @2 :List(GatewayInfo);
+  duplicate @3 :Bool;
+}
+
+struct ShardInfo {
+  shard @0 :Shard.EmergencyShardV1;  # as issued, ledger signature included
+  state @1 :ShardState;
+  currentFence @2 :UInt64;         # the subject/route's fence now; above shard.fence: stop using it
+  audit @3 :ShardAudit;
+}
+
+struct ShardReply {
+  code @0 :ReplyCode;              # rejected (with limitingDimension), permissionDenied …
+  message @1 :Text;
+  shards @2 :List(ShardInfo);      # issueShard: the one shard; others: what the request names
+  duplicate @3 :Bool;              # a repeated issue or report; nothing changed
+  remintedUnits @4 :UInt64;        # reportShard: returned to the current generation by this call
+  spentUnits @5 :UInt64;           # reportShard: recorded as spent by this call
+  debtUnits @6 :UInt64;            # reportShard: overspend recorded as debt by this call
+  limitingDimension @7 :Reservation.LimitingDimension;  # issueShard refusals
+  permissionDenied @8 :Bool;       # unknown or disabled gateway, or a bad signature
+}
+
 struct Response {
   requestId @0 :UInt64;
   union {
@@ -204,5 +317,7 @@ struct Response {
     audit @4 :AuditReply;
     health @5 :HealthReply;
     error @6 :ErrorReply;
+    gateway @7 :GatewayReply;
+    shard @8 :ShardReply;
   }
 }

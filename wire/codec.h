@@ -14,7 +14,9 @@
 #include "core/policy.h"
 #include "core/reservation.h"
 #include "core/status.h"
+#include "core/shard_types.h"
 #include "schemas/admission_budget.capnp.h"
+#include "schemas/emergency_shard.capnp.h"
 #include "schemas/limit_reservation.capnp.h"
 #include "schemas/protocol.capnp.h"
 
@@ -61,6 +63,32 @@ struct RollbackPolicyRequest {};
 struct ShowPolicyRequest {
   Generation generation = 0;  // 0: the active generation
 };
+// Gateways and emergency shards (SPEC §6). ShardIssueRequest and ShardReport are core types
+// (core/shard_types.h): they travel signed.
+struct EnrollGatewayRequest {
+  std::string gateway_name;
+  PublicKey public_key{};
+};
+struct ListGatewaysRequest {};
+struct SetGatewayEnabledRequest {
+  std::string gateway_name;
+  bool enabled = false;
+};
+struct ShardStatusRequest {
+  std::string gateway_name;
+  std::vector<std::string> shard_ids;
+};
+struct ListShardsRequest {
+  std::string gateway_name;         // empty: every gateway
+  std::optional<ShardState> state;  // none: every state
+};
+struct RevokeShardsRequest {
+  std::string shard_id;      // exactly one of the two is set
+  std::string gateway_name;  // every live shard of this gateway
+};
+struct WriteOffShardRequest {
+  std::string shard_id;
+};
 
 // A request or response union member this build does not know (a newer peer), or the
 // `unspecified` default of an empty message. Answered with ErrorCode::kUnknownMessage.
@@ -100,7 +128,10 @@ struct PolicyAnswer {
 using RequestBody =
     std::variant<UnknownMessage, ReserveRequest, StartRequest, SettleRequest, ReleaseRequest,
                  QueryRequest, MarkUnknownRequest, ReportOperationRequest, AuditRequest,
-                 HealthRequest, PublishPolicyRequest, RollbackPolicyRequest, ShowPolicyRequest>;
+                 HealthRequest, PublishPolicyRequest, RollbackPolicyRequest, ShowPolicyRequest,
+                 EnrollGatewayRequest, ListGatewaysRequest, SetGatewayEnabledRequest,
+                 ShardIssueRequest, ShardReport, ShardStatusRequest, ListShardsRequest,
+                 RevokeShardsRequest, WriteOffShardRequest>;
 
 struct Request {
   uint64_t request_id = 0;
@@ -108,7 +139,7 @@ struct Request {
 };
 
 using ResponseBody = std::variant<UnknownMessage, ReservationReply, PolicyAnswer, AuditReport,
-                                  HealthReply, ErrorReply>;
+                                  HealthReply, ErrorReply, GatewayReply, ShardReply>;
 
 struct Response {
   uint64_t request_id = 0;
