@@ -4,6 +4,7 @@
 
 #include "ctl/json.h"
 #include "ctl/policy_toml.h"
+#include "ctl/render_shards.h"
 #include "wire/digest.h"
 
 namespace tally::ctl {
@@ -259,6 +260,9 @@ bool auditConserved(const AuditReport& report) {
   for (const AccountView& account : report.accounts) {
     if (!account.conserved) return false;
   }
+  for (const ShardLedgerView& shard : report.shards) {
+    if (!shard.conserved) return false;
+  }
   return true;
 }
 
@@ -274,6 +278,9 @@ std::string renderAudit(const AuditReport& report, bool json) {
     w.key("violations").beginArray();
     for (const std::string& violation : report.violations) w.value(violation);
     w.endArray();
+    w.key("shards").beginArray();
+    for (const ShardLedgerView& shard : report.shards) shardJson(w, shard, false);
+    w.endArray();
     w.endObject();
     return w.take() + "\n";
   }
@@ -281,6 +288,11 @@ std::string renderAudit(const AuditReport& report, bool json) {
                     std::to_string(report.accounts.size()) +
                     (report.accounts.size() == 1 ? " account)\n" : " accounts)\n");
   for (const AccountView& account : report.accounts) out += accountHuman(account);
+  if (!report.shards.empty()) {
+    out += std::to_string(report.shards.size()) +
+           (report.shards.size() == 1 ? " emergency shard:\n" : " emergency shards:\n");
+  }
+  for (const ShardLedgerView& shard : report.shards) out += shardHuman(shard, false);
   for (const std::string& violation : report.violations) out += "violation: " + violation + "\n";
   return out;
 }

@@ -28,11 +28,16 @@ std::string renderReservation(const ReservationView& view, bool json);
 std::string renderPolicy(const wire::PolicyAnswer& answer, bool show_policy, bool json);
 std::string renderAudit(const AuditReport& report, bool json);
 std::string renderHealth(const wire::HealthReply& reply, bool json);
+// gateway enroll / list / disable / enable.
+std::string renderGateways(const GatewayReply& reply, bool json);
+// shard list / revoke / write-off: each shard with its central equation and, when reported,
+// the agent's local one.
+std::string renderShards(const ShardReply& reply, bool json);
 // An answer that is an error (transport failure, peer error reply): `code` is an
 // UPPER_SNAKE name.
 std::string renderError(std::string_view code, std::string_view message, bool json);
 
-// True when the audit found no violation in any account.
+// True when the audit found no violation in any account or shard.
 bool auditConserved(const AuditReport& report);
 
 // UPPER_SNAKE name of a peer error code, e.g. "FRAME_TOO_LARGE".
