@@ -15,6 +15,14 @@ wire::ErrorReply unavailable(std::string message) {
   return {.code = wire::ErrorCode::kUnavailable, .message = std::move(message)};
 }
 
+template <typename T>
+constexpr bool kGatewayOrShardRequest =
+    std::is_same_v<T, wire::EnrollGatewayRequest> || std::is_same_v<T, wire::ListGatewaysRequest> ||
+    std::is_same_v<T, wire::SetGatewayEnabledRequest> || std::is_same_v<T, ShardIssueRequest> ||
+    std::is_same_v<T, ShardReport> || std::is_same_v<T, wire::ShardStatusRequest> ||
+    std::is_same_v<T, wire::ListShardsRequest> || std::is_same_v<T, wire::RevokeShardsRequest> ||
+    std::is_same_v<T, wire::WriteOffShardRequest>;
+
 constexpr const char* kOutcomeUnknown = "outcome unknown; retry with the same id";
 
 ReservationReply queuedReply(const OutboxEntry& entry) {
@@ -171,6 +179,10 @@ void AgentService::handle(wire::RequestBody body, Respond respond) {
           measured(
               wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
                                .message = "unknown request kind " + std::to_string(request.which)});
+        } else if constexpr (kGatewayOrShardRequest<T>) {
+          // Operator and agent-to-ledger messages: never forwarded from a gateway's socket.
+          measured(wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
+                                    .message = "request kind not served by the agent"});
         } else {
           forwardOther(std::move(body), std::move(measured));
         }

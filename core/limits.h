@@ -29,6 +29,10 @@ inline constexpr uint64_t kGenerationsMax = 1'000'000;
 inline constexpr uint64_t kFrameBytesMaxDefault = 1 << 20;
 inline constexpr uint64_t kRequestsInFlightPerConnectionMax = 4096;
 
+// Emergency shards (SPEC §6): identities and reports.
+inline constexpr uint64_t kGatewayNameBytesMax = 128;  // [A-Za-z0-9._-], at least one byte
+inline constexpr uint64_t kShardReceiptsPerReportMax = 100'000;
+
 // Retention of terminal reservations before compaction (the idempotency window).
 inline constexpr uint64_t kRetentionMsDefault = 24ull * 3600 * 1000;
 

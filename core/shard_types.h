@@ -57,7 +57,7 @@ struct ShardIssueRequest {
 // `receipts` are limitReservation.v1 records with origin = shard id: terminal ones carry actual
 // units; RESERVED, STARTED and USAGE_UNKNOWN ones hold units (counted in local_reserved).
 struct ShardReport {
-  ShardGrant shard;  // as issued, ledger signature included
+  ShardGrant shard;        // as issued, ledger signature included
   ShardBalances balances;  // allocated = available + reserved + spent + retired; plus overspent
   std::vector<Reservation> receipts;
   uint64_t gateway_boot_epoch = 0;  // of the agent that sends the report

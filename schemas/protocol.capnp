@@ -244,6 +244,7 @@ struct ShardAudit {
   reportedLocalSpent @15 :UInt64;
   reportedLocalRetired @16 :UInt64;
   reported @17 :Bool;
+  reportedOverspent @18 :UInt64;   # the last report's usage beyond the shard (outside the equation)
 }
 
 struct AuditReply {

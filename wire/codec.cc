@@ -9,32 +9,25 @@
 #include <kj/exception.h>
 
 #include "wire/enum_mapping.h"
+#include "wire/field_codec.h"
 #include "wire/frame.h"
-
-// Every read helper below may throw kj::Exception on malformed bytes; only the public entry
-// points (toCore, decode*) catch it, through catchDecodeErrors().
-
-#define TALLY_WIRE_RETURN_IF_ERROR(expr)            \
-  do {                                              \
-    if (Status status_ = (expr); !status_.isOk()) { \
-      return status_;                               \
-    }                                               \
-  } while (false)
 
 namespace tally::wire {
 namespace {
 
-// --- Decode boundary --------------------------------------------------------------------------
+using field::catchDecodeErrors;
+using field::checkListSize;
+using field::dataOf;
+using field::readEnum;
+using field::readText;
+using field::textOf;
+using field::withContext;
 
-template <typename F>
-auto catchDecodeErrors(F&& read) -> decltype(read()) {
-  try {
-    return read();
-  } catch (const kj::Exception& exception) {
-    return Status::corruption(std::string("malformed message: ") +
-                              exception.getDescription().cStr());
-  }
+Status readDigest(capnp::Data::Reader data, const char* name, Digest* out) {
+  return field::readBytes(data, name, out);
 }
+
+// --- Decode boundary --------------------------------------------------------------------------
 
 // Runs `read` on the message in `frame`. Cap'n Proto reads words in place, so a frame at a
 // word-aligned address (a FrameDecoder frame is its own heap allocation) is read where it is;
@@ -65,58 +58,6 @@ Result<T> withMessage(std::span<const uint8_t> frame, F&& read) {
     }
     return read(message);
   });
-}
-
-Status withContext(const Status& status, const std::string& context) {
-  if (status.code() != StatusCode::kInvalidArgument) return status;
-  return Status::invalidArgument(context + "." + status.message());
-}
-
-// --- Field readers ----------------------------------------------------------------------------
-
-Status readText(capnp::Text::Reader text, uint64_t bytes_max, const char* field, std::string* out) {
-  if (text.size() > bytes_max) {
-    return Status::invalidArgument(std::string(field) + ": " + std::to_string(text.size()) +
-                                   " bytes, at most " + std::to_string(bytes_max) + " allowed");
-  }
-  out->assign(text.begin(), text.size());
-  return Status::ok();
-}
-
-Status readDigest(capnp::Data::Reader data, const char* field, Digest* out) {
-  if (data.size() != out->size()) {
-    return Status::invalidArgument(std::string(field) + ": " + std::to_string(data.size()) +
-                                   " bytes, exactly " + std::to_string(out->size()) + " required");
-  }
-  std::memcpy(out->data(), data.begin(), out->size());
-  return Status::ok();
-}
-
-template <typename Core, typename Wire>
-Status readEnum(Wire value, const char* field, Core* out) {
-  std::optional<Core> core = enumToCore(value);
-  if (!core) {
-    return Status::invalidArgument(std::string(field) + ": unknown value " +
-                                   std::to_string(static_cast<uint16_t>(value)));
-  }
-  *out = *core;
-  return Status::ok();
-}
-
-Status checkListSize(uint64_t size, uint64_t size_max, const char* field) {
-  if (size > size_max) {
-    return Status::invalidArgument(std::string(field) + ": " + std::to_string(size) +
-                                   " entries, at most " + std::to_string(size_max) + " allowed");
-  }
-  return Status::ok();
-}
-
-capnp::Text::Reader textOf(const std::string& value) {
-  return capnp::Text::Reader(value.data(), value.size());
-}
-
-capnp::Data::Reader dataOf(const Digest& digest) {
-  return capnp::Data::Reader(digest.data(), digest.size());
 }
 
 // --- Policy and reservation -------------------------------------------------------------------
@@ -322,6 +263,18 @@ Result<RequestBody> readRequestBody(schema::Request::Reader reader) {
     case schema::Request::ROLLBACK_POLICY: return RequestBody(RollbackPolicyRequest{});
     case schema::Request::SHOW_POLICY:
       return lift<RequestBody>(readShowPolicy(reader.getShowPolicy()));
+    case schema::Request::ENROLL_GATEWAY:
+      return lift<RequestBody>(toCore(reader.getEnrollGateway()));
+    case schema::Request::LIST_GATEWAYS: return RequestBody(ListGatewaysRequest{});
+    case schema::Request::SET_GATEWAY_ENABLED:
+      return lift<RequestBody>(toCore(reader.getSetGatewayEnabled()));
+    case schema::Request::ISSUE_SHARD: return lift<RequestBody>(toCore(reader.getIssueShard()));
+    case schema::Request::REPORT_SHARD: return lift<RequestBody>(toCore(reader.getReportShard()));
+    case schema::Request::SHARD_STATUS: return lift<RequestBody>(toCore(reader.getShardStatus()));
+    case schema::Request::LIST_SHARDS: return lift<RequestBody>(toCore(reader.getListShards()));
+    case schema::Request::REVOKE_SHARDS: return lift<RequestBody>(toCore(reader.getRevokeShards()));
+    case schema::Request::WRITE_OFF_SHARD:
+      return lift<RequestBody>(toCore(reader.getWriteOffShard()));
   }
   // A member appended by a newer peer.
   return RequestBody(UnknownMessage{.which = static_cast<uint16_t>(reader.which())});
@@ -410,6 +363,14 @@ Result<AuditReport> readAuditReply(schema::AuditReply::Reader reader) {
         readText(violations[i], kMessageBytesMax, "violations[]", &violation));
     out.violations.push_back(std::move(violation));
   }
+  auto shards = reader.getShards();
+  TALLY_WIRE_RETURN_IF_ERROR(checkListSize(shards.size(), kShardsPerReplyMax, "shards"));
+  out.shards.reserve(shards.size());
+  for (uint32_t i = 0; i < shards.size(); ++i) {
+    Result<ShardLedgerView> shard = toCore(shards[i]);
+    if (!shard.isOk()) return withContext(shard.status(), "shards[" + std::to_string(i) + "]");
+    out.shards.push_back(std::move(shard).value());
+  }
   return out;
 }
 
@@ -439,6 +400,8 @@ Result<ResponseBody> readResponseBody(schema::Response::Reader reader) {
     case schema::Response::AUDIT: return lift<ResponseBody>(readAuditReply(reader.getAudit()));
     case schema::Response::HEALTH: return lift<ResponseBody>(readHealthReply(reader.getHealth()));
     case schema::Response::ERROR: return lift<ResponseBody>(readErrorReply(reader.getError()));
+    case schema::Response::GATEWAY: return lift<ResponseBody>(toCore(reader.getGateway()));
+    case schema::Response::SHARD: return lift<ResponseBody>(toCore(reader.getShard()));
   }
   return ResponseBody(UnknownMessage{.which = static_cast<uint16_t>(reader.which())});
 }
@@ -730,6 +693,21 @@ void fromCore(const Request& request, schema::Request::Builder builder) {
     }
     void operator()(const RollbackPolicyRequest&) { builder.initRollbackPolicy(); }
     void operator()(const ShowPolicyRequest& body) { fromCore(body, builder.initShowPolicy()); }
+    void operator()(const EnrollGatewayRequest& body) {
+      fromCore(body, builder.initEnrollGateway());
+    }
+    void operator()(const ListGatewaysRequest&) { builder.initListGateways(); }
+    void operator()(const SetGatewayEnabledRequest& body) {
+      fromCore(body, builder.initSetGatewayEnabled());
+    }
+    void operator()(const ShardIssueRequest& body) { fromCore(body, builder.initIssueShard()); }
+    void operator()(const ShardReport& body) { fromCore(body, builder.initReportShard()); }
+    void operator()(const ShardStatusRequest& body) { fromCore(body, builder.initShardStatus()); }
+    void operator()(const ListShardsRequest& body) { fromCore(body, builder.initListShards()); }
+    void operator()(const RevokeShardsRequest& body) { fromCore(body, builder.initRevokeShards()); }
+    void operator()(const WriteOffShardRequest& body) {
+      fromCore(body, builder.initWriteOffShard());
+    }
   };
   std::visit(Visitor{builder}, request.body);
 }
@@ -776,6 +754,10 @@ void fromCore(const AuditReport& report, schema::AuditReply::Builder builder) {
   for (size_t i = 0; i < report.violations.size(); ++i) {
     violations.set(static_cast<capnp::uint>(i), textOf(report.violations[i]));
   }
+  auto shards = builder.initShards(static_cast<capnp::uint>(report.shards.size()));
+  for (size_t i = 0; i < report.shards.size(); ++i) {
+    fromCore(report.shards[i], shards[static_cast<capnp::uint>(i)]);
+  }
 }
 
 void fromCore(const HealthReply& reply, schema::HealthReply::Builder builder) {
@@ -799,6 +781,8 @@ void fromCore(const Response& response, schema::Response::Builder builder) {
     void operator()(const AuditReport& body) { fromCore(body, builder.initAudit()); }
     void operator()(const HealthReply& body) { fromCore(body, builder.initHealth()); }
     void operator()(const ErrorReply& body) { fromCore(body, builder.initError()); }
+    void operator()(const GatewayReply& body) { fromCore(body, builder.initGateway()); }
+    void operator()(const ShardReply& body) { fromCore(body, builder.initShard()); }
   };
   std::visit(Visitor{builder}, response.body);
 }

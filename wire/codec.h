@@ -13,8 +13,8 @@
 #include "core/limits.h"
 #include "core/policy.h"
 #include "core/reservation.h"
-#include "core/status.h"
 #include "core/shard_types.h"
+#include "core/status.h"
 #include "schemas/admission_budget.capnp.h"
 #include "schemas/emergency_shard.capnp.h"
 #include "schemas/limit_reservation.capnp.h"
@@ -48,6 +48,11 @@ inline constexpr uint64_t kOriginBytesMax = 128;  // an emergency shard id
 inline constexpr uint64_t kEstimatorDigestBytesMax = 256;
 inline constexpr uint64_t kMessageBytesMax = 4096;  // reply messages, violations, health text
 inline constexpr uint64_t kViolationsMax = 10'000;
+inline constexpr uint64_t kKeyIdBytesMax = 64;              // a ledger key id (16 hex chars)
+inline constexpr uint64_t kShardRequestIdBytesMax = 128;    // ShardIssueRequest::request_id
+inline constexpr uint64_t kShardIdsPerRequestMax = 10'000;  // ShardStatusRequest::shard_ids
+inline constexpr uint64_t kShardsPerReplyMax = 100'000;     // ShardReply, AuditReply.shards
+inline constexpr uint64_t kGatewaysPerReplyMax = 100'000;
 
 // --- Wire-only messages (the core state machine has no type for these) ----------------------
 
@@ -217,6 +222,28 @@ Result<HealthReply> toCore(schema::HealthReply::Reader reader);
 Result<ErrorReply> toCore(schema::ErrorReply::Reader reader);
 Result<Response> toCore(schema::Response::Reader reader);
 
+// Gateways and emergency shards (SPEC §6). Public keys are exactly 32 bytes and signatures
+// exactly 64 in what a peer asks of us (issue requests, reports and the grant inside a report);
+// a grant in a reply (ShardInfo) may lack its signature, which then reads as all zeros (and
+// verifies under no key). ShardReportV1 carries no `allocated` of its own: balances.allocated
+// reads as shard.allocatedUnits. ShardAudit (AuditReply.shards) carries only the identifying
+// fields of the grant (id, gateway name, subject, route, generation, allocated units); the rest
+// of ShardLedgerView::grant and current_fence read as zero. ShardInfo carries all of it.
+Result<ShardGrant> toCore(schema::EmergencyShardV1::Reader reader);
+Result<ShardIssueRequest> toCore(schema::ShardIssueRequestV1::Reader reader);
+Result<ShardReport> toCore(schema::ShardReportV1::Reader reader);
+Result<GatewayRecord> toCore(schema::GatewayInfo::Reader reader);
+Result<ShardLedgerView> toCore(schema::ShardInfo::Reader reader);
+Result<ShardLedgerView> toCore(schema::ShardAudit::Reader reader);
+Result<EnrollGatewayRequest> toCore(schema::EnrollGatewayRequest::Reader reader);
+Result<SetGatewayEnabledRequest> toCore(schema::SetGatewayEnabledRequest::Reader reader);
+Result<ShardStatusRequest> toCore(schema::ShardStatusRequest::Reader reader);
+Result<ListShardsRequest> toCore(schema::ListShardsRequest::Reader reader);
+Result<RevokeShardsRequest> toCore(schema::RevokeShardsRequest::Reader reader);
+Result<WriteOffShardRequest> toCore(schema::WriteOffShardRequest::Reader reader);
+Result<GatewayReply> toCore(schema::GatewayReply::Reader reader);
+Result<ShardReply> toCore(schema::ShardReply::Reader reader);
+
 void fromCore(const Budget& budget, schema::AdmissionBudgetV1::Builder builder);
 void fromCore(const Policy& policy, schema::PolicyV1::Builder builder);
 void fromCore(const Reservation& reservation, schema::LimitReservationV1::Builder builder);
@@ -240,5 +267,21 @@ void fromCore(const AuditReport& report, schema::AuditReply::Builder builder);
 void fromCore(const HealthReply& reply, schema::HealthReply::Builder builder);
 void fromCore(const ErrorReply& reply, schema::ErrorReply::Builder builder);
 void fromCore(const Response& response, schema::Response::Builder builder);
+
+void fromCore(const ShardGrant& grant, schema::EmergencyShardV1::Builder builder);
+void fromCore(const ShardIssueRequest& request, schema::ShardIssueRequestV1::Builder builder);
+void fromCore(const ShardReport& report, schema::ShardReportV1::Builder builder);
+void fromCore(const GatewayRecord& record, schema::GatewayInfo::Builder builder);
+void fromCore(const ShardLedgerView& view, schema::ShardInfo::Builder builder);
+void fromCore(const ShardLedgerView& view, schema::ShardAudit::Builder builder);
+void fromCore(const EnrollGatewayRequest& request, schema::EnrollGatewayRequest::Builder builder);
+void fromCore(const SetGatewayEnabledRequest& request,
+              schema::SetGatewayEnabledRequest::Builder builder);
+void fromCore(const ShardStatusRequest& request, schema::ShardStatusRequest::Builder builder);
+void fromCore(const ListShardsRequest& request, schema::ListShardsRequest::Builder builder);
+void fromCore(const RevokeShardsRequest& request, schema::RevokeShardsRequest::Builder builder);
+void fromCore(const WriteOffShardRequest& request, schema::WriteOffShardRequest::Builder builder);
+void fromCore(const GatewayReply& reply, schema::GatewayReply::Builder builder);
+void fromCore(const ShardReply& reply, schema::ShardReply::Builder builder);
 
 }  // namespace tally::wire

@@ -99,6 +99,19 @@ std::optional<ErrorCode> enumToCore(schema::ErrorCode value) {
   return std::nullopt;  // a raw value beyond the schema
 }
 
+std::optional<ShardState> enumToCore(schema::ShardState value) {
+  using W = schema::ShardState;
+  switch (value) {
+    case W::ISSUED: return ShardState::kIssued;
+    case W::REVOKED: return ShardState::kRevoked;
+    case W::RECONCILING: return ShardState::kReconciling;
+    case W::RECONCILED: return ShardState::kReconciled;
+    case W::CONFLICT: return ShardState::kConflict;
+    case W::WRITTEN_OFF: return ShardState::kWrittenOff;
+  }
+  return std::nullopt;  // a raw value beyond the schema
+}
+
 schema::ReservationState enumFromCore(ReservationState value) {
   using W = schema::ReservationState;
   switch (value) {
@@ -190,6 +203,19 @@ schema::ErrorCode enumFromCore(ErrorCode value) {
     case ErrorCode::kUnavailable: return W::UNAVAILABLE;
     case ErrorCode::kInternal: return W::INTERNAL;
     case ErrorCode::kPermissionDenied: return W::PERMISSION_DENIED;
+  }
+  TALLY_UNREACHABLE();
+}
+
+schema::ShardState enumFromCore(ShardState value) {
+  using W = schema::ShardState;
+  switch (value) {
+    case ShardState::kIssued: return W::ISSUED;
+    case ShardState::kRevoked: return W::REVOKED;
+    case ShardState::kReconciling: return W::RECONCILING;
+    case ShardState::kReconciled: return W::RECONCILED;
+    case ShardState::kConflict: return W::CONFLICT;
+    case ShardState::kWrittenOff: return W::WRITTEN_OFF;
   }
   TALLY_UNREACHABLE();
 }

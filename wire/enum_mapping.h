@@ -5,6 +5,7 @@
 #include "core/ledger_types.h"
 #include "core/policy.h"
 #include "core/reservation.h"
+#include "core/shard_types.h"
 #include "core/types.h"
 #include "schemas/admission_budget.capnp.h"
 #include "schemas/limit_reservation.capnp.h"
@@ -25,6 +26,7 @@ std::optional<GenerationState> enumToCore(schema::GenerationState value);
 std::optional<RolloutMode> enumToCore(schema::RolloutMode value);
 std::optional<EpochPeriod> enumToCore(schema::EpochPeriod value);
 std::optional<ErrorCode> enumToCore(schema::ErrorCode value);
+std::optional<ShardState> enumToCore(schema::ShardState value);
 
 schema::ReservationState enumFromCore(ReservationState value);
 schema::LimitingDimension enumFromCore(LimitingDimension value);
@@ -33,5 +35,6 @@ schema::GenerationState enumFromCore(GenerationState value);
 schema::RolloutMode enumFromCore(RolloutMode value);
 schema::EpochPeriod enumFromCore(EpochPeriod value);
 schema::ErrorCode enumFromCore(ErrorCode value);
+schema::ShardState enumFromCore(ShardState value);
 
 }  // namespace tally::wire

@@ -9,6 +9,7 @@
 #include <capnp/schema.h>
 #include <capnp/serialize.h>
 
+#include "tests/wire/shard_samples.h"
 #include "wire/digest.h"
 #include "wire/frame.h"
 
@@ -766,6 +767,405 @@ TEST(CodecMalformed, WordAlignedFrameIsReadInPlace) {
   DecodedRequest decoded = decodeRequest(payload);
   ASSERT_TRUE(decoded.body.isOk()) << decoded.body.status().toString();
   expectSame(std::get<ReserveRequest>(decoded.body.value()), sampleReserve());
+}
+
+// --- Gateways and emergency shards ------------------------------------------------------------
+
+using test::bytePattern32;
+using test::sampleGateway;
+using test::sampleGrant;
+using test::sampleIssueRequest;
+using test::sampleLedgerView;
+using test::sampleReport;
+
+TEST(CodecShard, GatewayRequestsRoundTrip) {
+  const EnrollGatewayRequest enroll{.gateway_name = "gw-eu-1", .public_key = bytePattern32(5)};
+  Request got = requestRoundTrip({.request_id = 20, .body = enroll});
+  EXPECT_EQ(bodyAs<EnrollGatewayRequest>(got).gateway_name, "gw-eu-1");
+  EXPECT_EQ(bodyAs<EnrollGatewayRequest>(got).public_key, bytePattern32(5));
+  bodyAs<ListGatewaysRequest>(requestRoundTrip({.request_id = 21, .body = ListGatewaysRequest{}}));
+  for (bool enabled : {true, false}) {
+    Request set = requestRoundTrip(
+        {.request_id = 22,
+         .body = SetGatewayEnabledRequest{.gateway_name = "gw-2", .enabled = enabled}});
+    EXPECT_EQ(bodyAs<SetGatewayEnabledRequest>(set).gateway_name, "gw-2");
+    EXPECT_EQ(bodyAs<SetGatewayEnabledRequest>(set).enabled, enabled);
+  }
+}
+
+TEST(CodecShard, SignedRequestsRoundTrip) {
+  Request issue = requestRoundTrip({.request_id = 23, .body = sampleIssueRequest()});
+  EXPECT_EQ(bodyAs<ShardIssueRequest>(issue), sampleIssueRequest());
+  Request report = requestRoundTrip({.request_id = 24, .body = sampleReport()});
+  EXPECT_EQ(bodyAs<ShardReport>(report), sampleReport());
+  ShardReport empty = sampleReport();
+  empty.receipts.clear();
+  Request got_empty = requestRoundTrip({.request_id = 25, .body = empty});
+  EXPECT_EQ(bodyAs<ShardReport>(got_empty), empty);
+}
+
+TEST(CodecShard, ReportAllocatedIsTheGrants) {
+  ShardReport sent = sampleReport();
+  sent.balances.allocated = 1;  // not on the wire: the grant's allocated units are
+  Request got = requestRoundTrip({.request_id = 26, .body = sent});
+  EXPECT_EQ(bodyAs<ShardReport>(got).balances.allocated, sent.shard.allocated_units);
+}
+
+TEST(CodecShard, ShardOperatorRequestsRoundTrip) {
+  const ShardStatusRequest status{.gateway_name = "gw-eu-1", .shard_ids = {"shard-1", "shard-2"}};
+  Request got_status = requestRoundTrip({.request_id = 27, .body = status});
+  EXPECT_EQ(bodyAs<ShardStatusRequest>(got_status).gateway_name, "gw-eu-1");
+  EXPECT_EQ(bodyAs<ShardStatusRequest>(got_status).shard_ids, status.shard_ids);
+
+  Request all = requestRoundTrip({.request_id = 28, .body = ListShardsRequest{}});
+  EXPECT_EQ(bodyAs<ListShardsRequest>(all).gateway_name, "");
+  EXPECT_FALSE(bodyAs<ListShardsRequest>(all).state.has_value());
+  for (int raw = 0; raw < kShardStateCount; ++raw) {
+    const auto state = static_cast<ShardState>(raw);
+    Request got = requestRoundTrip(
+        {.request_id = 29, .body = ListShardsRequest{.gateway_name = "gw", .state = state}});
+    EXPECT_EQ(bodyAs<ListShardsRequest>(got).gateway_name, "gw");
+    EXPECT_EQ(bodyAs<ListShardsRequest>(got).state, state) << shardStateName(state);
+  }
+
+  Request revoke_one =
+      requestRoundTrip({.request_id = 30, .body = RevokeShardsRequest{.shard_id = "shard-9"}});
+  EXPECT_EQ(bodyAs<RevokeShardsRequest>(revoke_one).shard_id, "shard-9");
+  EXPECT_EQ(bodyAs<RevokeShardsRequest>(revoke_one).gateway_name, "");
+  Request revoke_gateway =
+      requestRoundTrip({.request_id = 31, .body = RevokeShardsRequest{.gateway_name = "gw-3"}});
+  EXPECT_EQ(bodyAs<RevokeShardsRequest>(revoke_gateway).shard_id, "");
+  EXPECT_EQ(bodyAs<RevokeShardsRequest>(revoke_gateway).gateway_name, "gw-3");
+  Request write_off =
+      requestRoundTrip({.request_id = 32, .body = WriteOffShardRequest{.shard_id = "shard-4"}});
+  EXPECT_EQ(bodyAs<WriteOffShardRequest>(write_off).shard_id, "shard-4");
+}
+
+TEST(CodecShard, GatewayReplyRoundTrips) {
+  GatewayRecord enabled = sampleGateway();
+  enabled.gateway_name = "gw-2";
+  enabled.enabled = true;
+  const GatewayReply sent{.code = ReplyCode::kIdempotencyConflict,
+                          .message = "enrolled with another key",
+                          .gateways = {sampleGateway(), enabled},
+                          .duplicate = true};
+  Response got = responseRoundTrip({.request_id = 33, .body = sent});
+  const auto& reply = bodyAs<GatewayReply>(got);
+  EXPECT_EQ(reply.code, sent.code);
+  EXPECT_EQ(reply.message, sent.message);
+  EXPECT_EQ(reply.gateways, sent.gateways);
+  EXPECT_EQ(reply.duplicate, sent.duplicate);
+}
+
+void expectSame(const ShardReply& a, const ShardReply& b) {
+  EXPECT_EQ(a.code, b.code);
+  EXPECT_EQ(a.message, b.message);
+  EXPECT_EQ(a.shards, b.shards);
+  EXPECT_EQ(a.duplicate, b.duplicate);
+  EXPECT_EQ(a.reminted_units, b.reminted_units);
+  EXPECT_EQ(a.spent_units, b.spent_units);
+  EXPECT_EQ(a.debt_units, b.debt_units);
+  EXPECT_EQ(a.limiting_dimension, b.limiting_dimension);
+  EXPECT_EQ(a.permission_denied, b.permission_denied);
+}
+
+TEST(CodecShard, ShardReplyRoundTripsInEveryState) {
+  for (int raw = 0; raw < kShardStateCount; ++raw) {
+    ShardLedgerView view = sampleLedgerView();
+    view.state = static_cast<ShardState>(raw);
+    view.written_off = view.state == ShardState::kWrittenOff;
+    ShardLedgerView unreported = sampleLedgerView();
+    unreported.grant.shard_id = "shard-18";
+    unreported.reported = false;
+    unreported.last_reported = {};
+    unreported.conserved = false;
+    const ShardReply sent{.code = ReplyCode::kRejected,
+                          .message = "capacity",
+                          .shards = {view, unreported},
+                          .duplicate = true,
+                          .reminted_units = 300,
+                          .spent_units = 80,
+                          .debt_units = 5,
+                          .limiting_dimension = LimitingDimension::kCapacity,
+                          .permission_denied = true};
+    Response got = responseRoundTrip({.request_id = 34, .body = sent});
+    expectSame(bodyAs<ShardReply>(got), sent);
+  }
+}
+
+TEST(CodecShard, ReplyGrantWithoutSignatureReadsAsZeros) {
+  capnp::MallocMessageBuilder message;
+  auto shards = message.initRoot<schema::Response>().initShard().initShards(1);
+  fromCore(sampleLedgerView(), shards[0]);
+  shards[0].getShard().disownSignature();
+  Result<Response> got = decodeResponse(payloadOf(message));
+  ASSERT_TRUE(got.isOk()) << got.status().toString();
+  EXPECT_EQ(std::get<ShardReply>(got.value().body).shards.at(0).grant.signature, Signature{});
+}
+
+TEST(CodecShard, AuditReplyCarriesEachShardsEquation) {
+  AuditReport sent = sampleAudit();
+  sent.shards = {sampleLedgerView()};
+  sent.shards[0].state = ShardState::kWrittenOff;
+  sent.shards[0].written_off = true;
+  Response got = responseRoundTrip({.request_id = 35, .body = sent});
+  const auto& report = bodyAs<AuditReport>(got);
+  expectSame(report, sent);
+  ASSERT_EQ(report.shards.size(), 1u);
+  // ShardAudit carries the identifying fields of the grant only.
+  ShardLedgerView expected = sent.shards[0];
+  const ShardGrant& grant = sent.shards[0].grant;
+  expected.grant = ShardGrant{.shard_id = grant.shard_id,
+                              .subject = grant.subject,
+                              .route = grant.route,
+                              .policy_generation = grant.policy_generation,
+                              .gateway_name = grant.gateway_name,
+                              .allocated_units = grant.allocated_units};
+  expected.current_fence = 0;
+  EXPECT_EQ(report.shards[0], expected);
+}
+
+// --- Gateways and emergency shards: the trust boundary ------------------------------------------
+
+TEST(CodecShardValidation, ReceiptsPerReportAreBoundedBeforeConversion) {
+  capnp::MallocMessageBuilder message;
+  auto report = message.initRoot<schema::ShardReportV1>();
+  fromCore(sampleReport(), report);
+  // Empty receipts would fail conversion (no digest): only the size check can name the list.
+  report.initReceipts(static_cast<capnp::uint>(limits::kShardReceiptsPerReportMax + 1));
+  Result<ShardReport> got = toCore(report.asReader());
+  ASSERT_FALSE(got.isOk());
+  expectInvalidArgumentNaming(got.status(), "receipts: 100001 entries, at most 100000");
+}
+
+TEST(CodecShardValidation, BadReceiptIsNamedByIndex) {
+  capnp::MallocMessageBuilder message;
+  auto report = message.initRoot<schema::Request>().initReportShard();
+  fromCore(sampleReport(), report);
+  report.getReceipts()[1].setRequestDigest(capnp::Data::Reader());
+  DecodedRequest decoded = decodeRequest(payloadOf(message));
+  ASSERT_FALSE(decoded.body.isOk());
+  expectInvalidArgumentNaming(decoded.body.status(), "receipts[1].requestDigest");
+}
+
+TEST(CodecShardValidation, PublicKeysAreExactly32Bytes) {
+  using Set = std::function<void(schema::Request::Builder, capnp::Data::Reader)>;
+  const std::vector<std::pair<std::string, Set>> cases = {
+      {"publicKey",
+       [](auto root, capnp::Data::Reader key) {
+         fromCore(EnrollGatewayRequest{.gateway_name = "gw"}, root.initEnrollGateway());
+         root.getEnrollGateway().setPublicKey(key);
+       }},
+      {"gatewayId",
+       [](auto root, capnp::Data::Reader key) {
+         fromCore(sampleIssueRequest(), root.initIssueShard());
+         root.getIssueShard().setGatewayId(key);
+       }},
+      {"shard.gatewayId",
+       [](auto root, capnp::Data::Reader key) {
+         fromCore(sampleReport(), root.initReportShard());
+         root.getReportShard().getShard().setGatewayId(key);
+       }},
+  };
+  for (const auto& [field, set] : cases) {
+    for (size_t length : {0, 31, 32, 33}) {
+      capnp::MallocMessageBuilder message;
+      auto root = message.initRoot<schema::Request>();
+      const std::vector<uint8_t> key(length, 0x5a);
+      set(root, capnp::Data::Reader(key.data(), key.size()));
+      DecodedRequest decoded = decodeRequest(payloadOf(message));
+      if (length == 32) {
+        EXPECT_TRUE(decoded.body.isOk()) << field << ": " << decoded.body.status().toString();
+      } else {
+        ASSERT_FALSE(decoded.body.isOk()) << field << " " << length;
+        expectInvalidArgumentNaming(decoded.body.status(),
+                                    field + ": " + std::to_string(length) + " bytes, exactly 32");
+      }
+    }
+  }
+  capnp::MallocMessageBuilder message;
+  auto info = message.initRoot<schema::GatewayInfo>();
+  fromCore(sampleGateway(), info);
+  const std::vector<uint8_t> short_key(31, 1);
+  info.setPublicKey(capnp::Data::Reader(short_key.data(), short_key.size()));
+  expectInvalidArgumentNaming(toCore(info.asReader()).status(), "publicKey: 31 bytes");
+}
+
+TEST(CodecShardValidation, SignaturesInRequestsAreExactly64Bytes) {
+  using Set = std::function<void(schema::Request::Builder, std::optional<capnp::Data::Reader>)>;
+  const auto apply = [](auto builder, std::optional<capnp::Data::Reader> signature) {
+    if (signature) {
+      builder.setSignature(*signature);
+    } else {
+      builder.disownSignature();
+    }
+  };
+  const std::vector<std::pair<std::string, Set>> cases = {
+      {"signature",
+       [&](auto root, auto signature) {
+         fromCore(sampleIssueRequest(), root.initIssueShard());
+         apply(root.getIssueShard(), signature);
+       }},
+      {"signature",
+       [&](auto root, auto signature) {
+         fromCore(sampleReport(), root.initReportShard());
+         apply(root.getReportShard(), signature);
+       }},
+      {"shard.signature",
+       [&](auto root, auto signature) {
+         fromCore(sampleReport(), root.initReportShard());
+         apply(root.getReportShard().getShard(), signature);
+       }},
+  };
+  for (const auto& [field, set] : cases) {
+    for (int length : {-1, 0, 63, 64, 65}) {  // -1: absent
+      capnp::MallocMessageBuilder message;
+      auto root = message.initRoot<schema::Request>();
+      const std::vector<uint8_t> signature(std::max(length, 0), 0xa5);
+      set(root, length < 0
+                    ? std::nullopt
+                    : std::optional(capnp::Data::Reader(signature.data(), signature.size())));
+      DecodedRequest decoded = decodeRequest(payloadOf(message));
+      if (length == 64) {
+        EXPECT_TRUE(decoded.body.isOk()) << field << ": " << decoded.body.status().toString();
+      } else {
+        ASSERT_FALSE(decoded.body.isOk()) << field << " " << length;
+        expectInvalidArgumentNaming(
+            decoded.body.status(),
+            field + ": " + std::to_string(std::max(length, 0)) + " bytes, exactly 64");
+      }
+    }
+  }
+  // In a reply a present signature must still be whole.
+  capnp::MallocMessageBuilder message;
+  auto shards = message.initRoot<schema::Response>().initShard().initShards(1);
+  fromCore(sampleLedgerView(), shards[0]);
+  const std::vector<uint8_t> short_signature(63, 1);
+  shards[0].getShard().setSignature(
+      capnp::Data::Reader(short_signature.data(), short_signature.size()));
+  expectInvalidArgumentNaming(decodeResponse(payloadOf(message)).status(),
+                              "shards[0].shard.signature: 63 bytes");
+}
+
+TEST(CodecShardValidation, RejectsOverLongShardTextNamingTheField) {
+  const std::vector<OverLongCase> cases = {
+      {"shardId", kOriginBytesMax,
+       [](auto root, const std::string& v) { root.initWriteOffShard().setShardId(v); }},
+      {"shardId", kOriginBytesMax,
+       [](auto root, const std::string& v) { root.initRevokeShards().setShardId(v); }},
+      {"gatewayName", limits::kGatewayNameBytesMax,
+       [](auto root, const std::string& v) { root.initRevokeShards().setGatewayName(v); }},
+      {"gatewayName", limits::kGatewayNameBytesMax,
+       [](auto root, const std::string& v) { root.initListShards().setGatewayName(v); }},
+      {"gatewayName", limits::kGatewayNameBytesMax,
+       [](auto root, const std::string& v) { root.initSetGatewayEnabled().setGatewayName(v); }},
+      {"gatewayName", limits::kGatewayNameBytesMax,
+       [](auto root, const std::string& v) {
+         fromCore(EnrollGatewayRequest{}, root.initEnrollGateway());
+         root.getEnrollGateway().setGatewayName(v);
+       }},
+      {"shardIds[1]", kOriginBytesMax,
+       [](auto root, const std::string& v) {
+         auto ids = root.initShardStatus().initShardIds(2);
+         ids.set(0, "shard-1");
+         ids.set(1, v);
+       }},
+      {"requestId", kShardRequestIdBytesMax,
+       [](auto root, const std::string& v) {
+         fromCore(sampleIssueRequest(), root.initIssueShard());
+         root.getIssueShard().setRequestId(v);
+       }},
+      {"gatewayName", limits::kGatewayNameBytesMax,
+       [](auto root, const std::string& v) {
+         fromCore(sampleIssueRequest(), root.initIssueShard());
+         root.getIssueShard().setGatewayName(v);
+       }},
+      {"subject", limits::kSubjectBytesMax,
+       [](auto root, const std::string& v) {
+         fromCore(sampleIssueRequest(), root.initIssueShard());
+         root.getIssueShard().setSubject(v);
+       }},
+      {"route", limits::kRouteBytesMax,
+       [](auto root, const std::string& v) {
+         fromCore(sampleIssueRequest(), root.initIssueShard());
+         root.getIssueShard().setRoute(v);
+       }},
+      {"shard.shardId", kOriginBytesMax,
+       [](auto root, const std::string& v) {
+         fromCore(sampleReport(), root.initReportShard());
+         root.getReportShard().getShard().setShardId(v);
+       }},
+      {"shard.gatewayName", limits::kGatewayNameBytesMax,
+       [](auto root, const std::string& v) {
+         fromCore(sampleReport(), root.initReportShard());
+         root.getReportShard().getShard().setGatewayName(v);
+       }},
+      {"shard.ledgerKeyId", kKeyIdBytesMax,
+       [](auto root, const std::string& v) {
+         fromCore(sampleReport(), root.initReportShard());
+         root.getReportShard().getShard().setLedgerKeyId(v);
+       }},
+      {"receipts[0].origin", kOriginBytesMax,
+       [](auto root, const std::string& v) {
+         fromCore(sampleReport(), root.initReportShard());
+         root.getReportShard().getReceipts()[0].setOrigin(v);
+       }},
+  };
+  for (const OverLongCase& c : cases) {
+    for (uint64_t length : {c.bytes_max, c.bytes_max + 1}) {
+      capnp::MallocMessageBuilder message;
+      auto root = message.initRoot<schema::Request>();
+      root.setRequestId(78);
+      c.set(root, std::string(length, 'x'));
+      DecodedRequest decoded = decodeRequest(payloadOf(message));
+      if (length <= c.bytes_max) {
+        EXPECT_TRUE(decoded.body.isOk()) << c.field << ": " << decoded.body.status().toString();
+      } else {
+        ASSERT_FALSE(decoded.body.isOk()) << c.field;
+        expectInvalidArgumentNaming(decoded.body.status(), std::string(c.field) + ": ");
+      }
+    }
+  }
+}
+
+TEST(CodecShardValidation, ShardIdsPerStatusRequestAreBounded) {
+  capnp::MallocMessageBuilder message;
+  auto status = message.initRoot<schema::ShardStatusRequest>();
+  status.initShardIds(static_cast<capnp::uint>(kShardIdsPerRequestMax + 1));
+  expectInvalidArgumentNaming(toCore(status.asReader()).status(), "shardIds: 10001 entries");
+}
+
+TEST(CodecShardValidation, RejectsUnknownShardStates) {
+  {
+    capnp::MallocMessageBuilder message;
+    auto shards = message.initRoot<schema::Response>().initShard().initShards(2);
+    fromCore(sampleLedgerView(), shards[0]);
+    fromCore(sampleLedgerView(), shards[1]);
+    shards[1].setState(static_cast<schema::ShardState>(kShardStateCount));
+    expectInvalidArgumentNaming(decodeResponse(payloadOf(message)).status(),
+                                "shards[1].state: unknown value 6");
+  }
+  {
+    capnp::MallocMessageBuilder message;
+    auto shards = message.initRoot<schema::Response>().initAudit().initShards(1);
+    fromCore(sampleLedgerView(), shards[0]);
+    shards[0].setState(static_cast<schema::ShardState>(200));
+    expectInvalidArgumentNaming(decodeResponse(payloadOf(message)).status(),
+                                "shards[0].state: unknown value 200");
+  }
+  for (const char* name : {"BOGUS", "issued", "ISSUED ", "WRITTENOFF"}) {
+    capnp::MallocMessageBuilder message;
+    message.initRoot<schema::Request>().initListShards().setState(name);
+    DecodedRequest decoded = decodeRequest(payloadOf(message));
+    ASSERT_FALSE(decoded.body.isOk()) << name;
+    expectInvalidArgumentNaming(decoded.body.status(), "state: unknown shard state");
+  }
+  {
+    capnp::MallocMessageBuilder message;
+    auto reply = message.initRoot<schema::Response>().initShard();
+    reply.setLimitingDimension(static_cast<schema::LimitingDimension>(99));
+    expectInvalidArgumentNaming(decodeResponse(payloadOf(message)).status(), "limitingDimension");
+  }
 }
 
 }  // namespace

@@ -1,0 +1,92 @@
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include <capnp/blob.h>
+#include <kj/exception.h>
+
+#include "core/status.h"
+#include "wire/enum_mapping.h"
+
+// Field readers and writers shared by the codec's translation units (codec.cc, shard_codec.cc).
+// Internal to wire/: the readers may throw kj::Exception on malformed bytes, and only the public
+// entry points (toCore, decode*) catch it, through catchDecodeErrors().
+
+#define TALLY_WIRE_RETURN_IF_ERROR(expr)            \
+  do {                                              \
+    if (Status status_ = (expr); !status_.isOk()) { \
+      return status_;                               \
+    }                                               \
+  } while (false)
+
+namespace tally::wire::field {
+
+template <typename F>
+auto catchDecodeErrors(F&& read) -> decltype(read()) {
+  try {
+    return read();
+  } catch (const kj::Exception& exception) {
+    return Status::corruption(std::string("malformed message: ") +
+                              exception.getDescription().cStr());
+  }
+}
+
+// Prefixes the field path of an invalid-argument status ("receipts[3]" + "." + "state: …").
+inline Status withContext(const Status& status, const std::string& context) {
+  if (status.code() != StatusCode::kInvalidArgument) return status;
+  return Status::invalidArgument(context + "." + status.message());
+}
+
+inline Status readText(capnp::Text::Reader text, uint64_t bytes_max, const char* field,
+                       std::string* out) {
+  if (text.size() > bytes_max) {
+    return Status::invalidArgument(std::string(field) + ": " + std::to_string(text.size()) +
+                                   " bytes, at most " + std::to_string(bytes_max) + " allowed");
+  }
+  out->assign(text.begin(), text.size());
+  return Status::ok();
+}
+
+// Exactly N bytes (digests, public keys, signatures).
+template <size_t N>
+Status readBytes(capnp::Data::Reader data, const char* field, std::array<uint8_t, N>* out) {
+  if (data.size() != N) {
+    return Status::invalidArgument(std::string(field) + ": " + std::to_string(data.size()) +
+                                   " bytes, exactly " + std::to_string(N) + " required");
+  }
+  std::memcpy(out->data(), data.begin(), N);
+  return Status::ok();
+}
+
+template <typename Core, typename Wire>
+Status readEnum(Wire value, const char* field, Core* out) {
+  std::optional<Core> core = enumToCore(value);
+  if (!core) {
+    return Status::invalidArgument(std::string(field) + ": unknown value " +
+                                   std::to_string(static_cast<uint16_t>(value)));
+  }
+  *out = *core;
+  return Status::ok();
+}
+
+inline Status checkListSize(uint64_t size, uint64_t size_max, const char* field) {
+  if (size > size_max) {
+    return Status::invalidArgument(std::string(field) + ": " + std::to_string(size) +
+                                   " entries, at most " + std::to_string(size_max) + " allowed");
+  }
+  return Status::ok();
+}
+
+inline capnp::Text::Reader textOf(const std::string& value) {
+  return capnp::Text::Reader(value.data(), value.size());
+}
+
+template <size_t N>
+capnp::Data::Reader dataOf(const std::array<uint8_t, N>& bytes) {
+  return capnp::Data::Reader(bytes.data(), bytes.size());
+}
+
+}  // namespace tally::wire::field
