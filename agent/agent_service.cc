@@ -64,7 +64,8 @@ AgentService::AgentService(uv_loop_t* loop, central::LedgerLink* link, OutboxSto
       local_({.entries_max = options.local_reservations_max}),
       unknown_ages_(options.unknown_max),
       usage_unknown_(options.unknown_max),
-      outbox_({.entries_max = options.outbox_entries_max}) {
+      outbox_({.entries_max = options.outbox_entries_max}),
+      central_ids_(options.central_ids_max) {
   check_.data = this;
   pump_timer_.data = this;
   policy_timer_.data = this;
@@ -127,16 +128,25 @@ bool AgentService::usable() const { return linkUsable(link_->connected(), link_-
 
 GaugeSnapshot AgentService::gauges() const {
   const uint64_t now_ms = wallClockMs();
-  return GaugeSnapshot{.health = link_->health(),
-                       .connected = link_->connected(),
-                       .outbox_depth = outbox_.size(),
-                       .outbox_oldest_age_ms = outbox_.oldestAgeMs(now_ms),
-                       .reservation_unknown = unknown_.size(),
-                       .reservation_unknown_oldest_age_ms = unknown_ages_.oldestAgeMs(now_ms),
-                       .usage_unknown = usage_unknown_.size(),
-                       .usage_unknown_oldest_age_ms = usage_unknown_.oldestAgeMs(now_ms),
-                       .boot_epoch = boot_epoch_,
-                       .local_reservations = local_.size()};
+  GaugeSnapshot snapshot{.health = link_->health(),
+                         .connected = link_->connected(),
+                         .outbox_depth = outbox_.size(),
+                         .outbox_oldest_age_ms = outbox_.oldestAgeMs(now_ms),
+                         .reservation_unknown = unknown_.size(),
+                         .reservation_unknown_oldest_age_ms = unknown_ages_.oldestAgeMs(now_ms),
+                         .usage_unknown = usage_unknown_.size(),
+                         .usage_unknown_oldest_age_ms = usage_unknown_.oldestAgeMs(now_ms),
+                         .boot_epoch = boot_epoch_,
+                         .local_reservations = local_.size()};
+  if (shards_ != nullptr) {
+    const ShardGauges shard_gauges = shards_->gauges(now_ms);
+    snapshot.shards_usable = shard_gauges.usable;
+    snapshot.shards_closed = shard_gauges.closed;
+    snapshot.shards_quarantined = shard_gauges.quarantined;
+    snapshot.shard_available_units = shard_gauges.available_units;
+    snapshot.shard_oldest_unreconciled_age_ms = shard_gauges.oldest_unreconciled_age_ms;
+  }
+  return snapshot;
 }
 
 void AgentService::handle(wire::RequestBody body, Respond respond) {
@@ -192,8 +202,33 @@ void AgentService::handle(wire::RequestBody body, Respond respond) {
 
 // --- reserve -----------------------------------------------------------------------------------
 
+bool AgentService::answeredByShards(const std::string& reservation_id,
+                                    const wire::RequestBody& body, const Respond& respond) {
+  if (shards_ == nullptr || !shards_->owns(reservation_id)) return false;
+  respond(shards_->apply(body, wallClockMs()));
+  return true;
+}
+
+void AgentService::rememberCentral(const std::string& reservation_id, uint64_t now_ms) {
+  if (shards_ == nullptr) return;
+  if (!central_ids_.add(reservation_id, now_ms)) {
+    for (const std::string& oldest : central_ids_.oldest(1)) central_ids_.remove(oldest);
+    (void)central_ids_.add(reservation_id, now_ms);
+  }
+}
+
+void AgentService::learnShardAccount(const ReserveRequest& request, const ReservationReply& reply) {
+  if (shards_ == nullptr || !policy_.has_value() || reply.code != ReplyCode::kOk) return;
+  const Budget* budget = matchBudget(*policy_, request.subject, request.route);
+  if (budget == nullptr || !budget->emergency.enabled || budget->emergency.shard_units == 0) {
+    return;
+  }
+  shards_->learnAccount({request.subject, request.route}, wallClockMs());
+}
+
 void AgentService::reserve(const ReserveRequest& request, Respond respond) {
   const uint64_t now_ms = wallClockMs();
+  if (answeredByShards(request.reservation_id, request, respond)) return;
   if (local_.contains(request.reservation_id)) {
     respond(local_.admit(request, kOriginOff, now_ms));  // a duplicate of the local receipt
     return;
@@ -214,9 +249,23 @@ void AgentService::reserve(const ReserveRequest& request, Respond respond) {
       respond(local_.admit(request, kOriginShadow, now_ms));
       return;
     }
+    if (shards_ != nullptr) {
+      if (central_ids_.contains(request.reservation_id)) {
+        // The ledger may hold it already: a shard must not admit the same id a second time.
+        respond(unavailable("reservation " + request.reservation_id +
+                            " was sent to the ledger, which is unreachable; retry later with "
+                            "the same id"));
+        return;
+      }
+      if (std::optional<wire::ResponseBody> admitted = shards_->admit(request, now_ms)) {
+        respond(std::move(*admitted));
+        return;
+      }
+    }
     respond(ledgerUnavailableRejection(request, options_.unavailable_retry_after_ms, now_ms));
     return;
   }
+  rememberCentral(request.reservation_id, now_ms);
   link_->call(request, [this, request, mode,
                         respond = std::move(respond)](central::LinkResult result) mutable {
     onReserveAnswer(request, mode, std::move(result), std::move(respond));
@@ -243,6 +292,9 @@ void AgentService::onReserveAnswer(const ReserveRequest& request, RolloutMode mo
     return;
   }
   if (result.status.isOk()) {
+    if (const auto* answer = std::get_if<ReservationReply>(&result.response.body)) {
+      learnShardAccount(request, *answer);
+    }
     respond(std::move(result.response.body));
     return;
   }
@@ -328,6 +380,7 @@ void AgentService::resolved(const std::string& id, wire::ResponseBody body) {
 // --- start, follow-ups, query ------------------------------------------------------------------
 
 void AgentService::start(const StartRequest& request, Respond respond) {
+  if (answeredByShards(request.reservation_id, request, respond)) return;
   switch (startRoute(local_.contains(request.reservation_id), usable())) {
     case StartRoute::kLocal: respond(local_.start(request, wallClockMs())); return;
     case StartRoute::kUnavailable:
@@ -366,6 +419,7 @@ void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond res
         }
       },
       body);
+  if (answeredByShards(entry.reservation_id, body, respond)) return;
   const bool local = local_.contains(entry.reservation_id);
   switch (followUpRoute(local, !outbox_.empty(), usable())) {
     case FollowUp::kLocal: {
@@ -419,6 +473,7 @@ void AgentService::noteDelivered(OutboxKind kind, const std::string& id,
 }
 
 void AgentService::query(const QueryRequest& request, Respond respond) {
+  if (answeredByShards(request.reservation_id, request, respond)) return;
   if (local_.contains(request.reservation_id)) {
     respond(local_.query(request));
     return;

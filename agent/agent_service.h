@@ -15,6 +15,7 @@
 #include "agent/local_reservations.h"
 #include "agent/metrics.h"
 #include "agent/outbox_store.h"
+#include "agent/shard_keeper.h"
 #include "central-client/ledger_link.h"
 #include "common/log.h"
 #include "core/outbox.h"
@@ -56,6 +57,9 @@ struct AgentServiceOptions {
   uint64_t pump_interval_ms = 20;
   uint64_t resolve_batch_max = 64;
   uint64_t seed = 0;
+  // Reservation ids recently sent to the ledger: never admitted from a shard during a
+  // partition (the ledger may hold them already).
+  uint64_t central_ids_max = 100'000;
 };
 
 class AgentService {
@@ -66,6 +70,10 @@ class AgentService {
   AgentService(const AgentService&) = delete;
   AgentService& operator=(const AgentService&) = delete;
 
+  // Emergency shards (docs/SHARDS.md): operations on reservations `keeper` owns are answered by
+  // it in any health state, and partition-time reserves in enforce mode are admitted from its
+  // usable shards. Optional (null: no shards); set before start(); must outlive the service.
+  void setShardKeeper(ShardKeeper* keeper) { shards_ = keeper; }
   // Restores the outbox from the store and starts the timers.
   [[nodiscard]] Status start(std::vector<OutboxEntry> restored, uint64_t boot_epoch);
   void handle(wire::RequestBody body, Respond respond);
@@ -97,6 +105,11 @@ class AgentService {
   void followUp(OutboxKind kind, wire::RequestBody body, Respond respond);
   void query(const QueryRequest& request, Respond respond);
   void forwardOther(wire::RequestBody body, Respond respond);
+  // Answers `body` from the shard keeper if it owns `reservation_id`; false otherwise.
+  bool answeredByShards(const std::string& reservation_id, const wire::RequestBody& body,
+                        const Respond& respond);
+  void rememberCentral(const std::string& reservation_id, uint64_t now_ms);
+  void learnShardAccount(const ReserveRequest& request, const ReservationReply& reply);
 
   void resolveUnknown(const std::string& id, Respond waiter);
   void resolutionFailed(const std::string& id, const std::string& why);
@@ -138,6 +151,8 @@ class AgentService {
   uint64_t durable_seq_ = 0;  // every outbox seq up to here is in the store
   std::vector<PendingDurable> pending_durable_;
   uint64_t boot_epoch_ = 0;
+  ShardKeeper* shards_ = nullptr;
+  AgedIds central_ids_;
 
   bool draining_ = false;
   uint64_t drain_deadline_ms_ = 0;

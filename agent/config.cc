@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <set>
+#include <string_view>
 
 namespace tally::agent {
 namespace {
@@ -106,6 +107,62 @@ Status readHealth(const toml::table& root, const std::string& path, LinkHealthTh
   return readUnsigned(*table, path, "partition_after_ms", 1, 3'600'000, &out->partition_after_ms);
 }
 
+Status readStringList(const toml::table& table, const std::string& path, const std::string& key,
+                      std::vector<std::string>* out) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return Status::ok();
+  const toml::array* array = node->as_array();
+  if (array == nullptr) return keyError(path, key, "must be a list of strings");
+  for (const toml::node& element : *array) {
+    const auto text = element.value<std::string>();
+    if (!element.is_string() || !text || text->empty()) {
+      return keyError(path, key, "must be a list of non-empty strings");
+    }
+    out->push_back(*text);
+  }
+  return Status::ok();
+}
+
+Status readEmergency(const toml::table& root, const std::string& path, EmergencyConfig* out) {
+  const toml::node* node = root.get("emergency");
+  if (node == nullptr) return Status::ok();
+  const toml::table* table = node->as_table();
+  if (table == nullptr) return keyError(path, "emergency", "must be a table");
+  static const std::set<std::string> kKnown = {
+      "accounts", "shards_on_hand", "refresh_before_expiry_ms", "hold_ttl_ms", "accounts_max"};
+  for (const auto& [key, value] : *table) {
+    if (!kKnown.contains(std::string(key.str()))) {
+      return keyError(path, "emergency." + std::string(key.str()), "unknown key");
+    }
+  }
+  std::vector<std::string> accounts;
+  if (Status s = readStringList(*table, path, "accounts", &accounts); !s.isOk()) return s;
+  for (const std::string& account : accounts) {
+    const size_t space = account.find(' ');
+    if (space == std::string::npos || space == 0 || space + 1 == account.size() ||
+        account.find(' ', space + 1) != std::string::npos) {
+      return keyError(path, "emergency.accounts",
+                      "'" + account + "' is not \"SUBJECT ROUTE\" (one space)");
+    }
+    out->accounts.emplace_back(account.substr(0, space), account.substr(space + 1));
+  }
+  if (Status s = readUnsigned(*table, path, "shards_on_hand", 0, 16, &out->shards_on_hand);
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s = readUnsigned(*table, path, "refresh_before_expiry_ms", 0, 86'400'000,
+                              &out->refresh_before_expiry_ms);
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s =
+          readUnsigned(*table, path, "hold_ttl_ms", 1, limits::kHoldTtlMsMax, &out->hold_ttl_ms);
+      !s.isOk()) {
+    return s;
+  }
+  return readUnsigned(*table, path, "accounts_max", 0, 1'000'000, &out->accounts_max);
+}
+
 }  // namespace
 
 Status parseHostPort(const std::string& text, std::string* host, uint16_t* port) {
@@ -145,7 +202,9 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
       "socket",           "socket_mode",        "allowed_uids",
       "allowed_gids",     "metrics_listen",     "request_timeout_ms",
       "health",           "outbox_entries_max", "policy_refresh_ms",
-      "drain_timeout_ms", "frame_bytes_max",    "log_level"};
+      "drain_timeout_ms", "frame_bytes_max",    "log_level",
+      "gateway_name",     "identity_file",      "ledger_public_keys",
+      "emergency"};
   for (const auto& [key, node] : table) {
     if (!kKnown.contains(std::string(key.str()))) {
       return keyError(path, std::string(key.str()), "unknown key");
@@ -170,6 +229,21 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
     if (!node->is_string() || !text) return keyError(path, "log_level", "must be a string");
     config->log_level = *text;
   }
+  for (const char* key : {"gateway_name", "identity_file"}) {
+    if (const toml::node* node = table.get(key)) {
+      const auto text = node->value<std::string>();
+      if (!node->is_string() || !text || text->empty()) {
+        return keyError(path, key, "must be a non-empty string");
+      }
+      (std::string_view(key) == "gateway_name" ? config->gateway_name : config->identity_file) =
+          *text;
+    }
+  }
+  if (Status s = readStringList(table, path, "ledger_public_keys", &config->ledger_public_keys);
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s = readEmergency(table, path, &config->emergency); !s.isOk()) return s;
   if (Status s = readMode(table, path, &config->socket_mode); !s.isOk()) return s;
   if (table.contains("allowed_uids") || table.contains("allowed_gids")) {
     config->allowed_ids_configured = true;

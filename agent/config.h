@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/limits.h"
@@ -22,6 +23,15 @@
 //   policy_refresh_ms = 5000
 //   drain_timeout_ms = 5000
 //   log_level = "info"
+//   gateway_name = "gw-eu-1"           # first start only: DIR/gateway.name keeps it after
+//   identity_file = "/var/lib/tally-agent/gateway.key"   # default DIR/gateway.key
+//   ledger_public_keys = ["BASE64", …] # ledger keys whose shard grants are trusted
+//   [emergency]                        # emergency shards (docs/SHARDS.md)
+//   accounts = ["tenant-a chat.generate"]  # "subject route": shards kept on hand while healthy
+//   shards_on_hand = 1                 # usable shards kept per account
+//   refresh_before_expiry_ms = 30000   # a shard this close to expiry is closed and replaced
+//   hold_ttl_ms = 30000                # local RESERVED of a shard reservation expires after this
+//   accounts_max = 1000                # recently reserved accounts (emergency mode on) also kept
 //   [health]                           # core/link_health.h thresholds
 //   failures_to_degrade = 1
 //   failures_to_partition = 3
@@ -35,6 +45,14 @@
 namespace tally::agent {
 
 inline constexpr const char* kDefaultSocketPath = "/run/tally/agent.sock";
+
+struct EmergencyConfig {
+  std::vector<std::pair<std::string, std::string>> accounts;  // (subject, route)
+  uint64_t shards_on_hand = 1;
+  uint64_t refresh_before_expiry_ms = 30'000;
+  uint64_t hold_ttl_ms = 30'000;
+  uint64_t accounts_max = 1'000;
+};
 
 struct AgentConfig {
   std::string data_dir;
@@ -55,6 +73,10 @@ struct AgentConfig {
   uint64_t drain_timeout_ms = 5'000;
   uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
   std::string log_level = "info";
+  std::string gateway_name;   // empty: the host name (used only when DIR/gateway.name is absent)
+  std::string identity_file;  // empty: DIR/gateway.key
+  std::vector<std::string> ledger_public_keys;  // base64; flags add to the file's
+  EmergencyConfig emergency;
   int ready_fd = -1;  // write "ready METRICS_PORT SOCKET\n" here once serving, then close it
 };
 

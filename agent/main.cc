@@ -1,6 +1,7 @@
 // tally-agent: the gateway sidecar. Serves gateways on a Unix socket and forwards to the ledger.
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -17,11 +18,15 @@
 #include "agent/metrics.h"
 #include "agent/metrics_server.h"
 #include "agent/outbox_store.h"
+#include "agent/shard_keeper.h"
+#include "agent/shard_store.h"
 #include "central-client/ledger_link.h"
+#include "common/identity.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
 #include "common/wall_clock.h"
 #include "tally/version.h"
+#include "wire/shard_crypto.h"
 
 namespace tally::agent {
 namespace {
@@ -34,6 +39,10 @@ constexpr const char* kUsage =
     "usage: tally-agent --data-dir DIR --ledger HOST:PORT [--socket PATH] [--config FILE]\n"
     "                   [--metrics HOST:PORT] [--ready-fd FD]\n"
     "                   [--log-level debug|info|warn|error]\n"
+    "                   [--identity-file PATH] [--gateway-name NAME]\n"
+    "                   [--ledger-public-key BASE64]...\n"
+    "       tally-agent --data-dir DIR [--identity-file PATH] [--gateway-name NAME]\n"
+    "                   identity [--json]\n"
     "       tally-agent --version | --help\n"
     "\n"
     "The gateway sidecar: serves gateways on a Unix socket (default /run/tally/agent.sock,\n"
@@ -45,7 +54,23 @@ constexpr const char* kUsage =
     "--ready-fd FD: write \"ready METRICS_PORT SOCKET\\n\" to FD once serving (METRICS_PORT is 0\n"
     "when metrics are disabled), then close it. Socket activation (LISTEN_FDS) and sd_notify\n"
     "(NOTIFY_SOCKET) are supported.\n"
+    "Emergency shards (docs/SHARDS.md): while the ledger is healthy the agent keeps signed shards\n"
+    "for the config's [emergency] accounts and recently reserved ones; while it is partitioned,\n"
+    "enforce-mode reserves are admitted from them (persisted in DIR/agent.db), and they are\n"
+    "reported and reconciled when it is back. Grants are trusted only under --ledger-public-key\n"
+    "(repeatable; or the config's ledger_public_keys).\n"
+    "identity: print (creating if absent) this gateway's name and public key, for\n"
+    "`tallyctl gateway enroll`; --json prints {\"gatewayId\":NAME,\"publicKey\":BASE64}. The key "
+    "is\n"
+    "DIR/gateway.key (or --identity-file), the name DIR/gateway.name (created from\n"
+    "--gateway-name, the config's gateway_name, or the host name).\n"
     "Exit: 0 after SIGTERM/SIGINT drain, 1 startup failure, 2 usage.\n";
+
+// What to do: serve (the default), or print the gateway identity.
+struct Command {
+  bool identity = false;
+  bool json = false;  // identity --json
+};
 
 LogLevel parseLevel(const std::string& level) {
   if (level == "debug") return LogLevel::kDebug;
@@ -55,8 +80,9 @@ LogLevel parseLevel(const std::string& level) {
 }
 
 // Returns kExitOk to continue, -1 to exit 0 (help/version), or an exit code.
-int parseArgs(int argc, char** argv, AgentConfig* config) {
-  std::string config_file, ledger, socket, level, metrics;
+int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
+  std::string config_file, ledger, socket, level, metrics, identity_file, gateway_name;
+  std::vector<std::string> ledger_keys;
   bool metrics_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -90,6 +116,20 @@ int parseArgs(int argc, char** argv, AgentConfig* config) {
     } else if (arg == "--metrics") {
       target = &metrics;
       metrics_given = true;
+    } else if (arg == "--identity-file") {
+      target = &identity_file;
+    } else if (arg == "--gateway-name") {
+      target = &gateway_name;
+    } else if (arg == "--ledger-public-key") {
+      if ((v = value("--ledger-public-key")) == nullptr) return kExitUsage;
+      ledger_keys.push_back(v);
+      continue;
+    } else if (arg == "identity") {
+      command->identity = true;
+      continue;
+    } else if (arg == "--json" && command->identity) {
+      command->json = true;
+      continue;
     } else if (arg == "--ready-fd") {
       if ((v = value("--ready-fd")) == nullptr) return kExitUsage;
       config->ready_fd = std::atoi(v);
@@ -110,6 +150,17 @@ int parseArgs(int argc, char** argv, AgentConfig* config) {
       std::fprintf(stderr, "tally-agent: %s\n", s.message().c_str());
       return kExitUsage;
     }
+  }
+  if (!identity_file.empty()) config->identity_file = identity_file;
+  if (!gateway_name.empty()) config->gateway_name = gateway_name;
+  config->ledger_public_keys.insert(config->ledger_public_keys.end(), ledger_keys.begin(),
+                                    ledger_keys.end());
+  if (command->identity) {
+    if (config->data_dir.empty()) {
+      std::fprintf(stderr, "tally-agent: identity needs --data-dir DIR\n%s", kUsage);
+      return kExitUsage;
+    }
+    return kExitOk;
   }
   if (ledger.empty()) {
     std::fprintf(stderr, "tally-agent: --ledger HOST:PORT is required\n%s", kUsage);
@@ -135,10 +186,90 @@ int parseArgs(int argc, char** argv, AgentConfig* config) {
   return kExitOk;
 }
 
+EmergencyOptions emergencyOptions(const AgentConfig& config) {
+  EmergencyOptions options{.shards_on_hand = config.emergency.shards_on_hand,
+                           .refresh_before_expiry_ms = config.emergency.refresh_before_expiry_ms,
+                           .hold_ttl_ms = config.emergency.hold_ttl_ms,
+                           .accounts_max = config.emergency.accounts_max};
+  for (const auto& [subject, route] : config.emergency.accounts) {
+    options.accounts.push_back({subject, route});
+  }
+  return options;
+}
+
+std::string hostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "gateway";
+  return name;
+}
+
+// Creates `dir` and its missing parents (0750).
+Status makeDirs(const std::string& dir) {
+  for (size_t end = 1; end <= dir.size(); ++end) {
+    if (end != dir.size() && dir[end] != '/') continue;
+    const std::string prefix = dir.substr(0, end);
+    if (::mkdir(prefix.c_str(), 0750) != 0 && errno != EEXIST) {
+      return Status::ioError("create " + prefix + ": " + std::strerror(errno));
+    }
+  }
+  return Status::ok();
+}
+
+struct GatewayIdentity {
+  identity::KeyPair key;
+  std::string name;
+};
+
+// DIR/gateway.key (or --identity-file) and DIR/gateway.name, created if absent.
+Result<GatewayIdentity> loadIdentity(const AgentConfig& config) {
+  if (Status s = makeDirs(config.data_dir); !s.isOk()) return s;
+  const std::string key_path =
+      config.identity_file.empty() ? config.data_dir + "/gateway.key" : config.identity_file;
+  Result<identity::KeyPair> key = identity::loadOrCreateKeyPair(key_path);
+  if (!key.isOk()) {
+    return Status::invalidArgument(key_path + ": " + key.status().message());
+  }
+  Result<std::string> name = identity::loadOrCreateGatewayName(
+      config.data_dir, config.gateway_name.empty() ? hostName() : config.gateway_name);
+  if (!name.isOk()) return name.status();
+  return GatewayIdentity{.key = key.value(), .name = name.value()};
+}
+
+int printIdentity(const AgentConfig& config, bool json) {
+  Result<GatewayIdentity> loaded = loadIdentity(config);
+  if (!loaded.isOk()) {
+    std::fprintf(stderr, "tally-agent: identity: %s\n", loaded.status().message().c_str());
+    return kExitStartup;
+  }
+  const std::string public_key = identity::encodePublicKey(loaded.value().key.public_key);
+  if (json) {
+    // Gateway names are [A-Za-z0-9._-] and base64 needs no escaping either.
+    std::printf("{\"gatewayId\":\"%s\",\"publicKey\":\"%s\"}\n", loaded.value().name.c_str(),
+                public_key.c_str());
+  } else {
+    std::printf("gateway %s\npublic key %s\nkey id %s\n", loaded.value().name.c_str(),
+                public_key.c_str(), identity::keyIdOf(loaded.value().key.public_key).c_str());
+  }
+  return kExitOk;
+}
+
+Result<std::vector<PublicKey>> trustedLedgerKeys(const AgentConfig& config) {
+  std::vector<PublicKey> keys;
+  for (const std::string& text : config.ledger_public_keys) {
+    Result<PublicKey> key = identity::decodePublicKey(text);
+    if (!key.isOk()) {
+      return Status::invalidArgument("ledger public key '" + text + "': " + key.status().message());
+    }
+    keys.push_back(key.value());
+  }
+  return keys;
+}
+
 // The daemon's parts, in construction order; destroyed after the loop ran dry.
 struct Daemon {
   Daemon(uv_loop_t* loop, const AgentConfig& config, Logger* logger, OutboxStore* store,
-         int inherited_fd)
+         int inherited_fd, ShardStore* shard_store, const ShardCrypto* crypto, GatewaySigner signer,
+         uint64_t boot_epoch)
       : config(config),
         logger(logger),
         link(loop,
@@ -148,6 +279,8 @@ struct Daemon {
                                         .frame_bytes_max = config.frame_bytes_max,
                                         .health = config.health},
              logger),
+        keeper(loop, &link, shard_store, crypto, std::move(signer), &metrics, logger,
+               emergencyOptions(config), boot_epoch, /*seed=*/0),
         service(loop, &link, store, &metrics, logger,
                 AgentServiceOptions{.policy_refresh_ms = config.policy_refresh_ms,
                                     .outbox_entries_max = config.outbox_entries_max}),
@@ -166,6 +299,7 @@ struct Daemon {
                        [this] { return metrics.render(service.gauges()); }) {
     term.data = this;
     interrupt.data = this;
+    service.setShardKeeper(&keeper);
   }
 
   // Stop accepting, finish in-flight, flush the outbox while the ledger is reachable, close.
@@ -182,6 +316,7 @@ struct Daemon {
       const uint64_t now_ms = monotonicClockMs();
       service.drain(deadline_ms > now_ms ? deadline_ms - now_ms : 0, [this] {
         service.stop();
+        keeper.stop();
         if (metrics_started) metrics_server.stop();
         link.stop([this] {
           for (uv_signal_t* handle : {&term, &interrupt}) {
@@ -198,6 +333,7 @@ struct Daemon {
   Logger* logger;
   AgentMetrics metrics;
   central::LedgerLink link;
+  ShardKeeper keeper;
   AgentService service;
   GatewayServer server;
   MetricsServer metrics_server;
@@ -246,8 +382,40 @@ int run(const AgentConfig& config) {
     logger.error("outbox_load_failed", {{"error", restored.status().toString()}});
     return kExitStartup;
   }
+  Result<GatewayIdentity> gateway = loadIdentity(config);
+  if (!gateway.isOk()) {
+    logger.error("identity_failed", {{"error", gateway.status().toString()}});
+    return kExitStartup;
+  }
+  Result<std::vector<PublicKey>> ledger_keys = trustedLedgerKeys(config);
+  if (!ledger_keys.isOk()) {
+    logger.error("ledger_public_key_invalid", {{"error", ledger_keys.status().toString()}});
+    return kExitStartup;
+  }
+  if (ledger_keys.value().empty()) {
+    logger.warn("no_ledger_public_keys",
+                {{"effect", "no shard grant verifies: emergency shards are never used"}});
+  }
+  const wire::WireShardCrypto crypto(std::nullopt, ledger_keys.value());
+  Result<std::unique_ptr<ShardStore>> shard_store = ShardStore::open(store.get());
+  if (!shard_store.isOk()) {
+    logger.error("shard_store_open_failed", {{"error", shard_store.status().toString()}});
+    return kExitStartup;
+  }
+  const identity::KeyPair gateway_key = gateway.value().key;
+  GatewaySigner signer{
+      .gateway_name = gateway.value().name,
+      .public_key = gateway_key.public_key,
+      .sign_issue =
+          [gateway_key](ShardIssueRequest* request) {
+            wire::signIssueRequest(gateway_key, request);
+          },
+      .sign_report = [gateway_key](ShardReport* report) { wire::signReport(gateway_key, report); }};
   logger.info("boot", {{"boot_epoch", epoch.value()},
                        {"data_dir", config.data_dir},
+                       {"gateway", gateway.value().name},
+                       {"gateway_key_id", identity::keyIdOf(gateway_key.public_key)},
+                       {"ledger_keys", uint64_t{ledger_keys.value().size()}},
                        {"outbox_entries", uint64_t{restored.value().size()}}});
 
   uv_loop_t loop;
@@ -257,7 +425,8 @@ int run(const AgentConfig& config) {
   }
   int exit_code = kExitOk;
   {
-    Daemon daemon(&loop, config, &logger, store.get(), inheritedSocket(&logger));
+    Daemon daemon(&loop, config, &logger, store.get(), inheritedSocket(&logger),
+                  shard_store.value().get(), &crypto, std::move(signer), epoch.value());
     for (uv_signal_t* handle : {&daemon.term, &daemon.interrupt}) {
       (void)uv_signal_init(&loop, handle);
     }
@@ -268,6 +437,8 @@ int run(const AgentConfig& config) {
     (void)uv_signal_start(&daemon.interrupt, on_signal, SIGINT);
 
     Status status = daemon.link.start();
+    // Restores the shards (closing those of earlier boot epochs) durably, before serving.
+    if (status.isOk()) status = daemon.keeper.start(wallClockMs());
     if (status.isOk()) status = daemon.service.start(std::move(restored).value(), epoch.value());
     if (status.isOk()) status = daemon.server.start();
     if (status.isOk() && config.metrics_enabled) {
@@ -307,8 +478,10 @@ int run(const AgentConfig& config) {
 
 int main(int argc, char** argv) {
   tally::agent::AgentConfig config;
-  const int parsed = tally::agent::parseArgs(argc, argv, &config);
+  tally::agent::Command command;
+  const int parsed = tally::agent::parseArgs(argc, argv, &config, &command);
   if (parsed == -1) return 0;
   if (parsed != 0) return parsed;
+  if (command.identity) return tally::agent::printIdentity(config, command.json);
   return tally::agent::run(config);
 }

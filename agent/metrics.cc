@@ -112,6 +112,40 @@ uint64_t AgentMetrics::shadowDecisions(const std::string& outcome,
   return it == shadow_.end() ? 0 : it->second;
 }
 
+void AgentMetrics::renderShards(std::string* out, const GaugeSnapshot& g) const {
+  auto counters = [out](const char* name, const char* help, const char* label,
+                        const std::map<std::string, uint64_t>& values) {
+    header(out, name, "counter", help);
+    for (const auto& [key, value] : values) {
+      sample(out, name, std::string(label) + "=\"" + key + "\"", std::to_string(value));
+    }
+  };
+  counters("tally_agent_shard_admissions_total",
+           "Partition-time reserves admitted from an emergency shard, or not (no usable shard).",
+           "outcome", shard_admissions_);
+  counters("tally_agent_shard_reports_total",
+           "Shard reports sent to the ledger, by the shard state it answered (or the failure).",
+           "result", shard_reports_);
+  counters("tally_agent_shard_issues_total", "Shard issue requests, by result.", "result",
+           shard_issues_);
+  counters("tally_agent_shard_events_total",
+           "Shard events: quarantined (stored grant does not verify), conflict (reported by the "
+           "ledger), closed-<reason>.",
+           "event", shard_events_);
+  header(out, "tally_agent_shards", "gauge", "Emergency shards held, by condition.");
+  sample(out, "tally_agent_shards", "condition=\"usable\"", std::to_string(g.shards_usable));
+  sample(out, "tally_agent_shards", "condition=\"closed\"", std::to_string(g.shards_closed));
+  sample(out, "tally_agent_shards", "condition=\"quarantined\"",
+         std::to_string(g.shards_quarantined));
+  header(out, "tally_agent_shard_available_units", "gauge",
+         "Units still available for admission in usable shards.");
+  sample(out, "tally_agent_shard_available_units", "", std::to_string(g.shard_available_units));
+  header(out, "tally_agent_shard_oldest_unreconciled_age_seconds", "gauge",
+         "Time since the oldest closed, not yet reconciled shard was closed.");
+  sample(out, "tally_agent_shard_oldest_unreconciled_age_seconds", "",
+         seconds(g.shard_oldest_unreconciled_age_ms * 1000));
+}
+
 std::string AgentMetrics::render(const GaugeSnapshot& g) const {
   std::string out;
   header(&out, "tally_agent_requests_total", "counter",
@@ -184,6 +218,7 @@ std::string AgentMetrics::render(const GaugeSnapshot& g) const {
   sample(&out, "tally_agent_local_reservations", "", std::to_string(g.local_reservations));
   header(&out, "tally_agent_boot_epoch", "gauge", "This agent's boot epoch.");
   sample(&out, "tally_agent_boot_epoch", "", std::to_string(g.boot_epoch));
+  renderShards(&out, g);
   return out;
 }
 

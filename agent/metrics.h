@@ -47,6 +47,12 @@ struct GaugeSnapshot {
   uint64_t usage_unknown_oldest_age_ms = 0;
   uint64_t boot_epoch = 0;
   uint64_t local_reservations = 0;
+  // Emergency shards (agent/shard_keeper.h).
+  uint64_t shards_usable = 0;
+  uint64_t shards_closed = 0;  // closed, not quarantined, kept until reconciled + retention
+  uint64_t shards_quarantined = 0;
+  uint64_t shard_available_units = 0;
+  uint64_t shard_oldest_unreconciled_age_ms = 0;
 };
 
 class AgentMetrics {
@@ -59,6 +65,18 @@ class AgentMetrics {
   void countRequest(Op op, const std::string& outcome, uint64_t duration_us);
   void countRejection(LimitingDimension dimension);
   void countShadowDecision(const std::string& outcome, LimitingDimension dimension);
+  // Emergency shards: admissions ("admitted", "no-shard"), reports by the ledger's answer
+  // (RECONCILED, RECONCILING, CONFLICT, …, "duplicate", "refused", "failed"), issue requests
+  // ("issued", "emergency-off", "refused", "failed", …) and events ("quarantined", "conflict",
+  // "closed-<reason>").
+  void countShardAdmission(const std::string& outcome) { ++shard_admissions_[outcome]; }
+  void countShardReport(const std::string& result) { ++shard_reports_[result]; }
+  void countShardIssue(const std::string& result) { ++shard_issues_[result]; }
+  void countShardEvent(const std::string& event) { ++shard_events_[event]; }
+  uint64_t shardEvents(const std::string& event) const {
+    auto it = shard_events_.find(event);
+    return it == shard_events_.end() ? 0 : it->second;
+  }
 
   uint64_t requests(Op op, const std::string& outcome) const;
   uint64_t shadowDecisions(const std::string& outcome, LimitingDimension dimension) const;
@@ -66,6 +84,8 @@ class AgentMetrics {
   std::string render(const GaugeSnapshot& gauges) const;
 
  private:
+  void renderShards(std::string* out, const GaugeSnapshot& gauges) const;
+
   struct Histogram {
     std::array<uint64_t, kBucketsUs.size()> buckets{};  // non-cumulative
     uint64_t count = 0;
@@ -76,6 +96,10 @@ class AgentMetrics {
   std::map<std::string, uint64_t> rejections_;                        // dimension
   std::map<std::pair<std::string, std::string>, uint64_t> shadow_;    // (outcome, dimension)
   std::array<Histogram, kOpCount> durations_{};
+  std::map<std::string, uint64_t> shard_admissions_;
+  std::map<std::string, uint64_t> shard_reports_;
+  std::map<std::string, uint64_t> shard_issues_;
+  std::map<std::string, uint64_t> shard_events_;
 };
 
 }  // namespace tally::agent

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <utility>
 
+#include "agent/sqlite_support.h"
 #include "core/assert.h"
 #include "core/limits.h"
 
@@ -72,103 +73,6 @@ constexpr const char* kStatementSql[] = {
 };
 
 std::string errnoText(int error) { return std::strerror(error); }
-
-// The Status for a failed sqlite3_* call `rc` during `operation`.
-Status statusOf(sqlite3* db, int rc, std::string_view operation) {
-  const std::string detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  const std::string message =
-      std::string(operation) + ": " + detail + " (sqlite code " + std::to_string(rc) + ")";
-  switch (rc & 0xff) {
-    case SQLITE_FULL: return Status::resourceExhausted("disk full: " + message);
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB: return Status::corruption(message);
-    case SQLITE_CONSTRAINT: return Status::invalidArgument(message);
-    default: return Status::ioError(message);
-  }
-}
-
-Status execSql(sqlite3* db, const char* sql, std::string_view operation) {
-  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
-  return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, operation);
-}
-
-// One-off statement (setup only): hands the first row's first column to `*value` (nullopt when
-// there is no row).
-Status queryInt(sqlite3* db, const char* sql, std::string_view operation,
-                std::optional<int64_t>* value) {
-  sqlite3_stmt* stmt = nullptr;
-  int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
-  if (rc != SQLITE_OK) return statusOf(db, rc, operation);
-  rc = sqlite3_step(stmt);
-  Status status;
-  if (rc == SQLITE_ROW) {
-    *value = sqlite3_column_int64(stmt, 0);
-  } else if (rc == SQLITE_DONE) {
-    *value = std::nullopt;
-  } else {
-    status = statusOf(db, rc, operation);
-  }
-  // finalize repeats the step's error, already reported.
-  (void)sqlite3_finalize(stmt);
-  return status;
-}
-
-Status queryText(sqlite3* db, const char* sql, std::string_view operation, std::string* value) {
-  sqlite3_stmt* stmt = nullptr;
-  int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
-  if (rc != SQLITE_OK) return statusOf(db, rc, operation);
-  rc = sqlite3_step(stmt);
-  Status status;
-  if (rc == SQLITE_ROW) {
-    const unsigned char* text = sqlite3_column_text(stmt, 0);
-    *value = text != nullptr ? reinterpret_cast<const char*>(text) : "";
-  } else if (rc != SQLITE_DONE) {
-    status = statusOf(db, rc, operation);
-  }
-  (void)sqlite3_finalize(stmt);
-  return status;
-}
-
-// Clears a statement for reuse when the scope ends; sqlite3_reset repeats the last step's error,
-// which the caller already checked.
-class ResetOnExit {
- public:
-  explicit ResetOnExit(sqlite3_stmt* stmt) : stmt_(stmt) {}
-  ~ResetOnExit() {
-    (void)sqlite3_reset(stmt_);
-    (void)sqlite3_clear_bindings(stmt_);
-  }
-  ResetOnExit(const ResetOnExit&) = delete;
-  ResetOnExit& operator=(const ResetOnExit&) = delete;
-
- private:
-  sqlite3_stmt* stmt_;
-};
-
-Status bindInt64(sqlite3* db, sqlite3_stmt* stmt, int index, int64_t value, const char* op) {
-  const int rc = sqlite3_bind_int64(stmt, index, value);
-  return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, op);
-}
-
-// Bound SQLITE_STATIC: the caller steps the statement while `value` lives.
-Status bindText(sqlite3* db, sqlite3_stmt* stmt, int index, std::string_view value,
-                const char* op) {
-  const int rc =
-      sqlite3_bind_text64(stmt, index, value.data(), value.size(), SQLITE_STATIC, SQLITE_UTF8);
-  return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, op);
-}
-
-Status stepDone(sqlite3* db, sqlite3_stmt* stmt, const char* op) {
-  const int rc = sqlite3_step(stmt);
-  return rc == SQLITE_DONE ? Status::ok() : statusOf(db, rc, op);
-}
-
-std::string columnText(sqlite3_stmt* stmt, int column) {
-  const unsigned char* text = sqlite3_column_text(stmt, column);
-  const int size = sqlite3_column_bytes(stmt, column);
-  if (text == nullptr || size <= 0) return {};
-  return std::string(reinterpret_cast<const char*>(text), static_cast<size_t>(size));
-}
 
 Status syncDirectory(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -64,6 +64,10 @@ class OutboxStore {
   Status putMeta(const std::string& key, int64_t value);
   Result<std::optional<int64_t>> getMeta(const std::string& key);
 
+  // The open connection, for the other tables of agent.db (agent/shard_store.h): same file,
+  // pragmas, lock and thread. Valid while this store lives.
+  sqlite3* connection() { return db_; }
+
   struct Key {
     explicit Key() = default;
   };

@@ -1,0 +1,340 @@
+#include "agent/shard_store.h"
+
+#include <sqlite3.h>
+
+#include <limits>
+#include <string_view>
+
+#include "agent/shard_codec.h"
+#include "agent/sqlite_support.h"
+#include "core/assert.h"
+
+#define TALLY_SHARD_STORE_RETURN_IF_ERROR(expr)     \
+  do {                                              \
+    if (Status status_ = (expr); !status_.isOk()) { \
+      return status_;                               \
+    }                                               \
+  } while (false)
+
+namespace tally::agent {
+namespace {
+
+constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
+
+constexpr const char* kSchema[] = {
+    "CREATE TABLE IF NOT EXISTS shards ("
+    " shard_id TEXT PRIMARY KEY NOT NULL,"
+    " grant_blob BLOB NOT NULL,"
+    " allocated INTEGER NOT NULL,"
+    " local_available INTEGER NOT NULL,"
+    " local_reserved INTEGER NOT NULL,"
+    " local_spent INTEGER NOT NULL,"
+    " local_retired INTEGER NOT NULL,"
+    " overspent INTEGER NOT NULL,"
+    " closed INTEGER NOT NULL,"
+    " close_reason INTEGER NOT NULL,"
+    " used INTEGER NOT NULL,"
+    " report_pending INTEGER NOT NULL,"
+    " ledger_known INTEGER NOT NULL,"
+    " ledger_state INTEGER NOT NULL,"
+    " ledger_spent INTEGER NOT NULL,"
+    " ledger_reminted INTEGER NOT NULL,"
+    " ledger_debt INTEGER NOT NULL,"
+    " added_at_ms INTEGER NOT NULL,"
+    " closed_at_ms INTEGER NOT NULL,"
+    " final_at_ms INTEGER NOT NULL) STRICT",
+    "CREATE TABLE IF NOT EXISTS shard_reservations ("
+    " reservation_id TEXT PRIMARY KEY NOT NULL,"
+    " shard_id TEXT NOT NULL,"
+    " reservation_blob BLOB NOT NULL) STRICT",
+    "CREATE TABLE IF NOT EXISTS shard_fences ("
+    " subject TEXT NOT NULL,"
+    " route TEXT NOT NULL,"
+    " fence INTEGER NOT NULL,"
+    " PRIMARY KEY (subject, route)) STRICT",
+};
+
+// The grant blob is written at insert only: an update never rewrites what the ledger signed.
+constexpr const char* kUpsertShard =
+    "INSERT INTO shards(shard_id, grant_blob, allocated, local_available, local_reserved,"
+    " local_spent, local_retired, overspent, closed, close_reason, used, report_pending,"
+    " ledger_known, ledger_state, ledger_spent, ledger_reminted, ledger_debt, added_at_ms,"
+    " closed_at_ms, final_at_ms)"
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,"
+    " ?20)"
+    " ON CONFLICT(shard_id) DO UPDATE SET allocated = excluded.allocated,"
+    " local_available = excluded.local_available, local_reserved = excluded.local_reserved,"
+    " local_spent = excluded.local_spent, local_retired = excluded.local_retired,"
+    " overspent = excluded.overspent, closed = excluded.closed,"
+    " close_reason = excluded.close_reason, used = excluded.used,"
+    " report_pending = excluded.report_pending, ledger_known = excluded.ledger_known,"
+    " ledger_state = excluded.ledger_state, ledger_spent = excluded.ledger_spent,"
+    " ledger_reminted = excluded.ledger_reminted, ledger_debt = excluded.ledger_debt,"
+    " added_at_ms = excluded.added_at_ms, closed_at_ms = excluded.closed_at_ms,"
+    " final_at_ms = excluded.final_at_ms";
+constexpr const char* kSelectShards =
+    "SELECT shard_id, grant_blob, allocated, local_available, local_reserved, local_spent,"
+    " local_retired, overspent, closed, close_reason, used, report_pending, ledger_known,"
+    " ledger_state, ledger_spent, ledger_reminted, ledger_debt, added_at_ms, closed_at_ms,"
+    " final_at_ms FROM shards ORDER BY shard_id";
+constexpr const char* kDeleteShard = "DELETE FROM shards WHERE shard_id = ?1";
+constexpr const char* kUpsertReservation =
+    "INSERT INTO shard_reservations(reservation_id, shard_id, reservation_blob) VALUES(?1, ?2, ?3)"
+    " ON CONFLICT(reservation_id) DO UPDATE SET shard_id = excluded.shard_id,"
+    " reservation_blob = excluded.reservation_blob";
+constexpr const char* kSelectReservations =
+    "SELECT reservation_id, shard_id, reservation_blob FROM shard_reservations"
+    " ORDER BY reservation_id";
+constexpr const char* kDeleteReservation =
+    "DELETE FROM shard_reservations WHERE reservation_id = ?1";
+constexpr const char* kUpsertFence =
+    "INSERT INTO shard_fences(subject, route, fence) VALUES(?1, ?2, ?3)"
+    " ON CONFLICT(subject, route) DO UPDATE SET fence = max(fence, excluded.fence)";
+constexpr const char* kSelectFences = "SELECT subject, route, fence FROM shard_fences";
+
+// A prepared statement for one use, finalized when the scope ends.
+class Statement {
+ public:
+  Statement() = default;
+  ~Statement() { (void)sqlite3_finalize(stmt_); }  // repeats an error already reported
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  Status prepare(sqlite3* db, const char* sql) {
+    const int rc = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+    return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, std::string("prepare ") + sql);
+  }
+  sqlite3_stmt* get() const { return stmt_; }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
+Status bindUnsigned(sqlite3* db, sqlite3_stmt* stmt, int index, uint64_t value, const char* op) {
+  if (value > static_cast<uint64_t>(kInt64Max)) {
+    return Status::invalidArgument(std::string(op) + ": value " + std::to_string(value) +
+                                   " is above INT64_MAX");
+  }
+  return bindInt64(db, stmt, index, static_cast<int64_t>(value), op);
+}
+
+// Column `column` as an unsigned value; false if it is negative (a damaged row).
+bool columnUnsigned(sqlite3_stmt* stmt, int column, uint64_t* value) {
+  const int64_t raw = sqlite3_column_int64(stmt, column);
+  if (raw < 0) return false;
+  *value = static_cast<uint64_t>(raw);
+  return true;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ShardStore>> ShardStore::open(OutboxStore* outbox) {
+  sqlite3* db = outbox->connection();
+  TALLY_ASSERT(db != nullptr);
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(execSql(db, "BEGIN IMMEDIATE", "begin shard schema setup"));
+  for (const char* create : kSchema) {
+    if (Status status = execSql(db, create, "create shard tables"); !status.isOk()) {
+      (void)execSql(db, "ROLLBACK", "rollback shard schema setup");  // the error says enough
+      return status;
+    }
+  }
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(execSql(db, "COMMIT", "commit shard schema setup"));
+  return std::make_unique<ShardStore>(Key{}, db);
+}
+
+// --- writes --------------------------------------------------------------------------------------
+
+Status ShardStore::upsertShard(const std::string& shard_id, const ShardBook::Shard& shard) {
+  constexpr const char* kOp = "write shard";
+  Statement stmt;
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, kUpsertShard));
+  sqlite3_stmt* s = stmt.get();
+  const ShardRecord& record = shard.record;
+  const ShardBalances& b = shard.account.balances();
+  const std::vector<uint8_t> grant = encodeGrant(record.grant);
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindText(db_, s, 1, shard_id, kOp));
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindBlob(db_, s, 2, grant, kOp));
+  const uint64_t values[] = {b.allocated,
+                             b.local_available,
+                             b.local_reserved,
+                             b.local_spent,
+                             b.local_retired,
+                             b.overspent,
+                             shard.account.closed() ? 1u : 0u,
+                             static_cast<uint64_t>(record.close_reason),
+                             record.used ? 1u : 0u,
+                             record.report_pending ? 1u : 0u,
+                             record.ledger_known ? 1u : 0u,
+                             static_cast<uint64_t>(record.ledger_state),
+                             record.ledger_spent_units,
+                             record.ledger_reminted_units,
+                             record.ledger_debt_units,
+                             record.added_at_ms,
+                             record.closed_at_ms,
+                             record.final_at_ms};
+  int index = 3;
+  for (uint64_t value : values) {
+    TALLY_SHARD_STORE_RETURN_IF_ERROR(bindUnsigned(db_, s, index++, value, kOp));
+  }
+  return stepDone(db_, s, kOp);
+}
+
+Status ShardStore::upsertReservation(const Reservation& reservation) {
+  constexpr const char* kOp = "write shard reservation";
+  Statement stmt;
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, kUpsertReservation));
+  const std::vector<uint8_t> blob = encodeShardReservation(reservation);
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 1, reservation.reservation_id, kOp));
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 2, reservation.origin, kOp));
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindBlob(db_, stmt.get(), 3, blob, kOp));
+  return stepDone(db_, stmt.get(), kOp);
+}
+
+Status ShardStore::deleteRow(const char* sql, const std::string& key) {
+  constexpr const char* kOp = "delete shard row";
+  Statement stmt;
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, sql));
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 1, key, kOp));
+  return stepDone(db_, stmt.get(), kOp);
+}
+
+Status ShardStore::upsertFence(const SubjectRoute& subject_route, uint64_t fence) {
+  constexpr const char* kOp = "write shard fence";
+  Statement stmt;
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, kUpsertFence));
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 1, subject_route.subject, kOp));
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 2, subject_route.route, kOp));
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindUnsigned(db_, stmt.get(), 3, fence, kOp));
+  return stepDone(db_, stmt.get(), kOp);
+}
+
+Status ShardStore::commit(const ShardBook& book, const ShardBookChanges& changes) {
+  if (changes.empty()) return Status::ok();
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(execSql(db_, "BEGIN IMMEDIATE", "begin shard commit"));
+  Status status = [&]() -> Status {
+    // A row named as upserted that the book no longer holds was forgotten since (changes kept
+    // from a failed commit and merged with later ones): it is deleted.
+    for (const std::string& id : changes.shards_upserted) {
+      const ShardBook::Shard* shard = book.findShard(id);
+      TALLY_SHARD_STORE_RETURN_IF_ERROR(shard != nullptr ? upsertShard(id, *shard)
+                                                         : deleteRow(kDeleteShard, id));
+    }
+    for (const std::string& id : changes.reservations_upserted) {
+      const Reservation* reservation = book.findReservation(id);
+      TALLY_SHARD_STORE_RETURN_IF_ERROR(reservation != nullptr ? upsertReservation(*reservation)
+                                                               : deleteRow(kDeleteReservation, id));
+    }
+    for (const std::string& id : changes.reservations_deleted) {
+      if (book.findReservation(id) != nullptr) continue;  // re-created since: upserted above
+      TALLY_SHARD_STORE_RETURN_IF_ERROR(deleteRow(kDeleteReservation, id));
+    }
+    for (const std::string& id : changes.shards_deleted) {
+      if (book.findShard(id) != nullptr) continue;
+      TALLY_SHARD_STORE_RETURN_IF_ERROR(deleteRow(kDeleteShard, id));
+    }
+    for (const SubjectRoute& subject_route : changes.fences) {
+      TALLY_SHARD_STORE_RETURN_IF_ERROR(
+          upsertFence(subject_route, book.highestFence(subject_route)));
+    }
+    // With synchronous=FULL, COMMIT returns once the WAL holding these rows is fsync'd.
+    return execSql(db_, "COMMIT", "commit shard changes");
+  }();
+  if (!status.isOk() && sqlite3_get_autocommit(db_) == 0) {
+    (void)execSql(db_, "ROLLBACK", "rollback shard changes");  // `status` names the cause
+  }
+  return status;
+}
+
+// --- restore -------------------------------------------------------------------------------------
+
+Status ShardStore::loadFences(ShardBook* book) {
+  Statement stmt;
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, kSelectFences));
+  for (;;) {
+    const int rc = sqlite3_step(stmt.get());
+    if (rc == SQLITE_DONE) return Status::ok();
+    if (rc != SQLITE_ROW) return statusOf(db_, rc, "load shard fences");
+    uint64_t fence = 0;
+    if (!columnUnsigned(stmt.get(), 2, &fence)) return Status::corruption("negative shard fence");
+    book->restoreFence({columnText(stmt.get(), 0), columnText(stmt.get(), 1)}, fence);
+  }
+}
+
+Status ShardStore::loadShards(ShardBook* book) {
+  Statement stmt;
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, kSelectShards));
+  for (;;) {
+    const int rc = sqlite3_step(stmt.get());
+    if (rc == SQLITE_DONE) return Status::ok();
+    if (rc != SQLITE_ROW) return statusOf(db_, rc, "load shards");
+    sqlite3_stmt* s = stmt.get();
+    StoredShard stored{.shard_id = columnText(s, 0)};
+    const std::vector<uint8_t> blob = columnBlob(s, 1);
+    Result<ShardGrant> grant = decodeGrant(blob);
+    stored.grant_decoded = grant.isOk();
+    if (grant.isOk()) stored.record.grant = std::move(grant).value();
+    uint64_t v[18] = {};
+    for (int i = 0; i < 18; ++i) {
+      if (!columnUnsigned(s, i + 2, &v[i])) {
+        return Status::corruption("shard '" + stored.shard_id + "': negative value");
+      }
+    }
+    if (v[7] >= kShardCloseReasonCount || v[11] >= kShardStateCount) {
+      return Status::corruption("shard '" + stored.shard_id + "': unknown enumerant");
+    }
+    stored.balances = ShardBalances{.allocated = v[0],
+                                    .local_available = v[1],
+                                    .local_reserved = v[2],
+                                    .local_spent = v[3],
+                                    .local_retired = v[4],
+                                    .overspent = v[5]};
+    stored.closed = v[6] != 0;
+    ShardRecord& record = stored.record;
+    record.close_reason = static_cast<ShardCloseReason>(v[7]);
+    record.used = v[8] != 0;
+    record.report_pending = v[9] != 0;
+    record.ledger_known = v[10] != 0;
+    record.ledger_state = static_cast<ShardState>(v[11]);
+    record.ledger_spent_units = v[12];
+    record.ledger_reminted_units = v[13];
+    record.ledger_debt_units = v[14];
+    record.added_at_ms = v[15];
+    record.closed_at_ms = v[16];
+    record.final_at_ms = v[17];
+    TALLY_SHARD_STORE_RETURN_IF_ERROR(book->restoreShard(std::move(stored)));
+  }
+}
+
+Status ShardStore::loadReservations(ShardBook* book) {
+  Statement stmt;
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, kSelectReservations));
+  for (;;) {
+    const int rc = sqlite3_step(stmt.get());
+    if (rc == SQLITE_DONE) return Status::ok();
+    if (rc != SQLITE_ROW) return statusOf(db_, rc, "load shard reservations");
+    const std::string id = columnText(stmt.get(), 0);
+    const std::string shard_id = columnText(stmt.get(), 1);
+    Result<Reservation> reservation = decodeShardReservation(columnBlob(stmt.get(), 2));
+    if (!reservation.isOk()) {
+      return Status::corruption("shard reservation '" + id +
+                                "': " + reservation.status().message());
+    }
+    if (reservation.value().reservation_id != id || reservation.value().origin != shard_id) {
+      return Status::corruption("shard reservation '" + id + "': row and blob disagree");
+    }
+    TALLY_SHARD_STORE_RETURN_IF_ERROR(book->restoreReservation(reservation.value()));
+  }
+}
+
+Result<ShardRestoreReport> ShardStore::restore(ShardBook* book, uint64_t now_ms) {
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(loadFences(book));
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(loadShards(book));
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(loadReservations(book));
+  Result<ShardRestoreReport> report = book->finishRestore(now_ms);
+  if (!report.isOk()) return report;
+  // What the restore changed (shards closed at boot or quarantined) is durable before serving.
+  TALLY_SHARD_STORE_RETURN_IF_ERROR(commit(*book, book->takeChanges()));
+  return report;
+}
+
+}  // namespace tally::agent
