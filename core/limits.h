@@ -26,7 +26,6 @@ inline constexpr uint64_t kAccountsMax = 10'000'000;
 inline constexpr uint64_t kGenerationsMax = 1'000'000;
 
 // Emergency shards (docs/SHARDS.md).
-inline constexpr uint64_t kGatewayNameBytesMax = 128;
 inline constexpr uint64_t kShardRequestIdBytesMax = 128;
 inline constexpr uint64_t kGatewaysMax = 10'000;
 inline constexpr uint64_t kShardsMax = 1'000'000;
