@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <variant>
 
 #include "core/assert.h"
+#include "ledger/shard_dispatch.h"
 #include "ledger/store_batch.h"
 #include "tally/version.h"
 
@@ -309,6 +311,9 @@ wire::ResponseBody Server::dispatch(const wire::RequestBody& body, uint64_t now_
           return wire::ErrorReply{
               .code = wire::ErrorCode::kUnknownMessage,
               .message = "unknown request kind " + std::to_string(request.which)};
+        } else if (std::optional<wire::ResponseBody> shard =
+                       dispatchShardRequest(ledger_, logger_, body, now_ms)) {
+          return std::move(*shard);
         } else {
           return internalError("request kind not served by the ledger");
         }
