@@ -54,11 +54,11 @@ Status AgentInstance::start(const std::string& ledger_address, const AgentSettin
     if (!config) return Status::ioError("cannot write " + config_path_);
   }
   ++starts_;
-  process_ = std::make_unique<Process>(
-      binaryPath("tally-agent"),
-      std::vector<std::string>{"--data-dir", data_dir_, "--ledger", ledger_address, "--socket",
-                               socket_path_, "--config", config_path_, "--metrics", "127.0.0.1:0"},
-      log_path_);
+  std::vector<std::string> args{"--data-dir", data_dir_,    "--ledger", ledger_address,
+                                "--socket",   socket_path_, "--config", config_path_,
+                                "--metrics",  "127.0.0.1:0"};
+  args.insert(args.end(), settings.extra_args.begin(), settings.extra_args.end());
+  process_ = std::make_unique<Process>(binaryPath("tally-agent"), std::move(args), log_path_);
   const int port = process_->waitReady(kReadyTimeoutMs);
   if (port <= 0) {
     process_->kill9();
@@ -99,6 +99,25 @@ Result<std::unique_ptr<client::BlockingClient>> AgentInstance::connect() const {
 
 std::string AgentInstance::log() const {
   return process_ == nullptr ? std::string("(never started)") : process_->log();
+}
+
+Result<std::string> runForOutput(const std::string& binary, const std::vector<std::string>& args,
+                                 const std::string& log_path, uint64_t timeout_ms) {
+  Process process(binary, args, log_path, /*ready_fd=*/false);
+  const int code = process.waitExit(timeout_ms);
+  if (code != 0) {
+    return Status::unavailable(binary + " exited " + std::to_string(code) + ": " + process.log());
+  }
+  return process.log();
+}
+
+std::string jsonString(const std::string& json, const std::string& key) {
+  const std::string needle = "\"" + key + "\":\"";
+  const size_t at = json.find(needle);
+  if (at == std::string::npos) return {};
+  const size_t begin = at + needle.size();
+  const size_t end = json.find('"', begin);
+  return end == std::string::npos ? std::string() : json.substr(begin, end - begin);
 }
 
 std::string describe(const AgentAnswer& answer) {

@@ -35,8 +35,16 @@ struct AgentSettings {
   uint64_t policy_refresh_ms = 100;
   uint32_t failures_to_partition = 3;
   uint64_t partition_after_ms = 1'500;
-  std::string extra_toml;  // appended before the [health] table
+  std::string extra_toml;               // appended before the [health] table
+  std::vector<std::string> extra_args;  // appended to the command line
 };
+
+// Runs `binary args…` to completion (stdout and stderr into `log_path`) and returns what it
+// printed; kUnavailable if it did not exit 0 within `timeout_ms`.
+Result<std::string> runForOutput(const std::string& binary, const std::vector<std::string>& args,
+                                 const std::string& log_path, uint64_t timeout_ms = kExitTimeoutMs);
+// The string value of "key":"value" in a one-line JSON object (no escapes); empty if absent.
+std::string jsonString(const std::string& json, const std::string& key);
 
 // One tally-agent on `data_dir` serving `socket_path`, started and stopped as often as a test
 // likes; every start appends to the same log.
