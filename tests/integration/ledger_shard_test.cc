@@ -218,7 +218,8 @@ TEST_F(LedgerShardTest, OverspendIsAConflictLoggedAtErrorLevel) {
   const Balances balances = sumBalances(audit, {"tenant-1", "chat"});
   EXPECT_EQ(balances.overdraft_issued, 25u);
   EXPECT_EQ(balances.spent, 125u);
-  EXPECT_NE(ledger_.log().find("level=error component=ledger event=shard_conflict"), std::string::npos);
+  EXPECT_NE(ledger_.log().find("level=error component=ledger event=shard_conflict"),
+            std::string::npos);
 }
 
 TEST(LedgerIdentityTest, PrintsTheSigningKeyCreatingItIfAbsent) {
