@@ -413,6 +413,11 @@ Status ShardRegistry::restoreShard(const ShardRecord& record) {
   if (!isShardConserved(record)) {
     return Status::corruption("shard '" + id + "' does not conserve");
   }
+  if (record.remint_due_at_ms != 0 && record.state != ShardState::kReconciling &&
+      record.state != ShardState::kReconciled) {
+    return Status::corruption("shard '" + id + "' has a deferred remint in state " +
+                              shardStateName(record.state));
+  }
   if (!shards_.emplace(id, record).second) {
     return Status::corruption("shard '" + id + "' stored twice");
   }

@@ -75,7 +75,7 @@ ShardReply ShardRegistry::report(const ShardReport& report, uint64_t now_ms) {
     return reply;
   }
   // Rule 3.
-  if (std::string why = checkReportConsistency(report, limits::kShardReportReceiptsMax);
+  if (std::string why = checkReportConsistency(report, limits::kShardReceiptsPerReportMax);
       !why.empty()) {
     return answer(ReplyCode::kInvalidArgument, &record, "inconsistent report: " + why);
   }

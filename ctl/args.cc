@@ -521,13 +521,13 @@ JSON fields:
                transferredOut, conserved), violations[]
   policy       code, policyGeneration, message (show adds budgets[] with the TOML keys)
   gateway      code, duplicate, message, gateways[] (gatewayId (the name), publicKey (base64),
-               enabled, enrolledAt (Unix ms))
+               enabled, enrolledAt, enrolledAtMs)
   shard        code, duplicate, permissionDenied, message, remintedUnits, spentUnits,
                debtUnits (changed by this call), limitingDimension (refusals), shards[]
                (shardId, gatewayId (the name), publicKey (the gateway's, base64), subject,
                route, policyGeneration, state, allocatedUnits, spentUnits, remintedUnits,
                retiredUnits, debtUnits, writtenOff, conserved, fence, currentFence,
-               gatewayBootEpoch, issuedAt, expiresAt (Unix ms), ledgerKeyId, reported,
+               gatewayBootEpoch, issuedAt, issuedAtMs, expiresAt, expiresAtMs, ledgerKeyId, reported,
                local (the agent's last report: available, reserved, spent, retired,
                overspent) when reported)
                audit adds shards[] with the same fields but fence/currentFence/times/keys

@@ -25,6 +25,8 @@ void civilFromDays(int64_t days, int64_t* year, unsigned* month, unsigned* day) 
   *year = static_cast<int64_t>(yoe) + era * 400 + (*month <= 2 ? 1 : 0);
 }
 
+}  // namespace
+
 void timeField(JsonWriter& w, std::string_view name, uint64_t unix_ms) {
   w.key(name);
   if (unix_ms == 0) {
@@ -38,6 +40,8 @@ void timeField(JsonWriter& w, std::string_view name, uint64_t unix_ms) {
 std::string timeText(uint64_t unix_ms) {
   return unix_ms == 0 ? std::string("-") : rfc3339FromUnixMs(unix_ms);
 }
+
+namespace {
 
 bool isRejection(const ReservationReply& reply) {
   return reply.code == ReplyCode::kRejected || reply.receipt.state == ReservationState::kRejected;

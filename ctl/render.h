@@ -16,6 +16,12 @@ namespace tally::ctl {
 // RFC 3339 UTC, e.g. "2026-07-19T14:00:00Z"; milliseconds appear only when non-zero
 // ("2026-07-19T14:00:00.250Z").
 std::string rfc3339FromUnixMs(uint64_t unix_ms);
+// "-" for 0 (unset), else rfc3339FromUnixMs.
+std::string timeText(uint64_t unix_ms);
+class JsonWriter;
+// Writes `name` as RFC 3339 (null when 0) and `nameMs` as Unix milliseconds: every time field in
+// tallyctl's JSON comes as this pair.
+void timeField(JsonWriter& w, std::string_view name, uint64_t unix_ms);
 
 struct ReservationView {
   const ReservationReply& reply;

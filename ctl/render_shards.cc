@@ -6,10 +6,6 @@
 namespace tally::ctl {
 namespace {
 
-std::string timeText(uint64_t unix_ms) {
-  return unix_ms == 0 ? std::string("-") : rfc3339FromUnixMs(unix_ms);
-}
-
 std::string centralEquation(const ShardLedgerView& v) {
   return "allocated " + std::to_string(v.grant.allocated_units) + " = spent " +
          std::to_string(v.spent_units) + " + reminted " + std::to_string(v.reminted_units) +
@@ -49,8 +45,8 @@ void shardJson(JsonWriter& w, const ShardLedgerView& v, bool with_grant) {
     w.field("fence", g.fence);
     w.field("currentFence", v.current_fence);
     w.field("gatewayBootEpoch", g.gateway_boot_epoch);
-    w.field("issuedAt", g.issued_at_ms);
-    w.field("expiresAt", g.expires_at_ms);
+    timeField(w, "issuedAt", g.issued_at_ms);
+    timeField(w, "expiresAt", g.expires_at_ms);
     w.field("ledgerKeyId", g.ledger_key_id);
   }
   w.field("reported", v.reported);
@@ -94,7 +90,7 @@ std::string renderGateways(const GatewayReply& reply, bool json) {
       w.field("gatewayId", g.gateway_name);
       w.field("publicKey", identity::encodePublicKey(g.public_key));
       w.field("enabled", g.enabled);
-      w.field("enrolledAt", g.enrolled_at_ms);
+      timeField(w, "enrolledAt", g.enrolled_at_ms);
       w.endObject();
     }
     w.endArray();

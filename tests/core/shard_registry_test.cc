@@ -697,5 +697,31 @@ TEST_F(ShardRegistryTest, ChangesNameEveryRowToPersist) {
   EXPECT_EQ(changes.gateways, std::vector<std::string>{kGateway});
 }
 
+TEST(ShardRegistryRestoreTest, InconsistentRecordsAreCorruption) {
+  AccountBook accounts;
+  ShardRegistry registry(&accounts);
+  ShardRecord record;
+  record.grant.shard_id = "shard-1";
+  record.grant.allocated_units = 100;
+  record.issue_request.request_id = "q1";
+  record.retired_units = 90;  // 10 missing
+  EXPECT_FALSE(registry.restoreShard(record).isOk());
+  record.retired_units = 100;
+  record.state = ShardState::kConflict;
+  record.remint_due_at_ms = 5;  // a deferred remint only exists while reconciling
+  EXPECT_FALSE(registry.restoreShard(record).isOk());
+  record.remint_due_at_ms = 0;
+  record.grant.shard_id = "not-a-shard";
+  EXPECT_FALSE(registry.restoreShard(record).isOk());
+  record.grant.shard_id = "shard-7";
+  ASSERT_TRUE(registry.restoreShard(record).isOk());
+  EXPECT_FALSE(registry.restoreShard(record).isOk());  // twice
+  registry.restoreShardSequence(6);
+  EXPECT_FALSE(registry.finishRestore().isOk());  // shard-7 above the sequence
+  registry.restoreShardSequence(7);
+  EXPECT_TRUE(registry.finishRestore().isOk());
+  EXPECT_FALSE(registry.restoreFence({.key = {"a", "b"}, .fence = 0}).isOk());
+}
+
 }  // namespace
 }  // namespace tally

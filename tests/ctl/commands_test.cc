@@ -456,10 +456,12 @@ TEST(CommandsTest, GatewayListJsonAndText) {
                                                       .enrolled_at_ms = 1784469600000}}}};
   CommandOutput out = run(peer, {"--json", "gateway", "list"});
   EXPECT_EQ(out.exit_code, kExitOk);
-  EXPECT_EQ(out.out,
-            std::string(R"({"code":"OK","duplicate":false,"gateways":[{"gatewayId":"gw-eu-1",)") +
-                R"("publicKey":")" + kKey + R"(","enabled":false,"enrolledAt":1784469600000}]})" +
-                "\n");
+  EXPECT_EQ(
+      out.out,
+      std::string(R"({"code":"OK","duplicate":false,"gateways":[{"gatewayId":"gw-eu-1",)") +
+          R"("publicKey":")" + kKey +
+          R"(","enabled":false,"enrolledAt":"2026-07-19T14:00:00Z","enrolledAtMs":1784469600000}]})" +
+          "\n");
   out = run(peer, {"gateway", "list"});
   EXPECT_EQ(out.out,
             std::string("gw-eu-1  ") + kKey + "  DISABLED  enrolled 2026-07-19T14:00:00Z\n");
@@ -492,8 +494,10 @@ TEST(CommandsTest, ShardListJsonHasContractFields) {
            R"("fence":2)",
            R"("currentFence":3)",
            R"("gatewayBootEpoch":4)",
-           R"("issuedAt":1784469600000)",
-           R"("expiresAt":1784469720000)",
+           R"("issuedAt":"2026-07-19T14:00:00Z")",
+           R"("issuedAtMs":1784469600000)",
+           R"("expiresAt":"2026-07-19T14:02:00Z")",
+           R"("expiresAtMs":1784469720000)",
            R"("ledgerKeyId":"21fe31dfa154a261")",
            R"("reported":true)",
            R"("local":{"available":0,"reserved":120,"spent":80,"retired":300,"overspent":0})"}) {
