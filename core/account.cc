@@ -189,6 +189,22 @@ AccountCode Account::carve(Units shard_units) {
   return AccountCode::kOk;
 }
 
+AccountCode Account::recordShardSpent(Units units) {
+  Balances next = balances_;
+  if (!sub(&next.retired_for_emergency, units)) return AccountCode::kInsufficientRetired;
+  if (!add(&next.spent, units)) return AccountCode::kOverflow;
+  commit(next);
+  return AccountCode::kOk;
+}
+
+AccountCode Account::recordShardDebt(Units debt_units) {
+  Balances next = balances_;
+  if (!add(&next.spent, debt_units)) return AccountCode::kOverflow;
+  if (!add(&next.overdraft_issued, debt_units)) return AccountCode::kOverflow;
+  commit(next);
+  return AccountCode::kOk;
+}
+
 AccountCode Account::transferOutRetired(Units units) {
   Balances next = balances_;
   if (!sub(&next.retired_for_emergency, units)) return AccountCode::kInsufficientRetired;

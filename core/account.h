@@ -106,6 +106,13 @@ class Account {
   SettleOutcome chargeExtra(Units extra_units, Units max_overdraft);
 
   AccountCode carve(Units shard_units);
+  // Shard reconciliation (SPEC §6): units a shard's receipts prove consumed move from
+  // retiredForEmergency to spent. kInsufficientRetired if fewer are retired.
+  AccountCode recordShardSpent(Units units);
+  // Usage a shard could not cover (overspend, or a conflict's union of receipts beyond what
+  // the shard still holds retired): spent += units and overdraftIssued += units, so the debt
+  // freezes admission for the subject/route until repaid, like any settle above reservation.
+  AccountCode recordShardDebt(Units debt_units);
 
   // Cross-account moves. Each is one half of a paired entry; the caller applies both halves.
   AccountCode transferOutRetired(Units units);    // remint, source side

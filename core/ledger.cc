@@ -174,6 +174,7 @@ Status Ledger::finishRestore(uint64_t now_ms) {
   });
   if (!orphan.isOk()) return orphan;
   reservations_.forEach([&](const Record& record) { enqueueDeadlines(record); });
+  if (Status status = shards_.finishRestore(); !status.isOk()) return status;
   advance(now_ms);
   const AuditReport report = audit(now_ms_);
   if (!report.conserved) {
@@ -586,7 +587,37 @@ TickOutcome Ledger::tick(uint64_t now_ms, uint64_t items_max) {
     TALLY_ASSERT(erased);
     ++outcome.compacted;
   }
+  outcome.shards_reminted = shards_.tick(now_ms, items_max);
   return outcome;
+}
+
+GatewayReply Ledger::enrollGateway(const std::string& gateway_name, const PublicKey& public_key,
+                                   uint64_t now_ms) {
+  return shards_.enrollGateway(gateway_name, public_key, advance(now_ms));
+}
+
+GatewayReply Ledger::setGatewayEnabled(const std::string& gateway_name, bool enabled,
+                                       uint64_t now_ms) {
+  advance(now_ms);
+  return shards_.setGatewayEnabled(gateway_name, enabled);
+}
+
+ShardReply Ledger::issueShard(const ShardIssueRequest& request, uint64_t now_ms) {
+  return shards_.issue(request, advance(now_ms));
+}
+
+ShardReply Ledger::reportShard(const ShardReport& report, uint64_t now_ms) {
+  return shards_.report(report, advance(now_ms));
+}
+
+ShardReply Ledger::revokeShards(const std::string& shard_id, const std::string& gateway_name,
+                                uint64_t now_ms) {
+  advance(now_ms);
+  return shards_.revoke(shard_id, gateway_name);
+}
+
+ShardReply Ledger::writeOffShard(const std::string& shard_id, uint64_t now_ms) {
+  return shards_.writeOff(shard_id, advance(now_ms));
 }
 
 AuditReport Ledger::audit(uint64_t now_ms) const {
@@ -619,6 +650,7 @@ AuditReport Ledger::audit(uint64_t now_ms) const {
                                 std::to_string(key.generation) + ": reservations hold " +
                                 std::to_string(units) + " units but there is no account");
   }
+  shards_.audit(&report);
   report.conserved = report.violations.empty();
   return report;
 }
@@ -634,6 +666,13 @@ LedgerChanges Ledger::takeChanges() {
   changes.accounts.reserve(rows.accounts.size());
   for (const AccountEntry* entry : rows.accounts) changes.accounts.push_back(entry->key);
   changes.policies = rows.policies;
+  for (const GatewayRecord* gateway : rows.shards.gateways) {
+    changes.gateways.push_back(gateway->gateway_name);
+  }
+  for (const ShardRecord* shard : rows.shards.shards)
+    changes.shards.push_back(shard->grant.shard_id);
+  for (const FenceRecord& fence : rows.shards.fences) changes.fences.push_back(fence.key);
+  changes.shard_sequence = rows.shards.shard_sequence_changed;
   return changes;
 }
 
@@ -654,6 +693,7 @@ LedgerChangedRows Ledger::takeChangedRows() {
   deleted_.clear();
   rows.accounts = accounts_.takeChangedEntries();
   rows.policies = accounts_.takePoliciesChanged();
+  rows.shards = shards_.takeChangedRows();
   return rows;
 }
 

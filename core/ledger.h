@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <queue>
 #include <string>
 #include <vector>
@@ -11,6 +12,8 @@
 #include "core/limits.h"
 #include "core/reservation.h"
 #include "core/reservation_table.h"
+#include "core/shard_record.h"
+#include "core/shard_registry.h"
 
 // The central ledger state machine (SPEC §4, §5): the only place that spends capacity.
 //
@@ -39,6 +42,7 @@ struct TickOutcome {
   uint64_t expired = 0;
   uint64_t closed_by_hard_limit = 0;
   uint64_t compacted = 0;
+  uint64_t shards_reminted = 0;  // deferred shard remints performed
 };
 
 struct LedgerChanges {
@@ -46,10 +50,14 @@ struct LedgerChanges {
   std::vector<std::string> reservations_deleted;
   std::vector<AccountKey> accounts;
   bool policies = false;
+  std::vector<std::string> gateways;  // by name, sorted
+  std::vector<std::string> shards;    // by id, sorted
+  std::vector<SubjectRoute> fences;   // sorted
+  bool shard_sequence = false;
 
   bool empty() const {
     return reservations_upserted.empty() && reservations_deleted.empty() && accounts.empty() &&
-           !policies;
+           !policies && gateways.empty() && shards.empty() && fences.empty() && !shard_sequence;
   }
 };
 
@@ -60,18 +68,20 @@ struct LedgerChangedRows {
   std::vector<std::string> reservations_deleted;
   std::vector<const AccountEntry*> accounts;  // sorted by key
   bool policies = false;
+  ShardChangedRows shards;  // gateways, shards, fences and the shard sequence
 
   bool empty() const {
     return reservations_upserted.empty() && reservations_deleted.empty() && accounts.empty() &&
-           !policies;
+           !policies && shards.empty();
   }
 };
 
 // Test-only faults, off by default. They exist so the property suite can prove it fails when
 // the ledger is wrong; production code never sets them.
 struct LedgerFaults {
-  bool refund_usage_unknown = false;   // treat USAGE_UNKNOWN as unconsumed on mark-unknown
-  bool double_refund_release = false;  // a duplicate release refunds again
+  bool refund_usage_unknown = false;     // treat USAGE_UNKNOWN as unconsumed on mark-unknown
+  bool double_refund_release = false;    // a duplicate release refunds again
+  bool remint_holding_receipts = false;  // a shard report remints STARTED/UNKNOWN units
 };
 
 class Ledger {
@@ -81,7 +91,8 @@ class Ledger {
   Ledger& operator=(const Ledger&) = delete;
 
   // Rebuilding from the durable record, before serving: policies and accounts through
-  // accounts(), then every stored reservation, then finishRestore(). Restored state is not
+  // accounts(), then every stored reservation, the shard registry through shards(), then
+  // finishRestore(). Restored state is not
   // reported by takeChanges() (it is already durable).
   Status restoreReservation(const Reservation& reservation);
   // Rebuilds the deadline queues, checks the audit, and sets the clock to at least `now_ms`.
@@ -109,9 +120,32 @@ class Ledger {
   bool beginExpiry(const std::string& reservation_id, uint64_t now_ms);
   bool completeExpiry(const std::string& reservation_id, uint64_t now_ms);
 
+  // Emergency shards (SPEC §6, docs/SHARDS.md), through the ShardRegistry. `crypto` signs
+  // grants and verifies gateways' signatures; it must outlive the Ledger (or be reset).
+  void setShardCrypto(const ShardCrypto* crypto) { shards_.setCrypto(crypto); }
+  GatewayReply enrollGateway(const std::string& gateway_name, const PublicKey& public_key,
+                             uint64_t now_ms);
+  GatewayReply listGateways() const { return shards_.listGateways(); }
+  GatewayReply setGatewayEnabled(const std::string& gateway_name, bool enabled, uint64_t now_ms);
+  ShardReply issueShard(const ShardIssueRequest& request, uint64_t now_ms);
+  ShardReply reportShard(const ShardReport& report, uint64_t now_ms);
+  ShardReply shardStatus(const std::string& gateway_name,
+                         const std::vector<std::string>& shard_ids) const {
+    return shards_.status(gateway_name, shard_ids);
+  }
+  ShardReply listShards(const std::string& gateway_name, std::optional<ShardState> state) const {
+    return shards_.list(gateway_name, state);
+  }
+  // Exactly one of shard_id and gateway_name is set.
+  ShardReply revokeShards(const std::string& shard_id, const std::string& gateway_name,
+                          uint64_t now_ms);
+  ShardReply writeOffShard(const std::string& shard_id, uint64_t now_ms);
+
   AuditReport audit(uint64_t now_ms) const;
   AccountBook& accounts() { return accounts_; }
   const AccountBook& accounts() const { return accounts_; }
+  ShardRegistry& shards() { return shards_; }
+  const ShardRegistry& shards() const { return shards_; }
   const Reservation* findReservation(const std::string& reservation_id) const;
   size_t reservationCount() const { return reservations_.size(); }
 
@@ -119,7 +153,10 @@ class Ledger {
   // every account whose durable state changed.
   LedgerChanges takeChanges();
   LedgerChangedRows takeChangedRows();
-  void setFaultsForTesting(LedgerFaults faults) { faults_ = faults; }
+  void setFaultsForTesting(LedgerFaults faults) {
+    faults_ = faults;
+    shards_.setFaultsForTesting({.remint_holding_receipts = faults.remint_holding_receipts});
+  }
 
  private:
   // A queue entry names its reservation by handle (no index lookup when it falls due) and by id
@@ -159,6 +196,7 @@ class Ledger {
   LedgerFaults faults_;
   uint64_t now_ms_ = 0;
   AccountBook accounts_;
+  ShardRegistry shards_{&accounts_};
   ReservationTable reservations_;
   DeadlineQueue expiry_queue_;      // RESERVED reservations by expiresAt
   DeadlineQueue hard_limit_queue_;  // USAGE_UNKNOWN by startedAt + hard execution limit

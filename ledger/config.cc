@@ -91,6 +91,11 @@ Status applyConfigFile(const std::string& path, LedgerConfig* config) {
                       &config->checkpoint_log_rows);
 }
 
+std::string signingKeyPath(const LedgerConfig& config) {
+  if (!config.signing_key_file.empty()) return config.signing_key_file;
+  return config.data_dir + "/ledger.key";
+}
+
 Status validateConfig(const LedgerConfig& config) {
   if (config.data_dir.empty()) return Status::invalidArgument("--data-dir is required");
   static const std::set<std::string> kLevels = {"debug", "info", "warn", "error"};

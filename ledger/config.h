@@ -29,7 +29,13 @@ struct LedgerConfig {
   uint64_t checkpoint_log_rows = 1024;
   std::string log_level = "info";
   int ready_fd = -1;  // write "ready PORT\n" here once serving, then close it
+  // The ledger's Ed25519 signing key for shard grants; empty: DIR/ledger.key. Created (0600) at
+  // first start if absent.
+  std::string signing_key_file;
 };
+
+// The signing key file `config` names: signing_key_file, else DIR/ledger.key.
+std::string signingKeyPath(const LedgerConfig& config);
 
 // "HOST:PORT" with a numeric port (0 allowed: pick a free one).
 Status parseListen(const std::string& text, std::string* host, uint16_t* port);

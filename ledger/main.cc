@@ -1,6 +1,7 @@
 // tally-ledger: the central, durable, linearizable capacity ledger.
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <uv.h>
 
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/identity.h"
 #include "common/log.h"
 #include "common/wall_clock.h"
 #include "core/ledger.h"
@@ -18,6 +20,7 @@
 #include "ledger/server.h"
 #include "ledger/sqlite_store.h"
 #include "tally/version.h"
+#include "wire/shard_crypto.h"
 
 namespace tally::ledger {
 namespace {
@@ -30,6 +33,8 @@ constexpr int kExitIoError = 74;  // EX_IOERR: a commit failed; restart rebuilds
 constexpr const char* kUsage =
     "usage: tally-ledger --data-dir DIR [--listen HOST:PORT] [--config FILE]\n"
     "                    [--log-level debug|info|warn|error] [--ready-fd FD]\n"
+    "                    [--signing-key-file PATH]\n"
+    "       tally-ledger --data-dir DIR [--signing-key-file PATH] identity [--json]\n"
     "       tally-ledger --version | --help\n"
     "\n"
     "The central capacity ledger. Keeps accounts and reservations in memory with SQLite\n"
@@ -37,6 +42,12 @@ constexpr const char* kUsage =
     "thread; WAL, synchronous=FULL) as the durable record; no reply leaves before its change\n"
     "is on disk. Default listen address 127.0.0.1:7411 (port 0 picks one).\n"
     "--ready-fd FD: write \"ready PORT\\n\" to FD once serving, then close it.\n"
+    "--signing-key-file PATH: the Ed25519 key that signs emergency shard grants (default\n"
+    "DIR/ledger.key, created with mode 0600 at first start if absent).\n"
+    "identity: print the signing key's id and public key (creating the key if absent), as\n"
+    "\"keyId HEX16\" and \"publicKey BASE64\" lines, or with --json as\n"
+    "{\"keyId\":\"HEX16\",\"publicKey\":\"BASE64\"}; agents trust the public key\n"
+    "(--ledger-public-key). Exit 0.\n"
     "Exit: 0 after SIGTERM/SIGINT drain, 1 startup failure, 2 usage, 74 storage failure.\n";
 
 LogLevel parseLevel(const std::string& level) {
@@ -46,8 +57,13 @@ LogLevel parseLevel(const std::string& level) {
   return LogLevel::kInfo;
 }
 
+struct Command {
+  bool identity = false;  // `identity`: print the signing key and exit
+  bool json = false;
+};
+
 // Returns kExitOk to continue, or an exit code.
-int parseArgs(int argc, char** argv, LedgerConfig* config) {
+int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
   std::string config_file;
   std::string listen;
   std::string level;
@@ -81,6 +97,13 @@ int parseArgs(int argc, char** argv, LedgerConfig* config) {
     } else if (arg == "--log-level") {
       if ((v = value("--log-level")) == nullptr) return kExitUsage;
       level = v;
+    } else if (arg == "--signing-key-file") {
+      if ((v = value("--signing-key-file")) == nullptr) return kExitUsage;
+      config->signing_key_file = v;
+    } else if (arg == "identity") {
+      command->identity = true;
+    } else if (arg == "--json" && command->identity) {
+      command->json = true;
     } else if (arg == "--ready-fd") {
       if ((v = value("--ready-fd")) == nullptr) return kExitUsage;
       config->ready_fd = std::atoi(v);
@@ -132,6 +155,33 @@ void logStoreStats(const SqliteStore& store, Logger* logger) {
                                {"fold_status", store.foldStatus().toString()}});
 }
 
+// The signing key, created if absent (its directory too: the data dir may not exist yet).
+Result<identity::KeyPair> signingKey(const LedgerConfig& config) {
+  const std::string path = signingKeyPath(config);
+  if (config.signing_key_file.empty() && ::mkdir(config.data_dir.c_str(), 0750) != 0 &&
+      errno != EEXIST) {
+    return Status::ioError("mkdir " + config.data_dir + ": " + std::strerror(errno));
+  }
+  return identity::loadOrCreateKeyPair(path);
+}
+
+int printIdentity(const LedgerConfig& config, bool json) {
+  Result<identity::KeyPair> key = signingKey(config);
+  if (!key.isOk()) {
+    std::fprintf(stderr, "tally-ledger: signing key %s: %s\n", signingKeyPath(config).c_str(),
+                 key.status().toString().c_str());
+    return kExitStartup;
+  }
+  const std::string key_id = identity::keyIdOf(key.value().public_key);
+  const std::string public_key = identity::encodePublicKey(key.value().public_key);
+  if (json) {
+    std::printf("{\"keyId\":\"%s\",\"publicKey\":\"%s\"}\n", key_id.c_str(), public_key.c_str());
+  } else {
+    std::printf("keyId %s\npublicKey %s\n", key_id.c_str(), public_key.c_str());
+  }
+  return kExitOk;
+}
+
 struct Signals {
   uv_signal_t term{};
   uv_signal_t interrupt{};
@@ -150,7 +200,17 @@ int run(const LedgerConfig& config) {
   }
   std::unique_ptr<SqliteStore> store = std::move(opened).value();
 
+  Result<identity::KeyPair> key = signingKey(config);
+  if (!key.isOk()) {
+    logger.error("signing_key_failed",
+                 {{"path", signingKeyPath(config)}, {"error", key.status().toString()}});
+    return kExitStartup;
+  }
+  const std::string key_id = identity::keyIdOf(key.value().public_key);
+  const wire::WireShardCrypto crypto(key.value(), {});
+
   Ledger ledger(LedgerOptions{.retention_ms = config.retention_ms});
+  ledger.setShardCrypto(&crypto);
   Result<RestoreSummary> restored = restoreLedger(store.get(), &ledger, wallClockMs());
   if (!restored.isOk()) {
     logger.error("restore_failed",
@@ -162,6 +222,8 @@ int run(const LedgerConfig& config) {
                            {"policies", summary.policies},
                            {"accounts", summary.accounts},
                            {"reservations", summary.reservations},
+                           {"gateways", summary.gateways},
+                           {"shards", summary.shards},
                            {"ledger_clock_ms", summary.ledger_clock_ms}});
 
   LedgerClock clock(summary.ledger_clock_ms);
@@ -206,6 +268,7 @@ int run(const LedgerConfig& config) {
     logger.info("ready", {{"listen", addr},
                           {"data_dir", config.data_dir},
                           {"version", kVersion},
+                          {"signing_key_id", key_id},
                           {"active_generation", ledger.accounts().activeGeneration()}});
     if (config.ready_fd > 2) {
       const std::string line = "ready " + std::to_string(server.port()) + "\n";
@@ -230,8 +293,10 @@ int run(const LedgerConfig& config) {
 
 int main(int argc, char** argv) {
   tally::ledger::LedgerConfig config;
-  const int parsed = tally::ledger::parseArgs(argc, argv, &config);
+  tally::ledger::Command command;
+  const int parsed = tally::ledger::parseArgs(argc, argv, &config, &command);
   if (parsed == -1) return 0;
   if (parsed != 0) return parsed;
+  if (command.identity) return tally::ledger::printIdentity(config, command.json);
   return tally::ledger::run(config);
 }

@@ -30,6 +30,19 @@ Result<RestoreSummary> restoreLedger(Store* store, Ledger* ledger, uint64_t wall
     if (Status s = ledger->restoreReservation(reservation); !s.isOk()) return s;
     ++summary.reservations;
   }
+  ShardRegistry& shards = ledger->shards();
+  for (const GatewayRecord& gateway : contents.gateways) {
+    if (Status s = shards.restoreGateway(gateway); !s.isOk()) return s;
+    ++summary.gateways;
+  }
+  for (const ShardRecord& shard : contents.shards) {
+    if (Status s = shards.restoreShard(shard); !s.isOk()) return s;
+    ++summary.shards;
+  }
+  for (const FenceRecord& fence : contents.fences) {
+    if (Status s = shards.restoreFence(fence); !s.isOk()) return s;
+  }
+  shards.restoreShardSequence(contents.shard_sequence);
   summary.ledger_clock_ms = std::max(contents.ledger_clock_ms, wall_now_ms);
   if (Status s = ledger->finishRestore(summary.ledger_clock_ms); !s.isOk()) return s;
   return summary;

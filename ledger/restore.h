@@ -16,6 +16,8 @@ struct RestoreSummary {
   uint64_t policies = 0;
   uint64_t accounts = 0;
   uint64_t reservations = 0;
+  uint64_t gateways = 0;
+  uint64_t shards = 0;
   uint64_t ledger_clock_ms = 0;  // max(persisted high-water mark, now)
 };
 

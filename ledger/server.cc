@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 #include <type_traits>
 #include <utility>
 #include <variant>
 
 #include "core/assert.h"
+#include "ledger/shard_dispatch.h"
+#include "ledger/store_batch.h"
 #include "tally/version.h"
 
 namespace tally::ledger {
@@ -308,6 +311,9 @@ wire::ResponseBody Server::dispatch(const wire::RequestBody& body, uint64_t now_
           return wire::ErrorReply{
               .code = wire::ErrorCode::kUnknownMessage,
               .message = "unknown request kind " + std::to_string(request.which)};
+        } else if (std::optional<wire::ResponseBody> shard =
+                       dispatchShardRequest(ledger_, logger_, body, now_ms)) {
+          return std::move(*shard);
         } else {
           return internalError("request kind not served by the ledger");
         }
@@ -346,32 +352,6 @@ void Server::onCheck(uv_check_t* check) {
   if (!server->commit_in_flight_ && !server->open_.idle() && !server->fatal_) server->seal();
 }
 
-StoreBatch Server::buildStoreBatch(LedgerChangedRows* rows, uint64_t now_ms) const {
-  StoreBatch batch;
-  batch.ledger_clock_ms = now_ms;
-  if (rows->policies) {
-    for (Generation generation : ledger_->accounts().generations()) {
-      batch.policies.push_back(
-          PolicyRecord{.policy = *ledger_->accounts().policy(generation),
-                       .republished_from = ledger_->accounts().republishedFrom(generation)});
-    }
-  }
-  // The rows are read in place (no lookups); each image is copied once, into the batch.
-  batch.accounts.reserve(rows->accounts.size());
-  for (const AccountEntry* entry : rows->accounts) {
-    batch.accounts.push_back(AccountRecord{.key = entry->key,
-                                           .balances = entry->account.balances(),
-                                           .refill_clock_ms = entry->account.refillClockMs(),
-                                           .refill_carry = entry->account.refillCarry()});
-  }
-  batch.reservations.reserve(rows->reservations_upserted.size());
-  for (const Reservation* reservation : rows->reservations_upserted) {
-    batch.reservations.push_back(*reservation);
-  }
-  batch.deleted_reservations = std::move(rows->reservations_deleted);
-  return batch;
-}
-
 void Server::seal() {
   TALLY_ASSERT(!commit_in_flight_);
   LedgerChangedRows rows = ledger_->takeChangedRows();
@@ -381,7 +361,7 @@ void Server::seal() {
     maybeFinishStop();
     return;
   }
-  batch.store = buildStoreBatch(&rows, clock_->nowMs());
+  batch.store = storeBatchOf(*ledger_, &rows, clock_->nowMs());
   committing_ = std::move(batch);
   commit_in_flight_ = true;
   if (int rc = uv_queue_work(loop_, &work_, doCommit, afterCommit); rc != 0) {

@@ -101,7 +101,6 @@ class Server {
   void enqueueReply(Connection* connection, const wire::Response& response);
   void seal();
   // Copies the changed rows into a batch the commit thread owns (moves the deleted ids).
-  StoreBatch buildStoreBatch(LedgerChangedRows* rows, uint64_t now_ms) const;
   void flush(Batch* batch);
   void failFatally(const Status& status);
   void maybeFinishStop();

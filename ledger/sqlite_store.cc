@@ -218,8 +218,8 @@ Status SqliteStore::openTables(int64_t* folded_seq) {
                               .busy_timeout_ms = kBusyTimeoutMs});
   if (!tables.isOk()) return tables.status();
   tables_ = std::move(tables).value();
-  TALLY_STORE_RETURN_IF_ERROR(
-      files::createOrCheckSchema(*tables_, files::kTablesSchema, "reservations"));
+  TALLY_STORE_RETURN_IF_ERROR(files::createOrCheckSchema(
+      *tables_, files::kTablesSchema, "reservations", files::kTablesShardSchema));
   TALLY_STORE_RETURN_IF_ERROR(tables_->prepare(files::kTablesStatementSql));
   std::optional<int64_t> folded;
   TALLY_STORE_RETURN_IF_ERROR(files::readMeta(tables_->db(), (*tables_)[files::kTablesGetMeta],

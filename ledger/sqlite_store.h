@@ -18,8 +18,10 @@
 //  * DIR/ledger.db holds the commit log. commit() appends the whole batch as ONE row of `log`
 //    (one packed Cap'n Proto blob, one transaction, one fsync), so a batch costs one fsync
 //    however many operations it carries and no per-row SQL runs on the commit path.
-//  * DIR/tables.db holds `policies`, `accounts` and `reservations` (one row per record, latest
-//    image) and `meta.folded_seq`: every log row with seq <= folded_seq is in the tables.
+//  * DIR/tables.db holds `policies`, `accounts`, `reservations`, `gateways`, `shards` and
+//    `fences` (one row per record, latest image), `meta.shard_sequence` and `meta.folded_seq`:
+//    every log row with seq <= folded_seq is in the tables. Schema version 3; a version-2 data
+//    dir (before emergency shards) is migrated when opened: the shard tables are created.
 //  * A background fold thread reads log rows after folded_seq from ledger.db (WAL lets it read
 //    while commits append), folds them into tables.db in transactions of at most
 //    fold_rows_per_transaction_max rows that also raise folded_seq, and publishes each new
@@ -115,7 +117,7 @@ struct SqliteStoreStats {
 
 class SqliteStore final : public Store {
  public:
-  static constexpr int64_t kSchemaVersion = 2;
+  static constexpr int64_t kSchemaVersion = 3;
   static constexpr const char* kDatabaseFileName = "ledger.db";
   static constexpr const char* kTablesFileName = "tables.db";
   static constexpr const char* kLockFileName = "LOCK";

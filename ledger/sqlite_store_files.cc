@@ -107,6 +107,75 @@ Status readReservations(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max,
   });
 }
 
+// Reads `table`'s (key, body) rows, decoding each body with `decode`; `key_of` names the key a
+// body holds, which must equal the row's key.
+template <typename T, typename Decode, typename KeyOf>
+Status readKeyedBodies(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max, const char* table,
+                       Decode&& decode, KeyOf&& key_of, std::map<std::string, T>* out) {
+  return forEachRow(db, stmt, (std::string("read ") + table).c_str(),
+                    [&](sqlite3_stmt* row) -> Status {
+                      const std::string key = columnText(row, 0);
+                      const std::string where = std::string(table) + " '" + key + "'";
+                      std::span<const uint8_t> body = columnBlob(row, 1);
+                      TALLY_STORE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
+                      Result<T> record = decode(body);
+                      if (!record.isOk()) {
+                        return Status::corruption(where + ": " + record.status().message());
+                      }
+                      if (key_of(record.value()) != key) {
+                        return Status::corruption(where + ": body holds another key");
+                      }
+                      (*out)[key] = std::move(record).value();
+                      return Status::ok();
+                    });
+}
+
+Status readFences(sqlite3* db, sqlite3_stmt* stmt, std::map<SubjectRoute, FenceRecord>* out) {
+  return forEachRow(db, stmt, "read fences", [&](sqlite3_stmt* row) -> Status {
+    FenceRecord record{.key = {.subject = columnText(row, 0), .route = columnText(row, 1)}};
+    const int64_t fence = sqlite3_column_int64(row, 2);
+    if (fence < 1) {
+      return Status::corruption("fences (" + record.key.subject + ", " + record.key.route +
+                                "): fence " + std::to_string(fence));
+    }
+    record.fence = static_cast<uint64_t>(fence);
+    (*out)[record.key] = std::move(record);
+    return Status::ok();
+  });
+}
+
+Status writeShardRows(const sqlite::Connection& tables, const StoreBatch& net) {
+  sqlite3* db = tables.db();
+  for (const GatewayRecord& record : net.gateways) {
+    const Blob blob = encodeGatewayRecord(record);
+    sqlite3_stmt* stmt = tables[kTablesUpsertGateway];
+    ResetOnExit reset(stmt);
+    const char* op = "fold gateway";
+    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, record.gateway_name, op));
+    TALLY_STORE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
+    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+  }
+  for (const ShardRecord& record : net.shards) {
+    const Blob blob = encodeShardRecord(record);
+    sqlite3_stmt* stmt = tables[kTablesUpsertShard];
+    ResetOnExit reset(stmt);
+    const char* op = "fold shard";
+    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, record.grant.shard_id, op));
+    TALLY_STORE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
+    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+  }
+  for (const FenceRecord& record : net.fences) {
+    sqlite3_stmt* stmt = tables[kTablesUpsertFence];
+    ResetOnExit reset(stmt);
+    const char* op = "fold fence";
+    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, record.key.subject, op));
+    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 2, record.key.route, op));
+    TALLY_STORE_RETURN_IF_ERROR(bindInt64(db, stmt, 3, static_cast<int64_t>(record.fence), op));
+    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+  }
+  return Status::ok();
+}
+
 Status writePolicies(const sqlite::Connection& tables, const StoreBatch& net) {
   sqlite3* db = tables.db();
   sqlite3_stmt* stmt = tables[kTablesUpsertPolicy];
@@ -181,7 +250,20 @@ void LogFold::apply(StoreBatch&& batch) {
     AccountKey key = record.key;
     accounts[std::move(key)] = std::move(record);
   }
+  for (GatewayRecord& record : batch.gateways) {
+    std::string name = record.gateway_name;
+    gateways[std::move(name)] = std::move(record);
+  }
+  for (ShardRecord& record : batch.shards) {
+    std::string id = record.grant.shard_id;
+    shards[std::move(id)] = std::move(record);
+  }
+  for (FenceRecord& record : batch.fences) {
+    SubjectRoute key = record.key;
+    fences[std::move(key)] = std::move(record);
+  }
   ledger_clock_ms = std::max(ledger_clock_ms, batch.ledger_clock_ms);
+  shard_sequence = std::max(shard_sequence, batch.shard_sequence);
 }
 
 Status foldLogRow(int64_t seq, std::span<const uint8_t> body, uint64_t bytes_max, LogFold* fold) {
@@ -261,7 +343,8 @@ Status setMetaMax(sqlite3* db, sqlite3_stmt* set_max, const char* key, int64_t v
 }
 
 Status createOrCheckSchema(const sqlite::Connection& connection,
-                           std::span<const char* const> schema, const char* marker_table) {
+                           std::span<const char* const> schema, const char* marker_table,
+                           std::span<const char* const> migration) {
   sqlite3* db = connection.db();
   const std::string& path = connection.path();
   TALLY_STORE_RETURN_IF_ERROR(sqlite::execSql(db, "BEGIN IMMEDIATE", "begin schema setup"));
@@ -292,6 +375,15 @@ Status createOrCheckSchema(const sqlite::Connection& connection,
                               }
                               return Status::ok();
                             }));
+      if (version == kPreviousSchemaVersion && has_marker) {
+        for (const char* statement : migration) {
+          TALLY_STORE_RETURN_IF_ERROR(sqlite::execSql(db, statement, statement));
+        }
+        const std::string bump = std::string("UPDATE meta SET value = ") +
+                                 std::to_string(kSchemaVersion) + " WHERE key = '" +
+                                 kMetaSchemaVersion + "'";
+        return sqlite::execSql(db, bump.c_str(), "migrate schema_version");
+      }
       if (version != kSchemaVersion) {
         std::string found = version ? std::to_string(*version) : std::string("(none)");
         std::string why = version == 1 ? " (version 1 kept the folded tables inside ledger.db; "
@@ -325,8 +417,11 @@ Status writeFold(const sqlite::Connection& tables, StoreBatch* net, int64_t last
   TALLY_STORE_RETURN_IF_ERROR(writePolicies(tables, *net));
   TALLY_STORE_RETURN_IF_ERROR(writeAccounts(tables, *net));
   TALLY_STORE_RETURN_IF_ERROR(writeReservations(tables, net));
+  TALLY_STORE_RETURN_IF_ERROR(writeShardRows(tables, *net));
   sqlite3* db = tables.db();
   sqlite3_stmt* set_max = tables[kTablesSetMetaMax];
+  TALLY_STORE_RETURN_IF_ERROR(
+      setMetaMax(db, set_max, kMetaShardSequence, static_cast<int64_t>(net->shard_sequence)));
   TALLY_STORE_RETURN_IF_ERROR(
       setMetaMax(db, set_max, kMetaLedgerClockMs, static_cast<int64_t>(net->ledger_clock_ms)));
   return setMetaMax(db, set_max, kMetaFoldedSeq, last_seq);
@@ -340,6 +435,20 @@ Status readTables(const sqlite::Connection& tables, uint64_t bytes_max, TablesIm
       readAccounts(db, tables[kTablesSelectAccounts], bytes_max, &image->accounts));
   TALLY_STORE_RETURN_IF_ERROR(
       readReservations(db, tables[kTablesSelectReservations], bytes_max, &image->reservations));
+  TALLY_STORE_RETURN_IF_ERROR(readKeyedBodies(
+      db, tables[kTablesSelectGateways], bytes_max, "gateways", decodeGatewayRecord,
+      [](const GatewayRecord& record) { return record.gateway_name; }, &image->gateways));
+  TALLY_STORE_RETURN_IF_ERROR(readKeyedBodies(
+      db, tables[kTablesSelectShards], bytes_max, "shards", decodeShardRecord,
+      [](const ShardRecord& record) { return record.grant.shard_id; }, &image->shards));
+  TALLY_STORE_RETURN_IF_ERROR(readFences(db, tables[kTablesSelectFences], &image->fences));
+  std::optional<int64_t> shard_sequence;
+  TALLY_STORE_RETURN_IF_ERROR(
+      readMeta(db, tables[kTablesGetMeta], kMetaShardSequence, &shard_sequence));
+  if (shard_sequence.value_or(0) < 0) {
+    return Status::corruption(tables.path() + ": negative shard_sequence");
+  }
+  image->shard_sequence = static_cast<uint64_t>(shard_sequence.value_or(0));
   std::optional<int64_t> clock_ms;
   TALLY_STORE_RETURN_IF_ERROR(readMeta(db, tables[kTablesGetMeta], kMetaLedgerClockMs, &clock_ms));
   std::optional<int64_t> folded_seq;
@@ -363,6 +472,13 @@ StoreContents mergeContents(TablesImage image, LogFold fold) {
   contents.reservations =
       mergeReservations(std::move(image.reservations), std::move(fold.reservations));
   contents.ledger_clock_ms = std::max(image.ledger_clock_ms, fold.ledger_clock_ms);
+  for (auto& [name, record] : fold.gateways) image.gateways[name] = std::move(record);
+  for (auto& [id, record] : fold.shards) image.shards[id] = std::move(record);
+  for (auto& [key, record] : fold.fences) image.fences[key] = std::move(record);
+  for (auto& [name, record] : image.gateways) contents.gateways.push_back(std::move(record));
+  for (auto& [id, record] : image.shards) contents.shards.push_back(std::move(record));
+  for (auto& [key, record] : image.fences) contents.fences.push_back(std::move(record));
+  contents.shard_sequence = std::max(image.shard_sequence, fold.shard_sequence);
   return contents;
 }
 

@@ -21,19 +21,24 @@
 // the transactions and the order of events.
 //
 //   DIR/ledger.db  meta(schema_version, trimmed_seq)     log(seq, body): one StoreBatchV1 each
-//   DIR/tables.db  meta(schema_version, folded_seq,      policies, accounts, reservations: the
-//                       ledger_clock_ms)                 latest image of each row, folded from log
+//   DIR/tables.db  meta(schema_version, folded_seq,      policies, accounts, reservations,
+//                       ledger_clock_ms, shard_sequence) gateways, shards, fences: the latest
+//                                                        image of each row, folded from log
 //
 // Invariant across the files: trimmed_seq <= folded_seq, and ledger.db holds every log row with
 // seq > trimmed_seq, in one contiguous run.
 
 namespace tally::ledger::store_files {
 
-inline constexpr int64_t kSchemaVersion = 2;
+inline constexpr int64_t kSchemaVersion = 3;
+// The version this build migrates from: 2 lacked the shard tables (gateways, shards, fences)
+// and meta.shard_sequence; opening a version-2 file creates them and bumps schema_version.
+inline constexpr int64_t kPreviousSchemaVersion = 2;
 inline constexpr const char* kMetaSchemaVersion = "schema_version";
 inline constexpr const char* kMetaTrimmedSeq = "trimmed_seq";  // ledger.db: log rows <= it gone
 inline constexpr const char* kMetaFoldedSeq = "folded_seq";    // tables.db: log rows <= it in
 inline constexpr const char* kMetaLedgerClockMs = "ledger_clock_ms";  // tables.db
+inline constexpr const char* kMetaShardSequence = "shard_sequence";   // tables.db
 
 // --- ledger.db ----------------------------------------------------------------------------------
 
@@ -70,12 +75,22 @@ inline constexpr std::array<const char*, kLogStatementCount> kLogStatementSql = 
 
 // --- tables.db ----------------------------------------------------------------------------------
 
-inline constexpr std::array<const char*, 4> kTablesSchema = {
+// What version 3 added to tables.db: also the migration from version 2.
+inline constexpr std::array<const char*, 3> kTablesShardSchema = {
+    "CREATE TABLE gateways(name TEXT PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE shards(id TEXT PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE fences(subject TEXT, route TEXT, fence INTEGER NOT NULL, "
+    "PRIMARY KEY(subject, route)) WITHOUT ROWID",
+};
+inline constexpr std::array<const char*, 7> kTablesSchema = {
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER)",
     "CREATE TABLE policies(generation INTEGER PRIMARY KEY, body BLOB NOT NULL)",
     "CREATE TABLE accounts(subject TEXT, route TEXT, generation INTEGER, body BLOB NOT NULL, "
     "PRIMARY KEY(subject, route, generation)) WITHOUT ROWID",
     "CREATE TABLE reservations(id TEXT PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID",
+    kTablesShardSchema[0],
+    kTablesShardSchema[1],
+    kTablesShardSchema[2],
 };
 
 enum TablesStatement : size_t {
@@ -91,6 +106,12 @@ enum TablesStatement : size_t {
   kTablesSelectPolicies,
   kTablesSelectAccounts,
   kTablesSelectReservations,
+  kTablesUpsertGateway,
+  kTablesUpsertShard,
+  kTablesUpsertFence,
+  kTablesSelectGateways,
+  kTablesSelectShards,
+  kTablesSelectFences,
   kTablesStatementCount,
 };
 
@@ -108,6 +129,12 @@ inline constexpr std::array<const char*, kTablesStatementCount> kTablesStatement
     "SELECT generation, body FROM policies ORDER BY generation",
     "SELECT subject, route, generation, body FROM accounts ORDER BY subject, route, generation",
     "SELECT id, body FROM reservations ORDER BY id",
+    "INSERT OR REPLACE INTO gateways(name, body) VALUES(?1, ?2)",
+    "INSERT OR REPLACE INTO shards(id, body) VALUES(?1, ?2)",
+    "INSERT OR REPLACE INTO fences(subject, route, fence) VALUES(?1, ?2, ?3)",
+    "SELECT name, body FROM gateways ORDER BY name",
+    "SELECT id, body FROM shards ORDER BY id",
+    "SELECT subject, route, fence FROM fences ORDER BY subject, route",
 };
 
 // --- Folding ------------------------------------------------------------------------------------
@@ -120,7 +147,11 @@ struct LogFold {
   std::map<Generation, PolicyRecord> policies;
   std::map<AccountKey, AccountRecord> accounts;
   std::unordered_map<std::string, std::optional<Reservation>> reservations;
+  std::map<std::string, GatewayRecord> gateways;
+  std::map<std::string, ShardRecord> shards;
+  std::map<SubjectRoute, FenceRecord> fences;
   uint64_t ledger_clock_ms = 0;
+  uint64_t shard_sequence = 0;
   int64_t first_seq = 0;  // 0 while empty
   int64_t last_seq = 0;
   uint64_t rows = 0;
@@ -147,9 +178,11 @@ Status setMetaMax(sqlite3* db, sqlite3_stmt* set_max, const char* key, int64_t v
 
 // Creates `schema` and schema_version in a new file, or checks an existing file: it must hold
 // `marker_table` and schema_version kSchemaVersion (kFailedPrecondition otherwise, naming the
-// version found).
+// version found). A file at kPreviousSchemaVersion is migrated in the same transaction: the
+// statements of `migration` run and schema_version becomes kSchemaVersion.
 Status createOrCheckSchema(const sqlite::Connection& connection,
-                           std::span<const char* const> schema, const char* marker_table);
+                           std::span<const char* const> schema, const char* marker_table,
+                           std::span<const char* const> migration = {});
 
 // --- tables.db ----------------------------------------------------------------------------------
 
@@ -164,7 +197,11 @@ struct TablesImage {
   std::map<Generation, PolicyRecord> policies;
   std::map<AccountKey, AccountRecord> accounts;
   std::vector<Reservation> reservations;  // ascending id
+  std::map<std::string, GatewayRecord> gateways;
+  std::map<std::string, ShardRecord> shards;
+  std::map<SubjectRoute, FenceRecord> fences;
   uint64_t ledger_clock_ms = 0;
+  uint64_t shard_sequence = 0;
   int64_t folded_seq = 0;
 };
 Status readTables(const sqlite::Connection& tables, uint64_t bytes_max, TablesImage* image);

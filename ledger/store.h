@@ -7,6 +7,8 @@
 #include "core/account.h"
 #include "core/policy.h"
 #include "core/reservation.h"
+#include "core/shard_record.h"
+#include "core/shard_types.h"
 #include "core/status.h"
 #include "core/types.h"
 
@@ -49,10 +51,14 @@ struct StoreBatch {
   std::vector<Reservation> reservations;
   std::vector<std::string> deleted_reservations;
   uint64_t ledger_clock_ms = 0;  // the ledger clock's high-water mark at this batch
+  std::vector<GatewayRecord> gateways;
+  std::vector<ShardRecord> shards;
+  std::vector<FenceRecord> fences;
+  uint64_t shard_sequence = 0;  // the last shard sequence number used; load() keeps the highest
 
   bool empty() const {
     return policies.empty() && accounts.empty() && reservations.empty() &&
-           deleted_reservations.empty();
+           deleted_reservations.empty() && gateways.empty() && shards.empty() && fences.empty();
   }
 };
 
@@ -61,6 +67,10 @@ struct StoreContents {
   std::vector<AccountRecord> accounts;
   std::vector<Reservation> reservations;
   uint64_t ledger_clock_ms = 0;
+  std::vector<GatewayRecord> gateways;  // ascending name
+  std::vector<ShardRecord> shards;      // ascending id
+  std::vector<FenceRecord> fences;      // ascending subject/route
+  uint64_t shard_sequence = 0;
 };
 
 class Store {

@@ -19,6 +19,7 @@
 #include "core/limits.h"
 #include "schemas/store.capnp.h"
 #include "wire/codec.h"
+#include "wire/enum_mapping.h"
 
 namespace tally::ledger {
 namespace {
@@ -28,6 +29,9 @@ constexpr uint64_t kWordsPerAccount = 24;
 constexpr uint64_t kWordsPerReservation = 48;
 constexpr uint64_t kWordsPerPolicy = 256;
 constexpr uint64_t kWordsPerDeletion = 20;
+constexpr uint64_t kWordsPerGateway = 16;
+constexpr uint64_t kWordsPerShard = 160;
+constexpr uint64_t kWordsPerFence = 12;
 constexpr uint64_t kWordsOverhead = 64;
 
 // Traversal budget per packed byte. Our records pack to about half their size (ids, digests and
@@ -130,6 +134,51 @@ void buildReservation(const Reservation& reservation,
   builder.setLateReceiptApplied(reservation.late_receipt_applied);
 }
 
+capnp::Data::Reader dataOf(const uint8_t* bytes, size_t size) {
+  return capnp::Data::Reader(bytes, size);
+}
+
+void buildGateway(const GatewayRecord& record, schema::GatewayRecordV1::Builder builder) {
+  TALLY_ASSERT(record.gateway_name.size() <= limits::kGatewayNameBytesMax);
+  builder.setGatewayName(textOf(record.gateway_name));
+  builder.setPublicKey(dataOf(record.public_key.data(), record.public_key.size()));
+  builder.setEnabled(record.enabled);
+  builder.setEnrolledAtMs(record.enrolled_at_ms);
+}
+
+void buildShard(const ShardRecord& record, schema::ShardRecordV1::Builder builder) {
+  wire::fromCore(record.grant, builder.initGrant());
+  wire::fromCore(record.issue_request, builder.initIssueRequest());
+  builder.setState(wire::enumFromCore(record.state));
+  builder.setSpentUnits(record.spent_units);
+  builder.setRemintedUnits(record.reminted_units);
+  builder.setRetiredUnits(record.retired_units);
+  builder.setDebtUnits(record.debt_units);
+  builder.setReported(record.reported);
+  builder.setReportBootEpoch(record.report_boot_epoch);
+  const ShardBalances& b = record.last_reported;
+  builder.setReportedLocalAvailable(b.local_available);
+  builder.setReportedLocalReserved(b.local_reserved);
+  builder.setReportedLocalSpent(b.local_spent);
+  builder.setReportedLocalRetired(b.local_retired);
+  builder.setReportedOverspent(b.overspent);
+  auto receipts = builder.initReceipts(static_cast<unsigned>(record.receipts.size()));
+  for (size_t i = 0; i < record.receipts.size(); ++i) {
+    assertStorable(record.receipts[i]);
+    wire::fromCore(record.receipts[i], receipts[static_cast<unsigned>(i)]);
+  }
+  builder.setRemintDueAtMs(record.remint_due_at_ms);
+  builder.setRemintTargetUnits(record.remint_target_units);
+}
+
+void buildFence(const FenceRecord& record, schema::FenceRecordV1::Builder builder) {
+  TALLY_ASSERT(record.key.subject.size() <= limits::kSubjectBytesMax);
+  TALLY_ASSERT(record.key.route.size() <= limits::kRouteBytesMax);
+  builder.setSubject(textOf(record.key.subject));
+  builder.setRoute(textOf(record.key.route));
+  builder.setFence(record.fence);
+}
+
 Blob finish(capnp::MessageBuilder& message) {
   kj::VectorOutputStream output(capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word));
   capnp::writePackedMessage(output, message);
@@ -178,6 +227,85 @@ Result<Reservation> readReservation(schema::ReservationRecordV1::Reader reader) 
   return reservation;
 }
 
+Result<GatewayRecord> readGateway(schema::GatewayRecordV1::Reader reader) {
+  GatewayRecord record;
+  if (reader.getGatewayName().size() > limits::kGatewayNameBytesMax) {
+    return Status::corruption("gateway: name longer than allowed");
+  }
+  if (reader.getPublicKey().size() != record.public_key.size()) {
+    return Status::corruption("gateway: public key is not 32 bytes");
+  }
+  record.gateway_name.assign(reader.getGatewayName().begin(), reader.getGatewayName().size());
+  std::memcpy(record.public_key.data(), reader.getPublicKey().begin(), record.public_key.size());
+  record.enabled = reader.getEnabled();
+  record.enrolled_at_ms = reader.getEnrolledAtMs();
+  return record;
+}
+
+Result<ShardRecord> readShard(schema::ShardRecordV1::Reader reader) {
+  ShardRecord record;
+  Result<ShardGrant> grant = wire::toCore(reader.getGrant());
+  if (!grant.isOk()) return Status::corruption("shard grant: " + grant.status().message());
+  record.grant = std::move(grant).value();
+  Result<ShardIssueRequest> request = wire::toCore(reader.getIssueRequest());
+  if (!request.isOk()) {
+    return Status::corruption("shard issue request: " + request.status().message());
+  }
+  record.issue_request = std::move(request).value();
+  std::optional<ShardState> state = wire::enumToCore(reader.getState());
+  if (!state) return Status::corruption("shard: unknown state");
+  record.state = *state;
+  record.spent_units = reader.getSpentUnits();
+  record.reminted_units = reader.getRemintedUnits();
+  record.retired_units = reader.getRetiredUnits();
+  record.debt_units = reader.getDebtUnits();
+  record.reported = reader.getReported();
+  record.report_boot_epoch = reader.getReportBootEpoch();
+  record.last_reported = ShardBalances{.allocated = record.grant.allocated_units,
+                                       .local_available = reader.getReportedLocalAvailable(),
+                                       .local_reserved = reader.getReportedLocalReserved(),
+                                       .local_spent = reader.getReportedLocalSpent(),
+                                       .local_retired = reader.getReportedLocalRetired(),
+                                       .overspent = reader.getReportedOverspent()};
+  if (!record.reported) record.last_reported = ShardBalances{};
+  if (reader.getReceipts().size() > limits::kShardReceiptsPerReportMax) {
+    return Status::corruption("shard: too many receipts");
+  }
+  record.receipts.reserve(reader.getReceipts().size());
+  for (auto receipt : reader.getReceipts()) {
+    Result<Reservation> decoded = wire::toCore(receipt);
+    if (!decoded.isOk()) return Status::corruption("shard receipt: " + decoded.status().message());
+    record.receipts.push_back(std::move(decoded).value());
+  }
+  record.remint_due_at_ms = reader.getRemintDueAtMs();
+  record.remint_target_units = reader.getRemintTargetUnits();
+  return record;
+}
+
+Result<FenceRecord> readFence(schema::FenceRecordV1::Reader reader) {
+  if (reader.getSubject().size() > limits::kSubjectBytesMax ||
+      reader.getRoute().size() > limits::kRouteBytesMax) {
+    return Status::corruption("fence: subject or route longer than allowed");
+  }
+  FenceRecord record;
+  record.key.subject.assign(reader.getSubject().begin(), reader.getSubject().size());
+  record.key.route.assign(reader.getRoute().begin(), reader.getRoute().size());
+  record.fence = reader.getFence();
+  return record;
+}
+
+// Decodes every element of `list` with `read` into `out`.
+template <typename List, typename T, typename F>
+Status readAll(List list, F&& read, std::vector<T>* out) {
+  out->reserve(list.size());
+  for (auto item : list) {
+    Result<T> record = read(item);
+    if (!record.isOk()) return record.status();
+    out->push_back(std::move(record).value());
+  }
+  return Status::ok();
+}
+
 Result<StoreBatch> readBatch(schema::StoreBatchV1::Reader reader) {
   StoreBatch batch;
   batch.policies.reserve(reader.getPolicies().size());
@@ -206,16 +334,28 @@ Result<StoreBatch> readBatch(schema::StoreBatchV1::Reader reader) {
     batch.deleted_reservations.emplace_back(id.begin(), id.size());
   }
   batch.ledger_clock_ms = reader.getLedgerClockMs();
+  if (Status status = readAll(reader.getGateways(), readGateway, &batch.gateways); !status.isOk()) {
+    return status;
+  }
+  if (Status status = readAll(reader.getShards(), readShard, &batch.shards); !status.isOk()) {
+    return status;
+  }
+  if (Status status = readAll(reader.getFences(), readFence, &batch.fences); !status.isOk()) {
+    return status;
+  }
+  batch.shard_sequence = reader.getShardSequence();
   return batch;
 }
 
 }  // namespace
 
 Blob encodeBatch(const StoreBatch& batch) {
-  const uint64_t estimate = kWordsOverhead + kWordsPerPolicy * batch.policies.size() +
-                            kWordsPerAccount * batch.accounts.size() +
-                            kWordsPerReservation * batch.reservations.size() +
-                            kWordsPerDeletion * batch.deleted_reservations.size();
+  const uint64_t estimate =
+      kWordsOverhead + kWordsPerPolicy * batch.policies.size() +
+      kWordsPerAccount * batch.accounts.size() + kWordsPerReservation * batch.reservations.size() +
+      kWordsPerDeletion * batch.deleted_reservations.size() +
+      kWordsPerGateway * batch.gateways.size() + kWordsPerShard * batch.shards.size() +
+      kWordsPerFence * batch.fences.size();
   capnp::MallocMessageBuilder message(static_cast<unsigned>(std::min<uint64_t>(estimate, 1 << 24)));
   auto builder = message.initRoot<schema::StoreBatchV1>();
   auto policies = builder.initPolicies(static_cast<unsigned>(batch.policies.size()));
@@ -233,6 +373,19 @@ Blob encodeBatch(const StoreBatch& batch) {
     deleted.set(static_cast<unsigned>(i), textOf(batch.deleted_reservations[i]));
   }
   builder.setLedgerClockMs(batch.ledger_clock_ms);
+  auto gateways = builder.initGateways(static_cast<unsigned>(batch.gateways.size()));
+  for (size_t i = 0; i < batch.gateways.size(); ++i) {
+    buildGateway(batch.gateways[i], gateways[static_cast<unsigned>(i)]);
+  }
+  auto shards = builder.initShards(static_cast<unsigned>(batch.shards.size()));
+  for (size_t i = 0; i < batch.shards.size(); ++i) {
+    buildShard(batch.shards[i], shards[static_cast<unsigned>(i)]);
+  }
+  auto fences = builder.initFences(static_cast<unsigned>(batch.fences.size()));
+  for (size_t i = 0; i < batch.fences.size(); ++i) {
+    buildFence(batch.fences[i], fences[static_cast<unsigned>(i)]);
+  }
+  builder.setShardSequence(batch.shard_sequence);
   return finish(message);
 }
 
@@ -252,6 +405,26 @@ Blob encodeReservationRecord(const Reservation& reservation) {
   capnp::MallocMessageBuilder message(kWordsPerReservation * 2);
   buildReservation(reservation, message.initRoot<schema::ReservationRecordV1>());
   return finish(message);
+}
+
+Blob encodeGatewayRecord(const GatewayRecord& record) {
+  capnp::MallocMessageBuilder message(kWordsPerGateway * 2);
+  buildGateway(record, message.initRoot<schema::GatewayRecordV1>());
+  return finish(message);
+}
+
+Blob encodeShardRecord(const ShardRecord& record) {
+  capnp::MallocMessageBuilder message(kWordsPerShard * 2);
+  buildShard(record, message.initRoot<schema::ShardRecordV1>());
+  return finish(message);
+}
+
+Result<GatewayRecord> decodeGatewayRecord(std::span<const uint8_t> bytes) {
+  return withRoot<schema::GatewayRecordV1, GatewayRecord>(bytes, readGateway);
+}
+
+Result<ShardRecord> decodeShardRecord(std::span<const uint8_t> bytes) {
+  return withRoot<schema::ShardRecordV1, ShardRecord>(bytes, readShard);
 }
 
 Result<StoreBatch> decodeBatch(std::span<const uint8_t> bytes) {
@@ -292,7 +465,11 @@ struct BatchFolder::Index {
       reservations;
   std::map<AccountKeyView, schema::AccountRecordV1::Reader> accounts;
   std::map<uint64_t, schema::PolicyRecordV1::Reader> policies;
+  std::map<std::string_view, schema::GatewayRecordV1::Reader> gateways;
+  std::map<std::string_view, schema::ShardRecordV1::Reader> shards;
+  std::map<std::pair<std::string_view, std::string_view>, schema::FenceRecordV1::Reader> fences;
   uint64_t ledger_clock_ms = 0;
+  uint64_t shard_sequence = 0;
 };
 
 namespace {
@@ -331,7 +508,18 @@ Status BatchFolder::add(Blob blob) {
     for (auto record : batch.getPolicies()) {
       index.policies.insert_or_assign(record.getPolicy().getGeneration(), record);
     }
+    for (auto record : batch.getGateways()) {
+      index.gateways.insert_or_assign(viewOf(record.getGatewayName()), record);
+    }
+    for (auto record : batch.getShards()) {
+      index.shards.insert_or_assign(viewOf(record.getGrant().getShardId()), record);
+    }
+    for (auto record : batch.getFences()) {
+      index.fences.insert_or_assign(
+          std::pair{viewOf(record.getSubject()), viewOf(record.getRoute())}, record);
+    }
     index.ledger_clock_ms = std::max(index.ledger_clock_ms, batch.getLedgerClockMs());
+    index.shard_sequence = std::max(index.shard_sequence, batch.getShardSequence());
     messages_.push_back(std::move(message));
     return Status::ok();
   } catch (const kj::Exception& exception) {
@@ -366,11 +554,27 @@ Result<StoreBatch> BatchFolder::finish() const {
       if (!record.isOk()) return asCorruption(record.status());
       batch.reservations.push_back(std::move(record).value());
     }
+    for (const auto& [name, reader] : index.gateways) {
+      Result<GatewayRecord> record = readGateway(reader);
+      if (!record.isOk()) return asCorruption(record.status());
+      batch.gateways.push_back(std::move(record).value());
+    }
+    for (const auto& [id, reader] : index.shards) {
+      Result<ShardRecord> record = readShard(reader);
+      if (!record.isOk()) return asCorruption(record.status());
+      batch.shards.push_back(std::move(record).value());
+    }
+    for (const auto& [key, reader] : index.fences) {
+      Result<FenceRecord> record = readFence(reader);
+      if (!record.isOk()) return asCorruption(record.status());
+      batch.fences.push_back(std::move(record).value());
+    }
   } catch (const kj::Exception& exception) {
     return Status::corruption(std::string("malformed message: ") +
                               exception.getDescription().cStr());
   }
   batch.ledger_clock_ms = index.ledger_clock_ms;
+  batch.shard_sequence = index.shard_sequence;
   return batch;
 }
 

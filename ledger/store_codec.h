@@ -14,7 +14,8 @@
 #include "ledger/store.h"
 
 // The byte encodings of the ledger's durable record (schemas/store.capnp): one StoreBatchV1 per
-// log row, one PolicyRecordV1 / AccountRecordV1 / ReservationRecordV1 per table row. Blobs are
+// log row, one PolicyRecordV1 / AccountRecordV1 / ReservationRecordV1 / GatewayRecordV1 /
+// ShardRecordV1 per table row. Blobs are
 // the packed Cap'n Proto serialization (about half the bytes of unpacked for these records).
 //
 // Decoding is a trust boundary (the file may be damaged): every decode*() reads with explicit
@@ -33,11 +34,15 @@ Blob encodeBatch(const StoreBatch& batch);
 Blob encodePolicyRecord(const PolicyRecord& record);
 Blob encodeAccountRecord(const AccountRecord& record);
 Blob encodeReservationRecord(const Reservation& reservation);
+Blob encodeGatewayRecord(const GatewayRecord& record);
+Blob encodeShardRecord(const ShardRecord& record);
 
 Result<StoreBatch> decodeBatch(std::span<const uint8_t> bytes);
 Result<PolicyRecord> decodePolicyRecord(std::span<const uint8_t> bytes);
 Result<AccountRecord> decodeAccountRecord(std::span<const uint8_t> bytes);
 Result<Reservation> decodeReservationRecord(std::span<const uint8_t> bytes);
+Result<GatewayRecord> decodeGatewayRecord(std::span<const uint8_t> bytes);
+Result<ShardRecord> decodeShardRecord(std::span<const uint8_t> bytes);
 
 // Folds a run of encoded batches (oldest first) into their net effect: the latest image of every
 // row they touch, and the reservation ids whose last change deleted them. Superseded images are

@@ -1,7 +1,8 @@
 # The ledger's durable record (ledger/sqlite_store.h), mirrored by ledger/store.h.
 #
 # One StoreBatchV1 is one row of the `log` table in DIR/ledger.db; the folded tables in
-# DIR/tables.db hold one PolicyRecordV1, AccountRecordV1 or ReservationRecordV1 per row. Every record is a full image:
+# DIR/tables.db hold one PolicyRecordV1, AccountRecordV1, ReservationRecordV1, GatewayRecordV1
+# or ShardRecordV1 per row (fences are plain columns, the shard sequence a meta value). Every record is a full image:
 # a later image of the same row replaces an earlier one. Each is stored in the packed
 # serialization (capnp::writePackedMessage), one message per blob.
 #
@@ -15,6 +16,8 @@ $Cxx.namespace("tally::schema");
 
 using import "admission_budget.capnp".PolicyV1;
 using import "limit_reservation.capnp".LimitReservationV1;
+using Shard = import "emergency_shard.capnp";
+using Protocol = import "protocol.capnp";
 
 struct PolicyRecordV1 {
   policy @0 :PolicyV1;             # policy.generation is set
@@ -53,4 +56,44 @@ struct StoreBatchV1 {
   reservations @2 :List(ReservationRecordV1);
   deletedReservations @3 :List(Text);
   ledgerClockMs @4 :UInt64;        # the ledger clock's high-water mark at this batch
+  gateways @5 :List(GatewayRecordV1);
+  shards @6 :List(ShardRecordV1);
+  fences @7 :List(FenceRecordV1);
+  shardSequence @8 :UInt64;        # the last shard sequence number used (never decreases)
+}
+
+struct GatewayRecordV1 {
+  # core GatewayRecord.
+  gatewayName @0 :Text;
+  publicKey @1 :Data;              # Ed25519, 32 bytes
+  enabled @2 :Bool;
+  enrolledAtMs @3 :UInt64;
+}
+
+struct ShardRecordV1 {
+  # core ShardRecord (core/shard_record.h): the ledger's side of one shard.
+  grant @0 :Shard.EmergencyShardV1;           # as issued, ledger signature included
+  issueRequest @1 :Shard.ShardIssueRequestV1;  # as received, gateway signature included
+  state @2 :Protocol.ShardState;
+  spentUnits @3 :UInt64;
+  remintedUnits @4 :UInt64;
+  retiredUnits @5 :UInt64;
+  debtUnits @6 :UInt64;
+  reported @7 :Bool;
+  reportBootEpoch @8 :UInt64;
+  # The last accepted report's balances (allocated is grant.allocatedUnits).
+  reportedLocalAvailable @9 :UInt64;
+  reportedLocalReserved @10 :UInt64;
+  reportedLocalSpent @11 :UInt64;
+  reportedLocalRetired @12 :UInt64;
+  reportedOverspent @13 :UInt64;
+  receipts @14 :List(LimitReservationV1);     # sorted by id
+  remintDueAtMs @15 :UInt64;                  # deferred remint, 0: none
+  remintTargetUnits @16 :UInt64;
+}
+
+struct FenceRecordV1 {
+  subject @0 :Text;
+  route @1 :Text;
+  fence @2 :UInt64;
 }

@@ -513,6 +513,61 @@ TEST(AccountTransferTest, TransferOutRetired) {
   EXPECT_TRUE(conserved(account));
 }
 
+// ---- shard reconciliation ---------------------------------------------------------------------
+
+TEST(AccountShardTest, RecordShardSpentMovesRetiredToSpent) {
+  Account account = Account::open(kBucket, 1000, 0);
+  ASSERT_EQ(account.carve(100), AccountCode::kOk);
+  EXPECT_EQ(account.recordShardSpent(70), AccountCode::kOk);
+  EXPECT_EQ(
+      account.balances(),
+      (Balances{.opening = 1000, .available = 900, .spent = 70, .retired_for_emergency = 30}));
+  EXPECT_TRUE(conserved(account));
+  const Balances before = account.balances();
+  EXPECT_EQ(account.recordShardSpent(31), AccountCode::kInsufficientRetired);
+  EXPECT_EQ(account.balances(), before);
+  EXPECT_EQ(account.recordShardSpent(30), AccountCode::kOk);
+  EXPECT_EQ(account.balances().retired_for_emergency, 0u);
+  EXPECT_EQ(account.balances().spent, 100u);
+  EXPECT_TRUE(conserved(account));
+}
+
+TEST(AccountShardTest, RecordShardDebtIssuesOverdraftAndFreezesAdmission) {
+  Account account = Account::open(kBucket, 1000, 0);
+  ASSERT_EQ(account.carve(100), AccountCode::kOk);
+  ASSERT_EQ(account.recordShardSpent(100), AccountCode::kOk);
+  EXPECT_EQ(account.recordShardDebt(40), AccountCode::kOk);
+  EXPECT_EQ(account.balances(),
+            (Balances{.opening = 1000, .overdraft_issued = 40, .available = 900, .spent = 140}));
+  EXPECT_EQ(account.debt(), 40u);
+  EXPECT_TRUE(conserved(account));
+  const Balances before = account.balances();
+  EXPECT_EQ(account.reserve(1, kMaxSingle), AccountCode::kDebtOutstanding);
+  EXPECT_EQ(account.balances(), before);
+  // A full bucket still mints the debt's worth: refill repays it first (4 s at 10/s).
+  (void)account.refill(4'000);
+  EXPECT_EQ(account.debt(), 0u);
+  EXPECT_EQ(account.balances().overdraft_repaid, 40u);
+  EXPECT_EQ(account.balances().available, 900u);
+  EXPECT_TRUE(conserved(account));
+}
+
+TEST(AccountShardTest, RecordShardOverflowChangesNothing) {
+  Account spent_full = restored(
+      kBucket, {.opening = kMax, .minted = 10, .spent = kMax, .retired_for_emergency = 10});
+  Balances before = spent_full.balances();
+  EXPECT_EQ(spent_full.recordShardSpent(10), AccountCode::kOverflow);
+  EXPECT_EQ(spent_full.recordShardDebt(1), AccountCode::kOverflow);
+  EXPECT_EQ(spent_full.balances(), before);
+  Account issued_full = restored(
+      kBucket,
+      {.opening = 10, .overdraft_issued = kMax, .available = 10, .overdraft_repaid = kMax});
+  before = issued_full.balances();
+  EXPECT_EQ(issued_full.recordShardDebt(1), AccountCode::kOverflow);
+  EXPECT_EQ(issued_full.balances(), before);
+  EXPECT_TRUE(conserved(issued_full));
+}
+
 TEST(AccountTransferTest, TransferOutAvailable) {
   Account account = withReservationOf600();
   EXPECT_EQ(account.transferOutAvailable(300), AccountCode::kOk);

@@ -11,11 +11,14 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "core/ledger.h"
+#include "core/shard_account.h"
+#include "tests/core/shard_fake_crypto.h"
 
 namespace tally {
 namespace {
@@ -24,6 +27,8 @@ constexpr uint64_t kStartMs = 1'800'000'000'000;  // an arbitrary Unix time
 constexpr int kSubjects = 3;
 constexpr int kReservationIds = 6;
 const char* const kRoute = "chat.generate";
+const char* const kGateway = "gw-1";
+constexpr uint64_t kShardTtlMs = 5'000;
 
 Policy makePolicy(Units burst) {
   Policy policy;
@@ -38,7 +43,7 @@ Policy makePolicy(Units burst) {
         .hold_ttl_ms = 1'000,
         .hard_execution_limit_ms = 3'000,
         .max_overdraft = 200,
-        .emergency = {.enabled = true, .shard_units = 100, .shard_ttl_ms = 60'000},
+        .emergency = {.enabled = true, .shard_units = 100, .shard_ttl_ms = kShardTtlMs},
     });
   }
   return policy;
@@ -62,8 +67,12 @@ enum StepKind : uint8_t {
   kAdvance,
   kBeginExpiry,
   kCompleteExpiry,
-  kCarve,
-  kRemint,
+  kIssueShard,
+  kShardOp,  // the model agent admits, starts, settles, releases or marks unknown locally
+  kReportShard,
+  kRestartAgent,
+  kRevokeShard,
+  kWriteOffShard,
   kPublish,
   kRollback,
   kStepKinds,
@@ -100,12 +109,37 @@ struct Track {
   Units refunded_total = 0;
 };
 
+// The model agent's side of one shard: its local account and receipts, and what the ledger
+// last accepted from it.
+struct ModelShard {
+  ShardGrant grant;
+  ShardAccount account = ShardAccount::allocate(0);
+  std::map<std::string, Reservation> receipts;
+  int next_receipt = 0;
+  std::optional<ShardReport> last_sent;
+  std::optional<ShardReport> accepted;
+};
+
+PublicKey gatewayKey() {
+  PublicKey key{};
+  key.fill(7);
+  return key;
+}
+
+// Same boot epoch, balances and receipts: what the ledger treats as a repeat.
+bool sameReport(const ShardReport& a, const ShardReport& b) {
+  return a.gateway_boot_epoch == b.gateway_boot_epoch && a.balances == b.balances &&
+         a.receipts == b.receipts;
+}
+
 // Drives a Ledger with Steps and checks every invariant after each one.
 class Harness {
  public:
   explicit Harness(LedgerFaults faults) {
     ledger_.setFaultsForTesting(faults);
+    ledger_.setShardCrypto(&crypto_);
     RC_ASSERT(ledger_.publishPolicy(makePolicy(1'000), now_).code == ReplyCode::kOk);
+    RC_ASSERT(ledger_.enrollGateway(kGateway, gatewayKey(), now_).code == ReplyCode::kOk);
   }
 
   void apply(const Step& step) {
@@ -184,6 +218,7 @@ class Harness {
         const TickOutcome outcome = ledger_.tick(now_);
         if (outcome.expired > 0) note("expired-by-tick");
         if (outcome.closed_by_hard_limit > 0) note("closed-by-hard-limit");
+        if (outcome.shards_reminted > 0) note("shard-deferred-remint");
         break;
       }
       case kBeginExpiry:
@@ -200,27 +235,38 @@ class Harness {
         if (was_expiring) tracks_[id].refunded_total += held;
         break;
       }
-      case kCarve: {
-        const AccountKey key{subject, kRoute, ledger_.accounts().activeGeneration()};
-        if (ledger_.accounts().find(key) != nullptr) {
-          const AccountCode code = ledger_.accounts().carve(key, 1 + step.c % 300, now_);
-          RC_ASSERT(code != AccountCode::kOverflow);
-          if (code == AccountCode::kOk) note("carved");
+      case kIssueShard: issueShard(step, subject, before); break;
+      case kShardOp:
+        if (!shards_.empty()) shardOp(step, &shards_[step.a % shards_.size()]);
+        break;
+      case kReportShard:
+        if (!shards_.empty()) reportShard(step, &shards_[step.a % shards_.size()], before);
+        break;
+      case kRestartAgent:
+        // A new boot epoch: every shard of the earlier one is closed at boot.
+        ++boot_epoch_;
+        for (ModelShard& shard : shards_) shard.account.close();
+        break;
+      case kRevokeShard: {
+        const bool by_gateway = step.c % 3 == 0 || shards_.empty();
+        const ShardReply reply =
+            by_gateway
+                ? ledger_.revokeShards("", kGateway, now_)
+                : ledger_.revokeShards(shards_[step.a % shards_.size()].grant.shard_id, "", now_);
+        RC_ASSERT(reply.code == ReplyCode::kOk || reply.code == ReplyCode::kInvalidState);
+        if (reply.code == ReplyCode::kOk && !reply.duplicate && !reply.shards.empty()) {
+          note("shard-revoked");
         }
         break;
       }
-      case kRemint: {
-        const Generation generation = 1 + step.c % ledger_.accounts().activeGeneration();
-        const AccountKey key{subject, kRoute, generation};
-        const AccountEntry* entry = ledger_.accounts().find(key);
-        if (entry != nullptr && entry->account.balances().retired_for_emergency > 0) {
-          const Units retired = entry->account.balances().retired_for_emergency;
-          Units reminted = 0;
-          const AccountCode code =
-              ledger_.accounts().remint(key, 1 + step.a % retired, now_, &reminted);
-          RC_ASSERT(code == AccountCode::kOk);
-          RC_ASSERT(reminted <= 1 + step.a % retired);
-          if (reminted > 0) note("reminted");
+      case kWriteOffShard: {
+        if (shards_.empty()) break;
+        const ModelShard& shard = shards_[step.a % shards_.size()];
+        const ShardReply reply = ledger_.writeOffShard(shard.grant.shard_id, now_);
+        RC_ASSERT(reply.code == ReplyCode::kOk || reply.code == ReplyCode::kInvalidState);
+        if (reply.code == ReplyCode::kOk) {
+          RC_ASSERT(now_ >= shard.grant.expires_at_ms);
+          if (!reply.duplicate) note("shard-written-off");
         }
         break;
       }
@@ -239,6 +285,114 @@ class Harness {
   }
 
  private:
+  void issueShard(const Step& step, const std::string& subject,
+                  const std::vector<AccountView>& before) {
+    // Usually a new request id, sometimes a retry of an earlier one (same or other fields).
+    const bool retry = issue_requests_ > 0 && step.c % 4 == 0;
+    const std::string request_id =
+        "q" + std::to_string(retry ? step.a % issue_requests_ : issue_requests_++);
+    ShardIssueRequest request{.request_id = request_id,
+                              .gateway_name = kGateway,
+                              .gateway_id = gatewayKey(),
+                              .gateway_boot_epoch = boot_epoch_,
+                              .subject = subject,
+                              .route = kRoute};
+    testing::signIssue(&request);
+    const ShardReply reply = ledger_.issueShard(request, now_);
+    note(std::string("issue:") + replyCodeName(reply.code) + (reply.duplicate ? ":duplicate" : ""));
+    if (reply.duplicate) RC_ASSERT(ledger_.accounts().view(now_) == before);
+    if (reply.code != ReplyCode::kOk || reply.duplicate) return;
+    RC_ASSERT(ledger_.accounts().debt({subject, kRoute}) == 0u);
+    const ShardGrant& grant = reply.shards.front().grant;
+    ModelShard shard{.grant = grant, .account = ShardAccount::allocate(grant.allocated_units)};
+    shards_.push_back(std::move(shard));
+    note("shard-issued");
+  }
+
+  // Picks one receipt of `shard` in one of `states`, or null.
+  Reservation* pick(ModelShard* shard, uint32_t seed,
+                    std::initializer_list<ReservationState> states) {
+    std::vector<Reservation*> candidates;
+    for (auto& [id, receipt] : shard->receipts) {
+      for (ReservationState state : states) {
+        if (receipt.state == state) candidates.push_back(&receipt);
+      }
+    }
+    return candidates.empty() ? nullptr : candidates[seed % candidates.size()];
+  }
+
+  void shardOp(const Step& step, ModelShard* shard) {
+    using S = ReservationState;
+    switch (step.c % 6) {
+      case 0:
+      case 1: {
+        const Units units = 1 + step.b % 60;
+        if (shard->account.reserve(units) != ShardCode::kOk) return;
+        const std::string id = shard->grant.shard_id + "-r" + std::to_string(shard->next_receipt++);
+        shard->receipts[id] = Reservation{.reservation_id = id,
+                                          .subject = shard->grant.subject,
+                                          .route = shard->grant.route,
+                                          .reserved_units = units,
+                                          .operation_id = "op-" + id,
+                                          .state = S::kReserved,
+                                          .origin = shard->grant.shard_id};
+        return;
+      }
+      case 2:
+        if (Reservation* r = pick(shard, step.b, {S::kReserved})) r->state = S::kStarted;
+        return;
+      case 3:
+        if (Reservation* r = pick(shard, step.b, {S::kStarted, S::kUsageUnknown})) {
+          const Units actual =
+              step.b % 5 == 0 ? r->reserved_units + step.b % 40 : step.b % (r->reserved_units + 1);
+          RC_ASSERT(shard->account.settle(r->reserved_units, actual).code == ShardCode::kOk);
+          r->actual_units = actual;
+          r->state = actual > r->reserved_units ? S::kSettledWithDebt : S::kSettled;
+        }
+        return;
+      case 4:
+        if (Reservation* r = pick(shard, step.b, {S::kReserved})) {
+          RC_ASSERT(shard->account.release(r->reserved_units) == ShardCode::kOk);
+          r->state = S::kReleased;
+        }
+        return;
+      default:
+        if (Reservation* r = pick(shard, step.b, {S::kStarted})) r->state = S::kUsageUnknown;
+        return;
+    }
+  }
+
+  void reportShard(const Step& step, ModelShard* shard, const std::vector<AccountView>& before) {
+    shard->account.close();  // the agent stops admitting from a shard before reporting it
+    ShardReport report;
+    if (step.c % 4 == 0 && shard->last_sent.has_value()) {
+      report = *shard->last_sent;  // a retry after a lost ACK: the very same report
+    } else {
+      report.shard = shard->grant;
+      report.balances = shard->account.balances();
+      for (const auto& [id, receipt] : shard->receipts) report.receipts.push_back(receipt);
+      report.gateway_boot_epoch = boot_epoch_;
+      report.reported_at_ms = now_;
+      testing::signReport(&report);
+    }
+    const bool repeat = shard->accepted.has_value() && sameReport(report, *shard->accepted);
+    const ShardReply reply = ledger_.reportShard(report, now_);
+    shard->last_sent = report;
+    RC_ASSERT(!reply.permission_denied);
+    RC_ASSERT(reply.code == ReplyCode::kOk || reply.code == ReplyCode::kInvalidState);
+    if (repeat) {
+      // A duplicate recovery remints 0 and moves nothing.
+      RC_ASSERT(reply.reminted_units == 0u);
+      RC_ASSERT(reply.spent_units == 0u);
+      RC_ASSERT(ledger_.accounts().view(now_) == before);
+      note("shard-duplicate-report");
+    }
+    if (reply.code != ReplyCode::kOk) return;
+    shard->accepted = report;  // whether or not the agent hears the answer (c % 4 == 1: lost)
+    note(std::string("shard:") + shardStateName(reply.shards.front().state));
+    if (reply.reminted_units > 0) note("reminted");
+  }
+
   // Checks every reply: duplicates change nothing and refund 0; a reservation never returns
   // more units than it held; start and expiry never both win.
   void checkReply(const std::string& id, const ReservationReply& reply,
@@ -279,6 +433,20 @@ class Harness {
       const AccountEntry* entry = ledger_.accounts().find(key);
       RC_ASSERT(entry != nullptr);
       stored_accounts_.insert_or_assign(key, entry->account);
+    }
+    for (const std::string& id : changes.shards) {
+      const ShardRecord* live = ledger_.shards().find(id);
+      RC_ASSERT(live != nullptr);
+      stored_shards_[id] = *live;
+    }
+    if (changes.shard_sequence) stored_shard_sequence_ = ledger_.shards().shardSequence();
+    RC_ASSERT(stored_shard_sequence_ == ledger_.shards().shardSequence());
+    for (const ModelShard& shard : shards_) {
+      const ShardRecord* live = ledger_.shards().find(shard.grant.shard_id);
+      RC_ASSERT(live != nullptr);
+      auto stored = stored_shards_.find(shard.grant.shard_id);
+      RC_ASSERT(stored != stored_shards_.end());
+      RC_ASSERT(stored->second == *live);
     }
     for (int i = 0; i < kReservationIds; ++i) {
       const std::string id = "r" + std::to_string(i);
@@ -328,12 +496,30 @@ class Harness {
       }
       if (holdsUnits(r->state)) RC_ASSERT(r->refunded_units == 0u);
     }
+    // ... plus what shard reports recorded (from retired units, or as debt).
+    for (const ShardLedgerView& view : report.shards) {
+      spent_by_receipts += view.spent_units + view.debt_units;
+      if (view.debt_units > 0) note("shard-debt");
+    }
     RC_ASSERT(spent_by_accounts == spent_by_receipts);
+    // Only what the agent proves unused is ever reminted: never units of a receipt that is
+    // still RESERVED, STARTED or USAGE_UNKNOWN.
+    for (const ModelShard& shard : shards_) {
+      const ShardRecord* record = ledger_.shards().find(shard.grant.shard_id);
+      const ShardBalances& local = shard.account.balances();
+      RC_ASSERT(record->reminted_units <= local.local_available + local.local_retired);
+    }
   }
 
  private:
+  testing::FakeShardCrypto crypto_;  // outlives ledger_
   Ledger ledger_;
   uint64_t now_ = kStartMs;
+  std::vector<ModelShard> shards_;
+  uint64_t boot_epoch_ = 1;
+  uint64_t issue_requests_ = 0;
+  std::map<std::string, ShardRecord> stored_shards_;
+  uint64_t stored_shard_sequence_ = 0;
   std::map<std::string, Reservation> stored_reservations_;
   std::map<AccountKey, Account> stored_accounts_;
   std::map<std::string, Track> tracks_;
@@ -351,8 +537,12 @@ rc::Gen<Step> genStep() {
       {5, rc::gen::just<uint8_t>(kAdvance)},
       {1, rc::gen::just<uint8_t>(kBeginExpiry)},
       {1, rc::gen::just<uint8_t>(kCompleteExpiry)},
-      {1, rc::gen::just<uint8_t>(kCarve)},
-      {1, rc::gen::just<uint8_t>(kRemint)},
+      {2, rc::gen::just<uint8_t>(kIssueShard)},
+      {5, rc::gen::just<uint8_t>(kShardOp)},
+      {2, rc::gen::just<uint8_t>(kReportShard)},
+      {1, rc::gen::just<uint8_t>(kRestartAgent)},
+      {1, rc::gen::just<uint8_t>(kRevokeShard)},
+      {1, rc::gen::just<uint8_t>(kWriteOffShard)},
       {1, rc::gen::just<uint8_t>(kPublish)},
       {1, rc::gen::just<uint8_t>(kRollback)},
   });
@@ -391,6 +581,10 @@ TEST(LedgerPropertyCanFail, DoubleRefundOnDuplicateReleaseIsCaught) {
   EXPECT_TRUE(propertyFindsFault(LedgerFaults{.double_refund_release = true}));
 }
 
+TEST(LedgerPropertyCanFail, RemintOfHoldingShardReceiptsIsCaught) {
+  EXPECT_TRUE(propertyFindsFault(LedgerFaults{.remint_holding_receipts = true}));
+}
+
 }  // namespace
 }  // namespace tally
 
@@ -414,8 +608,18 @@ TEST(LedgerPropertyCoverage, EveryInterestingPathIsReached) {
       "expired-by-tick",
       "closed-by-hard-limit",
       "begin-expiry",
-      "carved",
+      "shard-issued",
       "reminted",
+      "shard-duplicate-report",
+      "shard-deferred-remint",
+      "shard-revoked",
+      "shard-written-off",
+      "shard-debt",
+      "shard:RECONCILING",
+      "shard:RECONCILED",
+      "shard:CONFLICT",
+      "issue:OK:duplicate",
+      "issue:IDEMPOTENCY_CONFLICT",
       "rolled-back",
       "transferred-between-accounts",
       "late-receipt",

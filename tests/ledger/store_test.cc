@@ -826,7 +826,7 @@ TEST_F(StoreTest, SchemaVersion1IsRefusedWithAClearMessage) {
   ASSERT_FALSE(store.isOk());
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   const std::string& message = store.status().message();
-  EXPECT_NE(message.find("ledger.db has schema_version 1; this build reads only 2"),
+  EXPECT_NE(message.find("ledger.db has schema_version 1; this build reads only 3"),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("there is no migration"), std::string::npos) << message;
@@ -994,16 +994,16 @@ TEST_F(StoreTest, OtherSchemaVersionIsRefused) {
   }
   for (const std::string& path : {dbPath(), tablesPath()}) {
     SCOPED_TRACE(path);
-    rawSql(path, "UPDATE meta SET value = 3 WHERE key = 'schema_version'", nullptr);
+    rawSql(path, "UPDATE meta SET value = 4 WHERE key = 'schema_version'", nullptr);
     Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
     ASSERT_FALSE(store.isOk());
     EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(
-        store.status().message().find(path + " has schema_version 3; this build reads only 2"),
+        store.status().message().find(path + " has schema_version 4; this build reads only 3"),
         std::string::npos)
         << store.status().toString();
     // Refusing changed nothing: with the version restored, the data is all there.
-    rawSql(path, "UPDATE meta SET value = 2 WHERE key = 'schema_version'", nullptr);
+    rawSql(path, "UPDATE meta SET value = 3 WHERE key = 'schema_version'", nullptr);
   }
   auto reopened = openOrDie(dataDir());
   ASSERT_NE(reopened, nullptr);
@@ -1074,6 +1074,187 @@ TEST_F(StoreTest, OversizedBatchIsRefused) {
   Model model;
   model.apply(crashBatch(1));
   expectContents(loadOrDie(store.get()), model);
+}
+
+// --- Emergency shards: gateways, shards, fences, the shard sequence
+// -------------------------------
+
+GatewayRecord makeGateway(const std::string& name, uint8_t key, bool enabled) {
+  GatewayRecord record{.gateway_name = name, .enabled = enabled, .enrolled_at_ms = 1234u + key};
+  record.public_key.fill(key);
+  return record;
+}
+
+// Every field differs from its default.
+ShardRecord makeShard(uint64_t n, ShardState state) {
+  ShardRecord r;
+  r.grant = ShardGrant{.shard_id = "shard-" + std::to_string(n),
+                       .subject = "tenant-" + std::to_string(n),
+                       .route = "/v1/chat",
+                       .policy_generation = 2 + n,
+                       .accounting_epoch_ms = 1'700'000'000'000 + n,
+                       .gateway_name = "gw-" + std::to_string(n),
+                       .gateway_boot_epoch = 4 + n,
+                       .fence = 5 + n,
+                       .allocated_units = 100 + n,
+                       .issued_at_ms = 6 + n,
+                       .expires_at_ms = 60'006 + n,
+                       .ledger_key_id = "0123456789abcdef"};
+  r.grant.gateway_id.fill(static_cast<uint8_t>(n + 1));
+  r.grant.signature.fill(static_cast<uint8_t>(n + 2));
+  r.issue_request = ShardIssueRequest{.request_id = "req-" + std::to_string(n),
+                                      .gateway_name = r.grant.gateway_name,
+                                      .gateway_id = r.grant.gateway_id,
+                                      .gateway_boot_epoch = r.grant.gateway_boot_epoch,
+                                      .subject = r.grant.subject,
+                                      .route = r.grant.route};
+  r.issue_request.signature.fill(static_cast<uint8_t>(n + 3));
+  r.state = state;
+  r.spent_units = 10 + n;
+  r.reminted_units = 20 + n;
+  r.retired_units = 70 - n;
+  r.debt_units = 3 + n;
+  r.reported = true;
+  r.report_boot_epoch = 5 + n;
+  r.last_reported = {.allocated = r.grant.allocated_units,
+                     .local_available = 1,
+                     .local_reserved = 2,
+                     .local_spent = 3,
+                     .local_retired = 94 + n,
+                     .overspent = 7};
+  Reservation receipt = makeReservation("rcpt-" + std::to_string(n), n);
+  receipt.late_receipt_applied = false;  // not part of limitReservation.v1
+  receipt.origin = r.grant.shard_id;
+  r.receipts = {receipt};
+  r.remint_due_at_ms = 60'006 + n;
+  r.remint_target_units = 9;
+  return r;
+}
+
+void expectShardContents(const StoreContents& actual, const std::vector<GatewayRecord>& gateways,
+                         const std::vector<ShardRecord>& shards,
+                         const std::vector<FenceRecord>& fences, uint64_t shard_sequence) {
+  EXPECT_TRUE(actual.gateways == gateways);
+  ASSERT_EQ(actual.shards.size(), shards.size());
+  for (size_t i = 0; i < shards.size(); ++i) {
+    EXPECT_TRUE(actual.shards[i] == shards[i]) << shards[i].grant.shard_id;
+  }
+  EXPECT_TRUE(actual.fences == fences);
+  EXPECT_EQ(actual.shard_sequence, shard_sequence);
+}
+
+TEST_F(StoreTest, ShardRowsRoundTripThroughTheLogTheFoldAndReopen) {
+  const ShardRecord one = makeShard(1, ShardState::kReconciling);
+  ShardRecord one_later = makeShard(1, ShardState::kConflict);
+  one_later.debt_units = 40;
+  const ShardRecord two = makeShard(2, ShardState::kIssued);
+  const FenceRecord fence{.key = {"tenant-1", "/v1/chat"}, .fence = 2};
+  const FenceRecord fence_later{.key = {"tenant-1", "/v1/chat"}, .fence = 3};
+  const std::vector<StoreBatch> batches = {
+      {.ledger_clock_ms = 1,
+       .gateways = {makeGateway("gw-a", 1, true), makeGateway("gw-b", 2, true)},
+       .shards = {one, two},
+       .fences = {fence},
+       .shard_sequence = 2},
+      {.ledger_clock_ms = 2,
+       .gateways = {makeGateway("gw-a", 1, false)},
+       .shards = {one_later},
+       .fences = {fence_later},
+       .shard_sequence = 0},  // a batch that used no sequence number never lowers it
+  };
+  // The codec alone.
+  for (const StoreBatch& batch : batches) {
+    Result<StoreBatch> decoded = decodeBatch(blobBytes(encodeBatch(batch)));
+    ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+    EXPECT_TRUE(decoded.value().gateways == batch.gateways);
+    EXPECT_TRUE(decoded.value().shards == batch.shards);
+    EXPECT_TRUE(decoded.value().fences == batch.fences);
+    EXPECT_EQ(decoded.value().shard_sequence, batch.shard_sequence);
+  }
+  Result<ShardRecord> shard = decodeShardRecord(blobBytes(encodeShardRecord(one)));
+  ASSERT_TRUE(shard.isOk()) << shard.status().toString();
+  EXPECT_TRUE(shard.value() == one);
+  const std::vector<GatewayRecord> gateways = {makeGateway("gw-a", 1, false),
+                                               makeGateway("gw-b", 2, true)};
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    for (const StoreBatch& batch : batches) ASSERT_TRUE(store->commit(batch).isOk());
+    // From the log, then from the folded tables.
+    expectShardContents(loadOrDie(store.get()), gateways, {one_later, two}, {fence_later}, 2);
+    ASSERT_TRUE(store->checkpoint().isOk());
+    expectShardContents(loadOrDie(store.get()), gateways, {one_later, two}, {fence_later}, 2);
+    ASSERT_TRUE(store->commit({.ledger_clock_ms = 3, .shard_sequence = 3}).isOk());
+  }
+  auto store = openOrDie(dataDir());
+  ASSERT_NE(store, nullptr);
+  expectShardContents(loadOrDie(store.get()), gateways, {one_later, two}, {fence_later}, 3);
+}
+
+// Runs statements on a database file directly (no row-count expectation).
+void execSql(const std::string& db_path, const std::vector<std::string>& statements) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  for (const std::string& sql : statements) {
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+        << sql << ": " << sqlite3_errmsg(db);
+  }
+  EXPECT_EQ(sqlite3_close(db), SQLITE_OK);
+}
+
+int64_t schemaVersionOf(const std::string& db_path) {
+  sqlite3* db = nullptr;
+  int64_t version = -1;
+  EXPECT_EQ(sqlite3_open_v2(db_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &stmt,
+                               nullptr),
+            SQLITE_OK);
+  if (sqlite3_step(stmt) == SQLITE_ROW) version = sqlite3_column_int64(stmt, 0);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return version;
+}
+
+TEST_F(StoreTest, DataDirOfSchemaVersion2IsMigrated) {
+  Model model;
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->commit(crashBatch(1)).isOk());
+    ASSERT_TRUE(store->checkpoint().isOk());           // folded into tables.db
+    ASSERT_TRUE(store->commit(crashBatch(2)).isOk());  // and one left in the log
+    model.apply(crashBatch(1));
+    model.apply(crashBatch(2));
+  }
+  // Turn the dir back into what the build before emergency shards wrote.
+  execSql(tablesPath(), {"DROP TABLE gateways", "DROP TABLE shards", "DROP TABLE fences",
+                         "UPDATE meta SET value = 2 WHERE key = 'schema_version'"});
+  execSql(dbPath(), {"UPDATE meta SET value = 2 WHERE key = 'schema_version'"});
+  ASSERT_EQ(schemaVersionOf(tablesPath()), 2);
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(schemaVersionOf(tablesPath()), 3);
+    EXPECT_EQ(schemaVersionOf(dbPath()), 3);
+    StoreContents contents = loadOrDie(store.get());
+    expectContents(contents, model);
+    expectShardContents(contents, {}, {}, {}, 0);
+    // The new tables work.
+    ASSERT_TRUE(store
+                    ->commit({.ledger_clock_ms = 30,
+                              .gateways = {makeGateway("gw-a", 1, true)},
+                              .shards = {makeShard(1, ShardState::kIssued)},
+                              .shard_sequence = 1})
+                    .isOk());
+    ASSERT_TRUE(store->checkpoint().isOk());
+  }
+  auto store = openOrDie(dataDir());
+  ASSERT_NE(store, nullptr);
+  const StoreContents contents = loadOrDie(store.get());
+  expectShardContents(contents, {makeGateway("gw-a", 1, true)}, {makeShard(1, ShardState::kIssued)},
+                      {}, 1);
+  EXPECT_EQ(contents.reservations.size(), model.reservations.size());
 }
 
 }  // namespace

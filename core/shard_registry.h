@@ -1,0 +1,118 @@
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/account_book.h"
+#include "core/ledger_types.h"
+#include "core/shard_record.h"
+#include "core/shard_types.h"
+#include "core/status.h"
+
+// The ledger's side of emergency shards (SPEC §6, docs/SHARDS.md): enrolled gateways, every
+// shard carved (grant, state, the agent's last accepted report), the fence of each
+// subject/route and the shard sequence. Owned by the core Ledger; pure, deterministic and
+// single-threaded like it. Every time arrives as `now_ms`.
+//
+// Borrows the Ledger's AccountBook (which outlives it) and moves capacity only through it:
+// carve (available → retiredForEmergency), recordShardSpent, recordShardDebt and remint into
+// the *current* generation. Borrows a ShardCrypto (set by the shell; must outlive every call).
+//
+// Invariants (asserted after every change, audited by audit()):
+//  * per shard: allocated = spent + reminted + retired;
+//  * per account: retiredForEmergency = Σ retired over the shards carved from it;
+//  * a duplicate report remints 0; units of holding receipts (RESERVED, STARTED,
+//    USAGE_UNKNOWN) are never reminted; a shard in CONFLICT or WRITTEN_OFF remints nothing more.
+
+namespace tally {
+
+struct ShardRegistryFaults {
+  // Deliberately wrong: the units of holding receipts count as proven unused.
+  bool remint_holding_receipts = false;
+};
+
+class ShardRegistry {
+ public:
+  explicit ShardRegistry(AccountBook* accounts) : accounts_(accounts) {}
+  ShardRegistry(const ShardRegistry&) = delete;
+  ShardRegistry& operator=(const ShardRegistry&) = delete;
+
+  void setCrypto(const ShardCrypto* crypto) { crypto_ = crypto; }
+  void setFaultsForTesting(ShardRegistryFaults faults) { faults_ = faults; }
+
+  GatewayReply enrollGateway(const std::string& gateway_name, const PublicKey& public_key,
+                             uint64_t now_ms);
+  GatewayReply listGateways() const;
+  GatewayReply setGatewayEnabled(const std::string& gateway_name, bool enabled);
+
+  ShardReply issue(const ShardIssueRequest& request, uint64_t now_ms);
+  ShardReply report(const ShardReport& report, uint64_t now_ms);
+  // The named shards of `gateway_name` (every gateway if empty); unknown ids are left out.
+  ShardReply status(const std::string& gateway_name, const std::vector<std::string>& ids) const;
+  ShardReply list(const std::string& gateway_name, std::optional<ShardState> state) const;
+  // Exactly one of shard_id and gateway_name is non-empty.
+  ShardReply revoke(const std::string& shard_id, const std::string& gateway_name);
+  ShardReply writeOff(const std::string& shard_id, uint64_t now_ms);
+
+  // Performs deferred remints that fell due (at most `items_max`); returns how many.
+  uint64_t tick(uint64_t now_ms, uint64_t items_max);
+
+  // Appends every shard's view (sorted by id) and the shard equations' violations.
+  void audit(AuditReport* report) const;
+
+  // Rebuilding from the durable record, after the accounts and before serving.
+  Status restoreGateway(const GatewayRecord& gateway);
+  Status restoreShard(const ShardRecord& record);
+  Status restoreFence(const FenceRecord& fence);
+  void restoreShardSequence(uint64_t shard_sequence);
+  Status finishRestore();
+
+  ShardChangedRows takeChangedRows();
+
+  const ShardRecord* find(const std::string& shard_id) const;
+  const GatewayRecord* findGateway(const std::string& gateway_name) const;
+  uint64_t fenceOf(const std::string& subject, const std::string& route) const;
+  uint64_t shardSequence() const { return shard_sequence_; }
+  size_t shardCount() const { return shards_.size(); }
+
+ private:
+  // Rule 1 refusals: code REJECTED with permission_denied set; nothing changes.
+  static ShardReply permissionDenied(std::string message);
+  ShardReply refuseIssue(const ShardIssueRequest& request, uint64_t now_ms);
+  ShardReply carveAndGrant(const ShardIssueRequest& request, AccountEntry* entry,
+                           const Budget& budget, uint64_t now_ms);
+  ShardReply reconcile(ShardRecord* record, const ShardReport& report, uint64_t now_ms);
+  ShardReply recordConflict(ShardRecord* record, const ShardReport& report, const std::string& why);
+  // Moves `units` of the record's retired units to spent on the source account.
+  // False (nothing changed) if a balance would overflow.
+  [[nodiscard]] bool recordSpent(ShardRecord* record, Units units);
+  // Remints up to `target` in total (minus what was reminted); returns what this call reminted.
+  Units remintUpTo(ShardRecord* record, Units target, uint64_t now_ms);
+  AccountEntry* sourceOf(const ShardRecord& record);
+  size_t liveShardsOf(const std::string& gateway_name, const AccountKey& source) const;
+  ShardLedgerView viewOf(const ShardRecord& record) const;
+  ShardReply answer(ReplyCode code, const ShardRecord* record, std::string message = {}) const;
+  void touched(const ShardRecord& record);
+  void touchedGateway(const std::string& gateway_name);
+  void assertConserved(const ShardRecord& record) const;
+
+  AccountBook* accounts_;
+  const ShardCrypto* crypto_ = nullptr;
+  ShardRegistryFaults faults_;
+  std::map<std::string, GatewayRecord> gateways_;
+  std::map<std::string, ShardRecord> shards_;            // by shard id
+  std::map<std::string, std::string> by_request_id_;     // issue request id → shard id
+  std::map<SubjectRoute, uint64_t> fences_;              // absent: 1
+  std::set<std::pair<uint64_t, std::string>> deferred_;  // (remint_due_at_ms, shard id)
+  uint64_t shard_sequence_ = 0;
+  std::set<std::string> changed_gateways_;
+  std::set<std::string> changed_shards_;
+  std::set<SubjectRoute> changed_fences_;
+  bool sequence_changed_ = false;
+};
+
+}  // namespace tally

@@ -1,0 +1,38 @@
+#include "ledger/store_batch.h"
+
+#include <utility>
+
+namespace tally::ledger {
+
+StoreBatch storeBatchOf(const Ledger& ledger, LedgerChangedRows* rows, uint64_t now_ms) {
+  StoreBatch batch;
+  batch.ledger_clock_ms = now_ms;
+  if (rows->policies) {
+    for (Generation generation : ledger.accounts().generations()) {
+      batch.policies.push_back(
+          PolicyRecord{.policy = *ledger.accounts().policy(generation),
+                       .republished_from = ledger.accounts().republishedFrom(generation)});
+    }
+  }
+  // The rows are read in place (no lookups); each image is copied once, into the batch.
+  batch.accounts.reserve(rows->accounts.size());
+  for (const AccountEntry* entry : rows->accounts) {
+    batch.accounts.push_back(AccountRecord{.key = entry->key,
+                                           .balances = entry->account.balances(),
+                                           .refill_clock_ms = entry->account.refillClockMs(),
+                                           .refill_carry = entry->account.refillCarry()});
+  }
+  batch.reservations.reserve(rows->reservations_upserted.size());
+  for (const Reservation* reservation : rows->reservations_upserted) {
+    batch.reservations.push_back(*reservation);
+  }
+  batch.deleted_reservations = std::move(rows->reservations_deleted);
+  const ShardChangedRows& shards = rows->shards;
+  for (const GatewayRecord* gateway : shards.gateways) batch.gateways.push_back(*gateway);
+  for (const ShardRecord* shard : shards.shards) batch.shards.push_back(*shard);
+  batch.fences = shards.fences;
+  batch.shard_sequence = shards.shard_sequence;
+  return batch;
+}
+
+}  // namespace tally::ledger
