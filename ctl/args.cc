@@ -1,11 +1,14 @@
 #include "ctl/args.h"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <map>
 #include <vector>
 
+#include "common/identity.h"
 #include "core/limits.h"
+#include "wire/codec.h"
 #include "wire/digest.h"
 
 namespace tally::ctl {
@@ -21,7 +24,10 @@ enum class Flag : uint8_t {
   kPriority,
   kOperation,
   kActual,
-  kGeneration
+  kGeneration,
+  kPublicKey,
+  kGateway,
+  kState,
 };
 
 struct FlagName {
@@ -38,6 +44,9 @@ constexpr FlagName kFlags[] = {
     {"operation", Flag::kOperation},
     {"actual", Flag::kActual},
     {"generation", Flag::kGeneration},
+    {"public-key", Flag::kPublicKey},
+    {"gateway", Flag::kGateway},
+    {"state", Flag::kState},
 };
 
 struct CommandSpec {
@@ -63,6 +72,13 @@ const CommandSpec& specFor(Command command) {
       {Command::kReport, {F::kId, F::kOperation, F::kActual}, {}},
       {Command::kQuery, {F::kId}, {}},
       {Command::kAudit, {}, {F::kSubject, F::kRoute}},
+      {Command::kGatewayEnroll, {F::kId, F::kPublicKey}, {}},
+      {Command::kGatewayList, {}, {}},
+      {Command::kGatewayDisable, {F::kId}, {}},
+      {Command::kGatewayEnable, {F::kId}, {}},
+      {Command::kShardList, {}, {F::kGateway, F::kState}},
+      {Command::kShardRevoke, {}, {F::kId, F::kGateway}},  // exactly one: checkShardRevoke()
+      {Command::kShardWriteOff, {F::kId}, {}},
   };
   for (const CommandSpec& spec : kSpecs) {
     if (spec.command == command) return spec;
@@ -112,14 +128,65 @@ Status checkText(std::string_view flag, const std::string& value, uint64_t bytes
   return Status::ok();
 }
 
+bool isGatewayCommand(Command command) {
+  return command == Command::kGatewayEnroll || command == Command::kGatewayList ||
+         command == Command::kGatewayDisable || command == Command::kGatewayEnable;
+}
+
+bool isShardCommand(Command command) {
+  return command == Command::kShardList || command == Command::kShardRevoke ||
+         command == Command::kShardWriteOff;
+}
+
+Status applyGatewayName(std::string_view flag, const std::string& value, Invocation* inv) {
+  inv->gateway_name = value;
+  if (Status valid = identity::validateGatewayName(value); !valid.isOk()) {
+    return usage(std::string(flag) + ": " + valid.message());
+  }
+  return Status::ok();
+}
+
+Status applyShardState(const std::string& value, Invocation* inv) {
+  std::string upper = value;
+  std::transform(upper.begin(), upper.end(), upper.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  ShardState state = ShardState::kIssued;
+  if (!parseShardState(upper, &state)) {
+    std::string names;
+    for (int i = 0; i < kShardStateCount; ++i) {
+      names += std::string(i == 0 ? "" : ", ") + shardStateName(static_cast<ShardState>(i));
+    }
+    return usage("--state must be one of " + names + ", got '" + value + "'");
+  }
+  inv->shard_state = state;
+  return Status::ok();
+}
+
+// --id names a reservation, a gateway or a shard, depending on the command.
+Status applyId(const std::string& value, Invocation* inv) {
+  if (isGatewayCommand(inv->command)) return applyGatewayName("--id", value, inv);
+  if (isShardCommand(inv->command)) {
+    inv->shard_id = value;
+    return checkText("--id", value, wire::kOriginBytesMax);
+  }
+  inv->reservation_id = value;
+  return checkText("--id", value, limits::kReservationIdBytesMax);
+}
+
 // Stores one command flag's value in the invocation, checking it.
 Status applyFlag(Flag flag, const std::string& value, Invocation* inv) {
   const std::string name = flagText(flag);
   uint64_t number = 0;
   switch (flag) {
-    case Flag::kId:
-      inv->reservation_id = value;
-      return checkText(name, value, limits::kReservationIdBytesMax);
+    case Flag::kId: return applyId(value, inv);
+    case Flag::kGateway: return applyGatewayName(name, value, inv);
+    case Flag::kState: return applyShardState(value, inv);
+    case Flag::kPublicKey: {
+      Result<PublicKey> key = identity::decodePublicKey(value);
+      if (!key.isOk()) return usage("--public-key: " + key.status().message());
+      inv->public_key = key.value();
+      return Status::ok();
+    }
     case Flag::kSubject:
       inv->subject = value;
       return checkText(name, value, limits::kSubjectBytesMax);
@@ -259,7 +326,31 @@ Status resolveCommand(const std::vector<std::string>& words, Invocation* inv) {
       {"audit", Command::kAudit},
   };
   size_t used = 1;
-  if (words[0] == "policy") {
+  static const std::map<std::string_view, Command> kGateway = {
+      {"enroll", Command::kGatewayEnroll},
+      {"list", Command::kGatewayList},
+      {"disable", Command::kGatewayDisable},
+      {"enable", Command::kGatewayEnable},
+  };
+  static const std::map<std::string_view, Command> kShard = {
+      {"list", Command::kShardList},
+      {"revoke", Command::kShardRevoke},
+      {"write-off", Command::kShardWriteOff},
+  };
+  if (words[0] == "gateway" || words[0] == "shard") {
+    const bool gateway = words[0] == "gateway";
+    const char* expected =
+        gateway ? "enroll, list, disable or enable" : "list, revoke or write-off";
+    if (words.size() < 2) return usage("'" + words[0] + "' needs a subcommand: " + expected);
+    const auto& table = gateway ? kGateway : kShard;
+    const auto it = table.find(words[1]);
+    if (it == table.end()) {
+      return usage("unknown " + words[0] + " subcommand '" + words[1] + "' (expected " + expected +
+                   ")");
+    }
+    inv->command = it->second;
+    used = 2;
+  } else if (words[0] == "policy") {
     if (words.size() < 2) return usage("'policy' needs a subcommand: publish, rollback or show");
     if (words[1] == "publish") {
       if (words.size() < 3) return usage("'policy publish' needs a FILE.toml");
@@ -309,6 +400,9 @@ Status applyCommandFlags(const Scanned& scanned, Invocation* inv) {
       return usage("'" + std::string(commandName(inv->command)) + "' needs " + flagText(flag));
     }
   }
+  if (inv->command == Command::kShardRevoke && inv->shard_id.empty() == inv->gateway_name.empty()) {
+    return usage("'shard revoke' needs exactly one of --id and --gateway");
+  }
   return Status::ok();
 }
 
@@ -330,6 +424,13 @@ const char* commandName(Command command) {
     case Command::kReport: return "report";
     case Command::kQuery: return "query";
     case Command::kAudit: return "audit";
+    case Command::kGatewayEnroll: return "gateway enroll";
+    case Command::kGatewayList: return "gateway list";
+    case Command::kGatewayDisable: return "gateway disable";
+    case Command::kGatewayEnable: return "gateway enable";
+    case Command::kShardList: return "shard list";
+    case Command::kShardRevoke: return "shard revoke";
+    case Command::kShardWriteOff: return "shard write-off";
   }
   return "?";
 }
@@ -378,8 +479,26 @@ Commands:
                                   operation receipt: resolves USAGE_UNKNOWN
   query   --id ID                 show a reservation
   audit   [--subject S] [--route R]
-                                  every account's balances and the conservation check
+                                  every account's balances and the conservation check, and
+                                  every emergency shard's: allocated = spent + reminted +
+                                  retired (and the agent's last reported local equation)
   health                          ask the peer whether it is serving
+
+Gateways and emergency shards (ledger only; an agent refuses these):
+  gateway enroll --id NAME --public-key BASE64
+                                  let gateway NAME (its Ed25519 public key, as printed by
+                                  `tally-agent identity`) have emergency shards
+  gateway list                    every enrolled gateway
+  gateway disable --id NAME       no more shards for NAME; its reports are refused
+  gateway enable --id NAME        undo disable
+  shard list [--gateway NAME] [--state S]
+                                  shards and their central equations; S is one of ISSUED,
+                                  REVOKED, RECONCILING, RECONCILED, CONFLICT, WRITTEN_OFF
+  shard revoke (--id ID | --gateway NAME)
+                                  revoke one shard, or every live shard of a gateway (the
+                                  fence is bumped; agents stop using them at next contact)
+  shard write-off --id ID         after its expiry, give up on an unreported shard: its
+                                  units stay retired for ever
 
 Global flags (before or after the command):
   --ledger HOST:PORT  the ledger to talk to (default 127.0.0.1:7411; [IPv6]:PORT works)
@@ -401,8 +520,20 @@ JSON fields:
                available, reserved, spent, retiredForEmergency, overdraftRepaid,
                transferredOut, conserved), violations[]
   policy       code, policyGeneration, message (show adds budgets[] with the TOML keys)
+  gateway      code, duplicate, message, gateways[] (gatewayId (the name), publicKey (base64),
+               enabled, enrolledAt, enrolledAtMs)
+  shard        code, duplicate, permissionDenied, message, remintedUnits, spentUnits,
+               debtUnits (changed by this call), limitingDimension (refusals), shards[]
+               (shardId, gatewayId (the name), publicKey (the gateway's, base64), subject,
+               route, policyGeneration, state, allocatedUnits, spentUnits, remintedUnits,
+               retiredUnits, debtUnits, writtenOff, conserved, fence, currentFence,
+               gatewayBootEpoch, issuedAt, issuedAtMs, expiresAt, expiresAtMs, ledgerKeyId, reported,
+               local (the agent's last report: available, reserved, spent, retired,
+               overspent) when reported)
+               audit adds shards[] with the same fields but fence/currentFence/times/keys
   errors       error: true, code, message
-Times are RFC 3339 UTC strings (e.g. "2026-07-19T14:00:00Z") plus *Ms Unix milliseconds.
+Times are RFC 3339 UTC strings (e.g. "2026-07-19T14:00:00Z") plus *Ms Unix milliseconds,
+except in gateway and shard objects, where they are Unix milliseconds only.
 
 Exit codes:
   0   success (including a duplicate that returned the first answer)
@@ -417,6 +548,7 @@ Exit codes:
   8   INVALID_STATE: not allowed in the reservation's current state
   9   RESOURCE_EXHAUSTED or ARITHMETIC_OVERFLOW: the ledger refused and changed nothing
   10  protocol error: malformed or unexpected answer, or another error reply from the peer
+  11  permission denied: the gateway is unknown or disabled, or a signature did not verify
   1   internal error in tallyctl
 )";
 }

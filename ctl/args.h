@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "central-client/blocking_client.h"
+#include "core/shard_types.h"
 #include "core/status.h"
 #include "core/types.h"
 
@@ -34,6 +35,13 @@ enum class Command : uint8_t {
   kReport,       // `report`: an operation receipt
   kQuery,
   kAudit,
+  kGatewayEnroll,
+  kGatewayList,
+  kGatewayDisable,
+  kGatewayEnable,
+  kShardList,
+  kShardRevoke,
+  kShardWriteOff,
 };
 
 // The command word(s) as typed, e.g. "policy publish", "unknown".
@@ -55,6 +63,12 @@ struct Invocation {
   Units actual_units = 0;
   std::optional<Digest> digest;  // reserve --digest; absent: computed from the request
   uint32_t priority = 0;
+
+  // gateway enroll/disable/enable --id NAME; shard list/revoke --gateway NAME.
+  std::string gateway_name;
+  std::optional<PublicKey> public_key;    // gateway enroll --public-key BASE64
+  std::string shard_id;                   // shard revoke/write-off --id ID
+  std::optional<ShardState> shard_state;  // shard list --state S
 };
 
 // Parses the arguments after argv[0]. Global flags (--ledger, --agent, --json, --timeout-ms)

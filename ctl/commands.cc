@@ -35,7 +35,7 @@ int exitCodeForError(wire::ErrorCode code) {
   }
 }
 
-enum class Expect : uint8_t { kReservation, kPolicy, kAudit, kHealth };
+enum class Expect : uint8_t { kReservation, kPolicy, kAudit, kHealth, kGateway, kShard };
 
 Expect expectedAnswer(Command command) {
   switch (command) {
@@ -44,6 +44,13 @@ Expect expectedAnswer(Command command) {
     case Command::kPolicyShow: return Expect::kPolicy;
     case Command::kAudit: return Expect::kAudit;
     case Command::kHealth: return Expect::kHealth;
+    case Command::kGatewayEnroll:
+    case Command::kGatewayList:
+    case Command::kGatewayDisable:
+    case Command::kGatewayEnable: return Expect::kGateway;
+    case Command::kShardList:
+    case Command::kShardRevoke:
+    case Command::kShardWriteOff: return Expect::kShard;
     default: return Expect::kReservation;
   }
 }
@@ -70,6 +77,14 @@ CommandOutput renderBody(const Invocation& inv, const wire::ResponseBody& body) 
   if (const auto* health = std::get_if<wire::HealthReply>(&body);
       health != nullptr && expect == Expect::kHealth) {
     return {.exit_code = kExitOk, .out = renderHealth(*health, inv.json)};
+  }
+  if (const auto* reply = std::get_if<GatewayReply>(&body);
+      reply != nullptr && expect == Expect::kGateway) {
+    return {.exit_code = exitCodeFor(reply->code), .out = renderGateways(*reply, inv.json)};
+  }
+  if (const auto* reply = std::get_if<ShardReply>(&body);
+      reply != nullptr && expect == Expect::kShard) {
+    return {.exit_code = exitCodeFor(*reply), .out = renderShards(*reply, inv.json)};
   }
   if (const auto* error = std::get_if<wire::ErrorReply>(&body); error != nullptr) {
     return failure(inv, exitCodeForError(error->code), errorCodeConstant(error->code),
@@ -126,6 +141,22 @@ Result<wire::RequestBody> buildRequest(const Invocation& inv) {
       return wire::RequestBody(QueryRequest{.reservation_id = inv.reservation_id});
     case Command::kAudit:
       return wire::RequestBody(wire::AuditRequest{.subject = inv.subject, .route = inv.route});
+    case Command::kGatewayEnroll:
+      return wire::RequestBody(wire::EnrollGatewayRequest{
+          .gateway_name = inv.gateway_name, .public_key = inv.public_key.value_or(PublicKey{})});
+    case Command::kGatewayList: return wire::RequestBody(wire::ListGatewaysRequest{});
+    case Command::kGatewayDisable:
+    case Command::kGatewayEnable:
+      return wire::RequestBody(wire::SetGatewayEnabledRequest{
+          .gateway_name = inv.gateway_name, .enabled = inv.command == Command::kGatewayEnable});
+    case Command::kShardList:
+      return wire::RequestBody(
+          wire::ListShardsRequest{.gateway_name = inv.gateway_name, .state = inv.shard_state});
+    case Command::kShardRevoke:
+      return wire::RequestBody(
+          wire::RevokeShardsRequest{.shard_id = inv.shard_id, .gateway_name = inv.gateway_name});
+    case Command::kShardWriteOff:
+      return wire::RequestBody(wire::WriteOffShardRequest{.shard_id = inv.shard_id});
   }
   TALLY_UNREACHABLE();
 }

@@ -19,6 +19,7 @@ enum ExitCode : int {
   kExitInvalidState = 8,  // INVALID_STATE
   kExitRefused = 9,       // RESOURCE_EXHAUSTED or ARITHMETIC_OVERFLOW: the ledger changed nothing
   kExitProtocol = 10,     // malformed or unexpected answer; peer error other than the above
+  kExitPermissionDenied = 11,  // ShardReply.permission_denied: unknown/disabled gateway, bad key
 };
 
 // The exit code for a ledger reply code.
@@ -37,6 +38,11 @@ constexpr ExitCode exitCodeFor(ReplyCode code) {
     case ReplyCode::kQueued: return kExitOk;  // durably queued at the agent
   }
   return kExitProtocol;
+}
+
+// A shard answer: permission denied (exit 11) whatever its code, else by its code.
+inline ExitCode exitCodeFor(const ShardReply& reply) {
+  return reply.permission_denied ? kExitPermissionDenied : exitCodeFor(reply.code);
 }
 
 }  // namespace tally::ctl

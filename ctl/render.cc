@@ -4,6 +4,7 @@
 
 #include "ctl/json.h"
 #include "ctl/policy_toml.h"
+#include "ctl/render_shards.h"
 #include "wire/digest.h"
 
 namespace tally::ctl {
@@ -24,6 +25,8 @@ void civilFromDays(int64_t days, int64_t* year, unsigned* month, unsigned* day) 
   *year = static_cast<int64_t>(yoe) + era * 400 + (*month <= 2 ? 1 : 0);
 }
 
+}  // namespace
+
 void timeField(JsonWriter& w, std::string_view name, uint64_t unix_ms) {
   w.key(name);
   if (unix_ms == 0) {
@@ -37,6 +40,8 @@ void timeField(JsonWriter& w, std::string_view name, uint64_t unix_ms) {
 std::string timeText(uint64_t unix_ms) {
   return unix_ms == 0 ? std::string("-") : rfc3339FromUnixMs(unix_ms);
 }
+
+namespace {
 
 bool isRejection(const ReservationReply& reply) {
   return reply.code == ReplyCode::kRejected || reply.receipt.state == ReservationState::kRejected;
@@ -259,6 +264,9 @@ bool auditConserved(const AuditReport& report) {
   for (const AccountView& account : report.accounts) {
     if (!account.conserved) return false;
   }
+  for (const ShardLedgerView& shard : report.shards) {
+    if (!shard.conserved) return false;
+  }
   return true;
 }
 
@@ -274,6 +282,9 @@ std::string renderAudit(const AuditReport& report, bool json) {
     w.key("violations").beginArray();
     for (const std::string& violation : report.violations) w.value(violation);
     w.endArray();
+    w.key("shards").beginArray();
+    for (const ShardLedgerView& shard : report.shards) shardJson(w, shard, false);
+    w.endArray();
     w.endObject();
     return w.take() + "\n";
   }
@@ -281,6 +292,11 @@ std::string renderAudit(const AuditReport& report, bool json) {
                     std::to_string(report.accounts.size()) +
                     (report.accounts.size() == 1 ? " account)\n" : " accounts)\n");
   for (const AccountView& account : report.accounts) out += accountHuman(account);
+  if (!report.shards.empty()) {
+    out += std::to_string(report.shards.size()) +
+           (report.shards.size() == 1 ? " emergency shard:\n" : " emergency shards:\n");
+  }
+  for (const ShardLedgerView& shard : report.shards) out += shardHuman(shard, false);
   for (const std::string& violation : report.violations) out += "violation: " + violation + "\n";
   return out;
 }

@@ -16,6 +16,12 @@ namespace tally::ctl {
 // RFC 3339 UTC, e.g. "2026-07-19T14:00:00Z"; milliseconds appear only when non-zero
 // ("2026-07-19T14:00:00.250Z").
 std::string rfc3339FromUnixMs(uint64_t unix_ms);
+// "-" for 0 (unset), else rfc3339FromUnixMs.
+std::string timeText(uint64_t unix_ms);
+class JsonWriter;
+// Writes `name` as RFC 3339 (null when 0) and `nameMs` as Unix milliseconds: every time field in
+// tallyctl's JSON comes as this pair.
+void timeField(JsonWriter& w, std::string_view name, uint64_t unix_ms);
 
 struct ReservationView {
   const ReservationReply& reply;
@@ -28,11 +34,16 @@ std::string renderReservation(const ReservationView& view, bool json);
 std::string renderPolicy(const wire::PolicyAnswer& answer, bool show_policy, bool json);
 std::string renderAudit(const AuditReport& report, bool json);
 std::string renderHealth(const wire::HealthReply& reply, bool json);
+// gateway enroll / list / disable / enable.
+std::string renderGateways(const GatewayReply& reply, bool json);
+// shard list / revoke / write-off: each shard with its central equation and, when reported,
+// the agent's local one.
+std::string renderShards(const ShardReply& reply, bool json);
 // An answer that is an error (transport failure, peer error reply): `code` is an
 // UPPER_SNAKE name.
 std::string renderError(std::string_view code, std::string_view message, bool json);
 
-// True when the audit found no violation in any account.
+// True when the audit found no violation in any account or shard.
 bool auditConserved(const AuditReport& report);
 
 // UPPER_SNAKE name of a peer error code, e.g. "FRAME_TOO_LARGE".

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/identity.h"
 #include "ctl/json.h"
 #include "ctl/render.h"
 #include "wire/digest.h"
@@ -368,6 +369,260 @@ TEST(CommandsTest, HelpAndVersionNeedNoPeer) {
   EXPECT_EQ(out.exit_code, kExitOk);
   EXPECT_CONTAINS(out.out, "tallyctl ");
   EXPECT_FALSE(peer.request.has_value());
+}
+
+// --- Gateways and emergency shards ------------------------------------------------------------
+
+const char kKey[] = "11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=";  // RFC 8032 test 1
+
+PublicKey rfcKey() {
+  Result<PublicKey> key = identity::decodePublicKey(kKey);
+  EXPECT_TRUE(key.isOk());
+  return key.value();
+}
+
+ShardLedgerView sampleShard() {
+  ShardLedgerView view;
+  view.grant = ShardGrant{.shard_id = "shard-17",
+                          .subject = "tenant-7",
+                          .route = "chat.generate",
+                          .policy_generation = 3,
+                          .gateway_id = rfcKey(),
+                          .gateway_name = "gw-eu-1",
+                          .gateway_boot_epoch = 4,
+                          .fence = 2,
+                          .allocated_units = 500,
+                          .issued_at_ms = 1784469600000,
+                          .expires_at_ms = 1784469720000,
+                          .ledger_key_id = "21fe31dfa154a261"};
+  view.state = ShardState::kReconciling;
+  view.current_fence = 3;
+  view.spent_units = 80;
+  view.reminted_units = 300;
+  view.retired_units = 120;
+  view.debt_units = 0;
+  view.reported = true;
+  view.last_reported = {.allocated = 500,
+                        .local_available = 0,
+                        .local_reserved = 120,
+                        .local_spent = 80,
+                        .local_retired = 300,
+                        .overspent = 0};
+  return view;
+}
+
+wire::Response shardAnswer(ShardReply reply) {
+  return wire::Response{.request_id = 1, .body = std::move(reply)};
+}
+
+TEST(CommandsTest, GatewayAndShardCommandsSendTheirRequests) {
+  FakePeer peer;
+  peer.answer = wire::Response{.request_id = 1, .body = GatewayReply{}};
+  EXPECT_EQ(run(peer, {"gateway", "enroll", "--id", "gw-1", "--public-key", kKey}).exit_code,
+            kExitOk);
+  const auto& enroll = std::get<wire::EnrollGatewayRequest>(*peer.request);
+  EXPECT_EQ(enroll.gateway_name, "gw-1");
+  EXPECT_EQ(enroll.public_key, rfcKey());
+  run(peer, {"gateway", "list"});
+  EXPECT_TRUE(std::holds_alternative<wire::ListGatewaysRequest>(*peer.request));
+  run(peer, {"gateway", "disable", "--id", "gw-1"});
+  EXPECT_EQ(std::get<wire::SetGatewayEnabledRequest>(*peer.request).gateway_name, "gw-1");
+  EXPECT_FALSE(std::get<wire::SetGatewayEnabledRequest>(*peer.request).enabled);
+  run(peer, {"gateway", "enable", "--id", "gw-1"});
+  EXPECT_TRUE(std::get<wire::SetGatewayEnabledRequest>(*peer.request).enabled);
+
+  peer.answer = shardAnswer(ShardReply{});
+  EXPECT_EQ(run(peer, {"shard", "list", "--gateway", "gw-1", "--state", "ISSUED"}).exit_code,
+            kExitOk);
+  const auto& list = std::get<wire::ListShardsRequest>(*peer.request);
+  EXPECT_EQ(list.gateway_name, "gw-1");
+  EXPECT_EQ(list.state, ShardState::kIssued);
+  run(peer, {"shard", "revoke", "--gateway", "gw-1"});
+  EXPECT_EQ(std::get<wire::RevokeShardsRequest>(*peer.request).gateway_name, "gw-1");
+  EXPECT_EQ(std::get<wire::RevokeShardsRequest>(*peer.request).shard_id, "");
+  run(peer, {"shard", "revoke", "--id", "shard-2"});
+  EXPECT_EQ(std::get<wire::RevokeShardsRequest>(*peer.request).shard_id, "shard-2");
+  run(peer, {"shard", "write-off", "--id", "shard-2"});
+  EXPECT_EQ(std::get<wire::WriteOffShardRequest>(*peer.request).shard_id, "shard-2");
+}
+
+TEST(CommandsTest, GatewayListJsonAndText) {
+  FakePeer peer;
+  peer.answer = wire::Response{
+      .request_id = 1,
+      .body = GatewayReply{.gateways = {GatewayRecord{.gateway_name = "gw-eu-1",
+                                                      .public_key = rfcKey(),
+                                                      .enabled = false,
+                                                      .enrolled_at_ms = 1784469600000}}}};
+  CommandOutput out = run(peer, {"--json", "gateway", "list"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  EXPECT_EQ(
+      out.out,
+      std::string(R"({"code":"OK","duplicate":false,"gateways":[{"gatewayId":"gw-eu-1",)") +
+          R"("publicKey":")" + kKey +
+          R"(","enabled":false,"enrolledAt":"2026-07-19T14:00:00Z","enrolledAtMs":1784469600000}]})" +
+          "\n");
+  out = run(peer, {"gateway", "list"});
+  EXPECT_EQ(out.out,
+            std::string("gw-eu-1  ") + kKey + "  DISABLED  enrolled 2026-07-19T14:00:00Z\n");
+  peer.answer = wire::Response{.request_id = 1, .body = GatewayReply{}};
+  EXPECT_EQ(run(peer, {"gateway", "list"}).out, "no gateways\n");
+}
+
+TEST(CommandsTest, ShardListJsonHasContractFields) {
+  FakePeer peer;
+  peer.answer = shardAnswer(ShardReply{.shards = {sampleShard()}});
+  CommandOutput out = run(peer, {"--json", "shard", "list"});
+  EXPECT_EQ(out.exit_code, kExitOk) << out.err;
+  for (const std::string& field : std::vector<std::string>{
+           R"("code":"OK")",
+           R"("permissionDenied":false)",
+           R"("shards":[{"shardId":"shard-17")",
+           R"("gatewayId":"gw-eu-1")",
+           std::string(R"("publicKey":")") + kKey + "\"",
+           R"("subject":"tenant-7")",
+           R"("route":"chat.generate")",
+           R"("policyGeneration":3)",
+           R"("state":"RECONCILING")",
+           R"("allocatedUnits":500)",
+           R"("spentUnits":80)",
+           R"("remintedUnits":300)",
+           R"("retiredUnits":120)",
+           R"("debtUnits":0)",
+           R"("writtenOff":false)",
+           R"("conserved":true)",
+           R"("fence":2)",
+           R"("currentFence":3)",
+           R"("gatewayBootEpoch":4)",
+           R"("issuedAt":"2026-07-19T14:00:00Z")",
+           R"("issuedAtMs":1784469600000)",
+           R"("expiresAt":"2026-07-19T14:02:00Z")",
+           R"("expiresAtMs":1784469720000)",
+           R"("ledgerKeyId":"21fe31dfa154a261")",
+           R"("reported":true)",
+           R"("local":{"available":0,"reserved":120,"spent":80,"retired":300,"overspent":0})"}) {
+    EXPECT_CONTAINS(out.out, field);
+  }
+  EXPECT_EQ(out.out.back(), '\n');
+  EXPECT_EQ(out.out.find('\n'), out.out.size() - 1);  // one JSON object, one line
+
+  ShardLedgerView unreported = sampleShard();
+  unreported.reported = false;
+  peer.answer = shardAnswer(ShardReply{.shards = {unreported}});
+  out = run(peer, {"--json", "shard", "list"});
+  EXPECT_CONTAINS(out.out, R"("reported":false})");
+  EXPECT_EQ(out.out.find("\"local\""), std::string::npos);
+}
+
+TEST(CommandsTest, ShardListTextShowsBothEquations) {
+  FakePeer peer;
+  ShardLedgerView written_off = sampleShard();
+  written_off.grant.shard_id = "shard-18";
+  written_off.state = ShardState::kWrittenOff;
+  written_off.written_off = true;
+  written_off.reported = false;
+  peer.answer = shardAnswer(ShardReply{.shards = {sampleShard(), written_off}});
+  const CommandOutput out = run(peer, {"shard", "list"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  EXPECT_EQ(out.out,
+            "shard-17  RECONCILING  gateway gw-eu-1  tenant-7 / chat.generate  generation 3\n"
+            "  allocated 500 = spent 80 + reminted 300 + retired 120  debt 0\n"
+            "  fence 2 (current 3)  boot epoch 4  issued 2026-07-19T14:00:00Z  expires "
+            "2026-07-19T14:02:00Z\n"
+            "  agent: allocated 500 = available 0 + reserved 120 + spent 80 + retired 300  "
+            "overspent 0\n"
+            "shard-18  WRITTEN_OFF  gateway gw-eu-1  tenant-7 / chat.generate  generation 3\n"
+            "  allocated 500 = spent 80 + reminted 300 + retired 120  debt 0  written off\n"
+            "  fence 2 (current 3)  boot epoch 4  issued 2026-07-19T14:00:00Z  expires "
+            "2026-07-19T14:02:00Z\n"
+            "  agent: not reported\n");
+  peer.answer = shardAnswer(ShardReply{});
+  EXPECT_EQ(run(peer, {"shard", "list"}).out, "no shards\n");
+}
+
+TEST(CommandsTest, ShardAndGatewayRepliesMapToExitCodes) {
+  FakePeer peer;
+  const std::vector<std::pair<ShardReply, int>> cases = {
+      {ShardReply{.code = ReplyCode::kOk}, kExitOk},
+      {ShardReply{.code = ReplyCode::kNotFound, .message = "no shard x"}, kExitNotFound},
+      {ShardReply{.code = ReplyCode::kInvalidState, .message = "not expired"}, kExitInvalidState},
+      {ShardReply{.code = ReplyCode::kRejected, .limiting_dimension = LimitingDimension::kCapacity},
+       kExitRejected},
+      {ShardReply{.code = ReplyCode::kRejected, .permission_denied = true}, kExitPermissionDenied},
+      {ShardReply{.code = ReplyCode::kOk, .permission_denied = true}, kExitPermissionDenied},
+  };
+  for (const auto& [reply, exit_code] : cases) {
+    peer.answer = shardAnswer(reply);
+    EXPECT_EQ(run(peer, {"shard", "write-off", "--id", "x"}).exit_code, exit_code)
+        << replyCodeName(reply.code);
+  }
+  peer.answer = shardAnswer(ShardReply{.code = ReplyCode::kRejected, .permission_denied = true});
+  CommandOutput out = run(peer, {"--json", "shard", "revoke", "--id", "x"});
+  EXPECT_CONTAINS(out.out, R"("permissionDenied":true)");
+  out = run(peer, {"shard", "revoke", "--id", "x"});
+  EXPECT_CONTAINS(out.out, "permission denied");
+  peer.answer = shardAnswer(
+      ShardReply{.code = ReplyCode::kRejected, .limiting_dimension = LimitingDimension::kCapacity});
+  EXPECT_CONTAINS(run(peer, {"--json", "shard", "list"}).out, R"("limitingDimension":"capacity")");
+
+  peer.answer = wire::Response{
+      .request_id = 1,
+      .body = GatewayReply{.code = ReplyCode::kIdempotencyConflict, .message = "other key"}};
+  out = run(peer, {"gateway", "enroll", "--id", "gw", "--public-key", kKey});
+  EXPECT_EQ(out.exit_code, kExitConflict);
+  EXPECT_CONTAINS(out.out, "IDEMPOTENCY_CONFLICT: other key");
+  peer.answer = wire::Response{.request_id = 1, .body = GatewayReply{.code = ReplyCode::kNotFound}};
+  EXPECT_EQ(run(peer, {"gateway", "disable", "--id", "gw"}).exit_code, kExitNotFound);
+
+  // The wrong kind of answer, and an agent refusing the verb.
+  peer.answer = shardAnswer(ShardReply{});
+  EXPECT_EQ(run(peer, {"gateway", "list"}).exit_code, kExitProtocol);
+  peer.answer = wire::Response{.request_id = 1, .body = GatewayReply{}};
+  EXPECT_EQ(run(peer, {"shard", "list"}).exit_code, kExitProtocol);
+  peer.answer =
+      wire::Response{.request_id = 1,
+                     .body = wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
+                                              .message = "request kind not served by the agent"}};
+  out = run(peer, {"--json", "shard", "list"});
+  EXPECT_EQ(out.exit_code, kExitProtocol);
+  EXPECT_CONTAINS(out.out, R"("code":"UNKNOWN_MESSAGE")");
+}
+
+TEST(CommandsTest, AuditShowsEveryShardsEquations) {
+  AuditReport report = sampleAudit(true);
+  report.shards = {sampleShard()};
+  FakePeer peer;
+  peer.answer = wire::Response{.request_id = 1, .body = report};
+  CommandOutput out = run(peer, {"--json", "audit"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  for (const char* field :
+       {R"("shards":[{"shardId":"shard-17","gatewayId":"gw-eu-1")", R"("allocatedUnits":500)",
+        R"("spentUnits":80)", R"("remintedUnits":300)", R"("retiredUnits":120)",
+        R"("writtenOff":false)", R"("conserved":true)",
+        R"("local":{"available":0,"reserved":120,"spent":80,"retired":300,"overspent":0})"}) {
+    EXPECT_CONTAINS(out.out, field);
+  }
+  out = run(peer, {"audit"});
+  EXPECT_CONTAINS(out.out, "1 emergency shard:\nshard-17  RECONCILING");
+  EXPECT_CONTAINS(out.out, "allocated 500 = spent 80 + reminted 300 + retired 120");
+  EXPECT_CONTAINS(out.out, "agent: allocated 500 = available 0 + reserved 120");
+
+  report.shards[0].conserved = false;  // a shard alone fails the audit
+  peer.answer = wire::Response{.request_id = 1, .body = report};
+  out = run(peer, {"audit"});
+  EXPECT_EQ(out.exit_code, kExitAuditFailed);
+  EXPECT_CONTAINS(out.out, "NOT CONSERVED");
+}
+
+TEST(CommandsTest, HelpDocumentsShardVerbsAndExitCode11) {
+  const std::string help = usageText();
+  for (const char* text :
+       {"gateway enroll --id NAME --public-key BASE64", "gateway list", "gateway disable --id NAME",
+        "gateway enable --id NAME", "shard list [--gateway NAME] [--state S]",
+        "shard revoke (--id ID | --gateway NAME)", "shard write-off --id ID",
+        "11  permission denied"}) {
+    EXPECT_CONTAINS(help, text);
+  }
 }
 
 }  // namespace

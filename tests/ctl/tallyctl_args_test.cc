@@ -266,5 +266,89 @@ TEST(TallyctlArgsTest, DoubleDashEndsFlags) {
   EXPECT_EQ(ok({"policy", "publish", "--", "-policy.toml"}).policy_file, "-policy.toml");
 }
 
+// --- Gateways and emergency shards ------------------------------------------------------------
+
+const std::string kKey = "11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=";  // RFC 8032 test 1
+
+TEST(TallyctlArgsTest, GatewayCommands) {
+  Invocation inv = ok({"gateway", "enroll", "--id", "gw-eu-1", "--public-key", kKey});
+  EXPECT_EQ(inv.command, Command::kGatewayEnroll);
+  EXPECT_EQ(inv.gateway_name, "gw-eu-1");
+  ASSERT_TRUE(inv.public_key.has_value());
+  EXPECT_EQ((*inv.public_key)[0], 0xd7);
+  EXPECT_TRUE(inv.reservation_id.empty());
+  EXPECT_EQ(ok({"gateway", "list", "--json"}).command, Command::kGatewayList);
+  inv = ok({"gateway", "disable", "--id=gw-2"});
+  EXPECT_EQ(inv.command, Command::kGatewayDisable);
+  EXPECT_EQ(inv.gateway_name, "gw-2");
+  EXPECT_EQ(ok({"--agent", "/tmp/a.sock", "gateway", "enable", "--id", "gw-2"}).command,
+            Command::kGatewayEnable);
+}
+
+TEST(TallyctlArgsTest, GatewayUsageErrors) {
+  EXPECT_CONTAINS(usageError({"gateway"}), "needs a subcommand");
+  EXPECT_CONTAINS(usageError({"gateway", "remove", "--id", "g"}), "unknown gateway subcommand");
+  EXPECT_CONTAINS(usageError({"gateway", "enroll", "--id", "gw"}), "needs --public-key");
+  EXPECT_CONTAINS(usageError({"gateway", "enroll", "--public-key", kKey}), "needs --id");
+  EXPECT_CONTAINS(usageError({"gateway", "enroll", "--id", "gw", "--public-key", "abc"}),
+                  "--public-key: public key");
+  EXPECT_CONTAINS(
+      usageError({"gateway", "enroll", "--id", "gw", "--public-key", kKey, "--public-key", kKey}),
+      "--public-key given twice");
+  EXPECT_CONTAINS(usageError({"gateway", "enroll", "--id", "gw one", "--public-key", kKey}),
+                  "--id: gateway name");
+  EXPECT_CONTAINS(usageError({"gateway", "disable", "--id", std::string(129, 'g')}),
+                  "--id: gateway name");
+  EXPECT_CONTAINS(usageError({"gateway", "disable"}), "needs --id");
+  EXPECT_CONTAINS(usageError({"gateway", "list", "--id", "g"}), "'gateway list' takes no --id");
+  EXPECT_CONTAINS(usageError({"gateway", "list", "extra"}), "unexpected argument 'extra'");
+}
+
+TEST(TallyctlArgsTest, ShardCommands) {
+  Invocation inv = ok({"shard", "list"});
+  EXPECT_EQ(inv.command, Command::kShardList);
+  EXPECT_TRUE(inv.gateway_name.empty());
+  EXPECT_FALSE(inv.shard_state.has_value());
+  inv = ok({"shard", "list", "--gateway", "gw-1", "--state", "WRITTEN_OFF"});
+  EXPECT_EQ(inv.gateway_name, "gw-1");
+  EXPECT_EQ(inv.shard_state, ShardState::kWrittenOff);
+  EXPECT_EQ(ok({"shard", "list", "--state=reconciling"}).shard_state, ShardState::kReconciling);
+  inv = ok({"shard", "revoke", "--id", "shard-3"});
+  EXPECT_EQ(inv.command, Command::kShardRevoke);
+  EXPECT_EQ(inv.shard_id, "shard-3");
+  EXPECT_TRUE(inv.gateway_name.empty());
+  EXPECT_TRUE(inv.reservation_id.empty());
+  inv = ok({"shard", "revoke", "--gateway", "gw-1"});
+  EXPECT_TRUE(inv.shard_id.empty());
+  EXPECT_EQ(inv.gateway_name, "gw-1");
+  inv = ok({"shard", "write-off", "--id", "shard-3"});
+  EXPECT_EQ(inv.command, Command::kShardWriteOff);
+  EXPECT_EQ(inv.shard_id, "shard-3");
+}
+
+TEST(TallyctlArgsTest, ShardUsageErrors) {
+  EXPECT_CONTAINS(usageError({"shard"}), "needs a subcommand");
+  EXPECT_CONTAINS(usageError({"shard", "delete"}), "unknown shard subcommand");
+  EXPECT_CONTAINS(usageError({"shard", "revoke"}), "exactly one of --id and --gateway");
+  EXPECT_CONTAINS(usageError({"shard", "revoke", "--id", "s", "--gateway", "g"}),
+                  "exactly one of --id and --gateway");
+  EXPECT_CONTAINS(usageError({"shard", "revoke", "--id", "s", "--id", "t"}), "--id given twice");
+  EXPECT_CONTAINS(usageError({"shard", "revoke", "--gateway", "g", "--gateway", "h"}),
+                  "--gateway given twice");
+  EXPECT_CONTAINS(usageError({"shard", "revoke", "--id", ""}), "--id must not be empty");
+  EXPECT_CONTAINS(usageError({"shard", "write-off"}), "needs --id");
+  EXPECT_CONTAINS(usageError({"shard", "write-off", "--id", std::string(129, 's')}),
+                  "--id is longer than 128 bytes");
+  EXPECT_CONTAINS(usageError({"shard", "write-off", "--id", "s", "--gateway", "g"}),
+                  "'shard write-off' takes no --gateway");
+  EXPECT_CONTAINS(usageError({"shard", "list", "--state", "OPEN"}),
+                  "--state must be one of ISSUED, REVOKED, RECONCILING, RECONCILED, CONFLICT, "
+                  "WRITTEN_OFF");
+  EXPECT_CONTAINS(usageError({"shard", "list", "--gateway", "g/h"}), "--gateway: gateway name");
+  EXPECT_CONTAINS(usageError({"reserve", "--id", "r", "--subject", "s", "--route", "r", "--units",
+                              "1", "--state", "ISSUED"}),
+                  "'reserve' takes no --state");
+}
+
 }  // namespace
 }  // namespace tally::ctl
