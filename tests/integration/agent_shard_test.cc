@@ -250,8 +250,9 @@ TEST_F(AgentShardTest, ARestartedAgentNeverReusesItsOldShard) {
   ASSERT_NO_FATAL_FAILURE(startAgent(0, ledgerAddress(), shardSettings()));
   std::unique_ptr<client::BlockingClient> gw = gateway(0);
   ASSERT_NE(gw, nullptr);
-  ASSERT_TRUE(waitFor([&] { return metric(0, "tally_agent_shards", {{"condition", "usable"}}) >= 1; }))
-      << "no shard obtained";
+  ASSERT_TRUE(waitFor([&] {
+    return metric(0, "tally_agent_shards", {{"condition", "usable"}}) >= 1;
+  })) << "no shard obtained";
   std::vector<ShardLedgerView> issued = ledgerShards();
   ASSERT_EQ(issued.size(), 1u);
   const std::string shard_id = issued.front().grant.shard_id;
