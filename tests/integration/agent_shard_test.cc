@@ -303,5 +303,47 @@ TEST_F(AgentShardTest, ARestartedAgentNeverReusesItsOldShard) {
   ASSERT_NO_FATAL_FAILURE(auditConserved(&audit));
 }
 
+// An operator revokes the agent's shard: the agent hears it at its next status poll, closes and
+// reports it (all of it unused: reminted), and obtains a new shard under the bumped fence.
+TEST_F(AgentShardTest, ARevokedShardIsClosedReportedAndReplaced) {
+  ASSERT_NO_FATAL_FAILURE(startLedgerWithShards());
+  ASSERT_NO_FATAL_FAILURE(enrollAgent(0));
+  ASSERT_NO_FATAL_FAILURE(startAgent(0, ledgerAddress(), shardSettings()));
+  ASSERT_TRUE(waitFor([&] {
+    return metric(0, "tally_agent_shards", {{"condition", "usable"}}) >= 1;
+  }));
+  std::vector<ShardLedgerView> issued = ledgerShards();
+  ASSERT_EQ(issued.size(), 1u);
+  const std::string shard_id = issued.front().grant.shard_id;
+  const uint64_t fence = issued.front().grant.fence;
+
+  TALLY_ASSIGN_OR_FAIL(
+      wire::Response response,
+      client_->call(wire::RevokeShardsRequest{.shard_id = shard_id}, kCallTimeoutMs));
+  const auto* revoked = std::get_if<ShardReply>(&response.body);
+  ASSERT_NE(revoked, nullptr) << wire::describe(response.body);
+  ASSERT_EQ(revoked->code, ReplyCode::kOk) << revoked->message;
+
+  std::optional<ShardLedgerView> view;
+  ASSERT_TRUE(waitFor([&] {
+    view = ledgerShard(shard_id);
+    return view.has_value() && view->state == ShardState::kReconciled;
+  })) << (view ? shardStateName(view->state) : "no view");
+  EXPECT_EQ(view->spent_units, 0u);
+  EXPECT_EQ(view->reminted_units, kShardUnits);
+  EXPECT_GE(metric(0, "tally_agent_shard_events_total", {{"event", "closed-revoked"}}), 1.0);
+  ASSERT_TRUE(waitFor([&] {
+    for (const ShardLedgerView& shard : ledgerShards()) {
+      if (shard.state == ShardState::kIssued && shard.grant.fence > fence) return true;
+    }
+    return false;
+  })) << "no replacement under the new fence";
+  ASSERT_TRUE(waitFor([&] {
+    return metric(0, "tally_agent_shards", {{"condition", "usable"}}) >= 1;
+  }));
+  AuditReport audit;
+  ASSERT_NO_FATAL_FAILURE(auditConserved(&audit));
+}
+
 }  // namespace
 }  // namespace tally::testing
