@@ -351,10 +351,21 @@ void ShardKeeper::pollStatus(uint64_t now_ms) {
 }
 
 void ShardKeeper::keepOnHand(uint64_t now_ms) {
-  for (auto& [account, state] : accounts_) {
-    if (state.issuing || now_ms < state.next_issue_ms) continue;
-    if (book_.usableShardCount(account, now_ms) >= options_.shards_on_hand) continue;
-    issue(account, now_ms);
+  for (auto it = accounts_.begin(); it != accounts_.end();) {
+    const SubjectRoute& account = it->first;
+    AccountState& state = it->second;
+    if (!state.configured && !state.issuing &&
+        now_ms >= state.learned_at_ms + options_.account_idle_ms) {
+      // Its shards stay until they are used, expire or are fenced; none are asked for again.
+      logger_->info("shard_account_dropped", {{"account", accountName(account)}});
+      it = accounts_.erase(it);
+      continue;
+    }
+    if (!state.issuing && now_ms >= state.next_issue_ms &&
+        book_.usableShardCount(account, now_ms) < options_.shards_on_hand) {
+      issue(account, now_ms);
+    }
+    ++it;
   }
 }
 

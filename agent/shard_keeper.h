@@ -45,6 +45,7 @@ struct EmergencyOptions {
   uint64_t refresh_before_expiry_ms = 30'000;  // close (and replace) a shard this close to expiry
   uint64_t hold_ttl_ms = 30'000;               // local RESERVED expiry
   uint64_t accounts_max = 1'000;               // auto-learned accounts kept (oldest dropped)
+  uint64_t account_idle_ms = 600'000;  // a learned account not reserved this long is dropped
   uint64_t maintain_interval_ms = 250;
   uint64_t status_poll_ms = 2'000;
   uint64_t issue_retry_ms = 5'000;           // after a refused or failed issue

@@ -233,10 +233,116 @@ TEST_F(AgentShardTest, AdmitsFromAShardDuringAPartitionAndReconcilesAfterwards) 
   EXPECT_EQ(view->retired_units, 0u);
   ASSERT_NO_FATAL_FAILURE(auditConserved(&audit));
   EXPECT_GE(metric(0, "tally_agent_shard_reports_total", {{"result", "RECONCILED"}}), 1.0);
+  // Acknowledged reports are not sent again (no duplicate stream while RECONCILING).
+  EXPECT_EQ(metric(0, "tally_agent_shard_reports_total", {{"result", "duplicate"}}), 0.0);
   // And the agent keeps a fresh shard on hand again.
   EXPECT_TRUE(waitFor([&] {
     return metric(0, "tally_agent_shards", {{"condition", "usable"}}) >= 1;
   }));
+}
+
+// kill -9 during a partition: the restarted agent (a new boot epoch) never admits from the old
+// shard again, still answers its reservations (they are durable), and reports it when the
+// ledger is back; the ledger records the spend at once and defers the remint to expiry.
+TEST_F(AgentShardTest, ARestartedAgentNeverReusesItsOldShard) {
+  ASSERT_NO_FATAL_FAILURE(startLedgerWithShards());
+  ASSERT_NO_FATAL_FAILURE(enrollAgent(0));
+  ASSERT_NO_FATAL_FAILURE(startAgent(0, ledgerAddress(), shardSettings()));
+  std::unique_ptr<client::BlockingClient> gw = gateway(0);
+  ASSERT_NE(gw, nullptr);
+  ASSERT_TRUE(waitFor([&] {
+    return metric(0, "tally_agent_shards", {{"condition", "usable"}}) >= 1;
+  })) << "no shard obtained";
+  std::vector<ShardLedgerView> issued = ledgerShards();
+  ASSERT_EQ(issued.size(), 1u);
+  const std::string shard_id = issued.front().grant.shard_id;
+
+  ASSERT_TRUE(ledger_.signal(SIGSTOP));
+  ASSERT_TRUE(waitFor([&] { return agentHealth(*gw) == "PARTITIONED"; }));
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer k1, callAgent(*gw, makeReserve({.id = "k-1", .units = 40})));
+  ASSERT_EQ(k1.reply.receipt.origin, shard_id) << describe(k1);
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer k2, callAgent(*gw, makeReserve({.id = "k-2", .units = 20})));
+  ASSERT_EQ(k2.reply.receipt.origin, shard_id) << describe(k2);
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer started, callAgent(*gw, StartRequest{"k-1", "op-k-1"}));
+  ASSERT_EQ(started.reply.code, ReplyCode::kOk) << describe(started);
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer settled, callAgent(*gw, SettleRequest{"k-1", "op-k-1", 40}));
+  ASSERT_EQ(settled.reply.code, ReplyCode::kOk) << describe(settled);
+
+  gw.reset();
+  agents_[0]->kill9();
+  ASSERT_NO_FATAL_FAILURE(startAgent(0, ledgerAddress(), shardSettings()));
+  gw = gateway(0);
+  ASSERT_NE(gw, nullptr);
+  ASSERT_TRUE(waitFor([&] { return agentHealth(*gw) == "PARTITIONED"; }));
+  EXPECT_EQ(metric(0, "tally_agent_shards", {{"condition", "usable"}}), 0.0);
+  EXPECT_EQ(metric(0, "tally_agent_shards", {{"condition", "closed"}}), 1.0);
+  // The old shard still has 40 units, but it belongs to the previous boot epoch.
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer k3, callAgent(*gw, makeReserve({.id = "k-3", .units = 10})));
+  ASSERT_FALSE(k3.is_error) << describe(k3);
+  EXPECT_EQ(k3.reply.code, ReplyCode::kRejected) << describe(k3);
+  EXPECT_EQ(k3.reply.receipt.limiting_dimension, LimitingDimension::kLedgerUnavailable);
+  // What was admitted before the crash is still answered, exactly once.
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer k1_again,
+                       callAgent(*gw, makeReserve({.id = "k-1", .units = 40})));
+  EXPECT_TRUE(k1_again.reply.duplicate) << describe(k1_again);
+  EXPECT_EQ(k1_again.reply.receipt.state, ReservationState::kSettled);
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer released, callAgent(*gw, ReleaseRequest{"k-2"}));
+  EXPECT_EQ(released.reply.code, ReplyCode::kOk) << describe(released);
+
+  ASSERT_TRUE(ledger_.signal(SIGCONT));
+  std::optional<ShardLedgerView> view;
+  ASSERT_TRUE(waitFor([&] {
+    view = ledgerShard(shard_id);
+    return view.has_value() && view->reported && view->spent_units == 40;
+  })) << (view ? shardStateName(view->state) : "no view");
+  EXPECT_NE(view->state, ShardState::kConflict);
+  // Reported from another boot epoch before expiry: the remint waits for expiresAt.
+  EXPECT_EQ(view->reminted_units, 0u);
+  EXPECT_EQ(view->retired_units, kShardUnits - 40);
+  AuditReport audit;
+  ASSERT_NO_FATAL_FAILURE(auditConserved(&audit));
+}
+
+// An operator revokes the agent's shard: the agent hears it at its next status poll, closes and
+// reports it (all of it unused: reminted), and obtains a new shard under the bumped fence.
+TEST_F(AgentShardTest, ARevokedShardIsClosedReportedAndReplaced) {
+  ASSERT_NO_FATAL_FAILURE(startLedgerWithShards());
+  ASSERT_NO_FATAL_FAILURE(enrollAgent(0));
+  ASSERT_NO_FATAL_FAILURE(startAgent(0, ledgerAddress(), shardSettings()));
+  ASSERT_TRUE(waitFor([&] {
+    return metric(0, "tally_agent_shards", {{"condition", "usable"}}) >= 1;
+  }));
+  std::vector<ShardLedgerView> issued = ledgerShards();
+  ASSERT_EQ(issued.size(), 1u);
+  const std::string shard_id = issued.front().grant.shard_id;
+  const uint64_t fence = issued.front().grant.fence;
+
+  TALLY_ASSIGN_OR_FAIL(
+      wire::Response response,
+      client_->call(wire::RevokeShardsRequest{.shard_id = shard_id}, kCallTimeoutMs));
+  const auto* revoked = std::get_if<ShardReply>(&response.body);
+  ASSERT_NE(revoked, nullptr) << wire::describe(response.body);
+  ASSERT_EQ(revoked->code, ReplyCode::kOk) << revoked->message;
+
+  std::optional<ShardLedgerView> view;
+  ASSERT_TRUE(waitFor([&] {
+    view = ledgerShard(shard_id);
+    return view.has_value() && view->state == ShardState::kReconciled;
+  })) << (view ? shardStateName(view->state) : "no view");
+  EXPECT_EQ(view->spent_units, 0u);
+  EXPECT_EQ(view->reminted_units, kShardUnits);
+  EXPECT_GE(metric(0, "tally_agent_shard_events_total", {{"event", "closed-revoked"}}), 1.0);
+  ASSERT_TRUE(waitFor([&] {
+    for (const ShardLedgerView& shard : ledgerShards()) {
+      if (shard.state == ShardState::kIssued && shard.grant.fence > fence) return true;
+    }
+    return false;
+  })) << "no replacement under the new fence";
+  ASSERT_TRUE(waitFor([&] {
+    return metric(0, "tally_agent_shards", {{"condition", "usable"}}) >= 1;
+  }));
+  AuditReport audit;
+  ASSERT_NO_FATAL_FAILURE(auditConserved(&audit));
 }
 
 }  // namespace

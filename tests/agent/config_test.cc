@@ -1,0 +1,78 @@
+#include "agent/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "tests/support/temp_dir.h"
+
+namespace tally::agent {
+namespace {
+
+using testing::TempDir;
+
+Status applyText(const TempDir& dir, const std::string& text, AgentConfig* config) {
+  const std::string path = dir.file("agent.toml");
+  std::ofstream(path, std::ios::trunc) << text;
+  return applyConfigFile(path, config);
+}
+
+TEST(AgentConfigTest, EmergencyDefaults) {
+  const AgentConfig config;
+  EXPECT_TRUE(config.emergency.accounts.empty());
+  EXPECT_EQ(config.emergency.shards_on_hand, 1u);
+  EXPECT_EQ(config.emergency.refresh_before_expiry_ms, 30'000u);
+  EXPECT_EQ(config.emergency.hold_ttl_ms, 30'000u);
+  EXPECT_EQ(config.emergency.accounts_max, 1'000u);
+  EXPECT_TRUE(config.ledger_public_keys.empty());
+}
+
+TEST(AgentConfigTest, ReadsIdentityKeysAndTheEmergencySection) {
+  TempDir dir;
+  AgentConfig config;
+  const Status status = applyText(dir,
+                                  "gateway_name = \"gw-7\"\n"
+                                  "identity_file = \"/etc/tally/gw.key\"\n"
+                                  "ledger_public_keys = [\"AAAA\", \"BBBB\"]\n"
+                                  "[emergency]\n"
+                                  "accounts = [\"tenant-a chat.generate\", \"tenant-b embed\"]\n"
+                                  "shards_on_hand = 2\n"
+                                  "refresh_before_expiry_ms = 5000\n"
+                                  "hold_ttl_ms = 7000\n"
+                                  "accounts_max = 9\n",
+                                  &config);
+  ASSERT_TRUE(status.isOk()) << status.toString();
+  EXPECT_EQ(config.gateway_name, "gw-7");
+  EXPECT_EQ(config.identity_file, "/etc/tally/gw.key");
+  EXPECT_EQ(config.ledger_public_keys, (std::vector<std::string>{"AAAA", "BBBB"}));
+  ASSERT_EQ(config.emergency.accounts.size(), 2u);
+  EXPECT_EQ(config.emergency.accounts[0].first, "tenant-a");
+  EXPECT_EQ(config.emergency.accounts[0].second, "chat.generate");
+  EXPECT_EQ(config.emergency.shards_on_hand, 2u);
+  EXPECT_EQ(config.emergency.refresh_before_expiry_ms, 5'000u);
+  EXPECT_EQ(config.emergency.hold_ttl_ms, 7'000u);
+  EXPECT_EQ(config.emergency.accounts_max, 9u);
+}
+
+TEST(AgentConfigTest, RefusesMalformedEmergencySettingsNamingTheKey) {
+  TempDir dir;
+  const std::pair<const char*, const char*> cases[] = {
+      {"[emergency]\naccounts = [\"no-route\"]\n", "emergency.accounts"},
+      {"[emergency]\naccounts = [\"a b c\"]\n", "emergency.accounts"},
+      {"[emergency]\nshards_on_hand = 17\n", "shards_on_hand"},
+      {"[emergency]\nhold_ttl_ms = 0\n", "hold_ttl_ms"},
+      {"[emergency]\nbogus = 1\n", "emergency.bogus"},
+      {"ledger_public_keys = \"AAAA\"\n", "ledger_public_keys"},
+      {"gateway_name = 3\n", "gateway_name"},
+  };
+  for (const auto& [text, key] : cases) {
+    AgentConfig config;
+    const Status status = applyText(dir, text, &config);
+    EXPECT_FALSE(status.isOk()) << text;
+    EXPECT_NE(status.message().find(key), std::string::npos) << status.message();
+  }
+}
+
+}  // namespace
+}  // namespace tally::agent
