@@ -128,8 +128,11 @@ std::string ShardFleetTest::agentHealth(size_t index) {
   return reply == nullptr ? "?" : reply->status;
 }
 
-bool ShardFleetTest::waitAgentHealth(size_t index, const std::string& status) {
-  return waitFor([&] { return agentHealth(index) == status; });
+bool ShardFleetTest::waitCutOff(size_t index) {
+  return waitFor([&] {
+    const std::string status = agentHealth(index);
+    return status == "PARTITIONED" || status == "DISCONNECTED";
+  });
 }
 
 std::optional<ShardLedgerView> ShardFleetTest::waitUsableShard(size_t index,

@@ -64,9 +64,11 @@ class ShardFleetTest : public AgentFleetTest {
   double metric(size_t index, const std::string& name,
                 const std::map<std::string, std::string>& labels = {});
   std::string metricsText(size_t index);
-  // The agent's own health answer: HEALTHY, DEGRADED, PARTITIONED (or "error").
+  // The agent's own health answer: HEALTHY, DEGRADED, PARTITIONED, DISCONNECTED (or "error").
   std::string agentHealth(size_t index);
-  bool waitAgentHealth(size_t index, const std::string& status);
+  // Waits until agent `index` no longer uses the ledger: PARTITIONED (connected, past the
+  // thresholds) or DISCONNECTED (no connection, e.g. the ledger is dead).
+  bool waitCutOff(size_t index);
   // Waits until agent `index` holds a usable shard and the ledger lists an ISSUED shard of its
   // gateway other than `exclude`; returns the ledger's view of that shard.
   std::optional<ShardLedgerView> waitUsableShard(size_t index, const std::string& exclude = "");
