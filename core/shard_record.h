@@ -52,12 +52,14 @@ struct FenceRecord {
 struct ShardChangedRows {
   std::vector<const GatewayRecord*> gateways;
   std::vector<const ShardRecord*> shards;
+  std::vector<std::string> deleted_shards;  // compacted; disjoint from `shards`
   std::vector<FenceRecord> fences;
   bool shard_sequence_changed = false;
   uint64_t shard_sequence = 0;  // the last sequence number used
 
   bool empty() const {
-    return gateways.empty() && shards.empty() && fences.empty() && !shard_sequence_changed;
+    return gateways.empty() && shards.empty() && deleted_shards.empty() && fences.empty() &&
+           !shard_sequence_changed;
   }
 };
 

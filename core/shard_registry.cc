@@ -395,6 +395,15 @@ void ShardRegistry::assertConserved(const ShardRecord& record) const {
   TALLY_ASSERT(isShardConserved(record));
 }
 
+void ShardRegistry::maybeQueueCompaction(const ShardRecord& record) {
+  if (record.state != ShardState::kReconciled || record.retired_units != 0 ||
+      record.remint_due_at_ms != 0) {
+    return;
+  }
+  compaction_.insert(
+      {saturatingAdd(record.grant.expires_at_ms, retention_ms_), record.grant.shard_id});
+}
+
 // ---- restore and changes ----------------------------------------------------------------------
 
 Status ShardRegistry::restoreGateway(const GatewayRecord& gateway) {
@@ -425,7 +434,9 @@ Status ShardRegistry::restoreShard(const ShardRecord& record) {
     return Status::corruption("two shards stored for issue request '" +
                               record.issue_request.request_id + "'");
   }
-  if (record.remint_due_at_ms != 0) deferred_.insert({record.remint_due_at_ms, id});
+  const ShardRecord& stored = shards_.at(id);
+  if (stored.remint_due_at_ms != 0) deferred_.insert({stored.remint_due_at_ms, id});
+  maybeQueueCompaction(stored);
   return Status::ok();
 }
 
@@ -456,6 +467,8 @@ ShardChangedRows ShardRegistry::takeChangedRows() {
   ShardChangedRows rows;
   for (const std::string& name : changed_gateways_) rows.gateways.push_back(&gateways_.at(name));
   for (const std::string& id : changed_shards_) rows.shards.push_back(&shards_.at(id));
+  rows.deleted_shards.assign(deleted_shards_.begin(), deleted_shards_.end());
+  deleted_shards_.clear();
   for (const SubjectRoute& key : changed_fences_) {
     rows.fences.push_back(FenceRecord{.key = key, .fence = fenceOf(key.subject, key.route)});
   }
