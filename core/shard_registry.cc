@@ -455,6 +455,10 @@ void ShardRegistry::restoreShardSequence(uint64_t shard_sequence) {
 
 Status ShardRegistry::finishRestore() {
   for (const auto& [id, record] : shards_) {
+    const ShardGrant& grant = record.grant;
+    if (accounts_->find(grant.subject, grant.route, grant.policy_generation) == nullptr) {
+      return Status::corruption("shard '" + id + "' was carved from a missing account");
+    }
     if (sequenceOf(id) > shard_sequence_) {
       return Status::corruption("shard '" + id + "' is above the stored shard sequence " +
                                 std::to_string(shard_sequence_));

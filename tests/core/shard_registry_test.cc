@@ -758,10 +758,26 @@ TEST(ShardRegistryRestoreTest, InconsistentRecordsAreCorruption) {
   record.grant.shard_id = "shard-7";
   ASSERT_TRUE(registry.restoreShard(record).isOk());
   EXPECT_FALSE(registry.restoreShard(record).isOk());  // twice
-  registry.restoreShardSequence(6);
-  EXPECT_FALSE(registry.finishRestore().isOk());  // shard-7 above the sequence
   registry.restoreShardSequence(7);
-  EXPECT_TRUE(registry.finishRestore().isOk());
+  EXPECT_FALSE(registry.finishRestore().isOk());  // its source account is missing
+  ASSERT_TRUE(
+      accounts.restorePolicy(Policy{.generation = 1, .budgets = {shardBudget()}}, 0).isOk());
+  record.grant.subject = kSubject;
+  record.grant.route = kRoute;
+  record.grant.policy_generation = 1;
+  ASSERT_TRUE(
+      accounts
+          .restoreAccount(AccountKey{kSubject, kRoute, 1},
+                          Balances{.opening = 1000, .available = 900, .retired_for_emergency = 100},
+                          kT0, 0)
+          .isOk());
+  ShardRegistry restored(&accounts, limits::kRetentionMsDefault);
+  record.issue_request.request_id = "q7";
+  ASSERT_TRUE(restored.restoreShard(record).isOk());
+  restored.restoreShardSequence(6);
+  EXPECT_FALSE(restored.finishRestore().isOk());  // shard-7 above the sequence
+  restored.restoreShardSequence(7);
+  EXPECT_TRUE(restored.finishRestore().isOk());
   EXPECT_FALSE(registry.restoreFence({.key = {"a", "b"}, .fence = 0}).isOk());
 }
 
