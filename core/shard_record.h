@@ -66,4 +66,7 @@ struct ShardChangedRows {
 // allocated = spent + reminted + retired, computed without overflow.
 bool isShardConserved(const ShardRecord& record);
 
+// The sequence number in a shard id "shard-<n>", or 0 if the id is not of that form.
+uint64_t shardSequenceOf(const std::string& shard_id);
+
 }  // namespace tally
