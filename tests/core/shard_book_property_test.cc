@@ -209,7 +209,7 @@ class Harness {
     });
   }
 
-  testing::FakeShardCrypto crypto_;
+  testing::KeyedFakeShardCrypto crypto_;
   ShardBook book_;
   uint64_t now_ = kStartMs;
 };
