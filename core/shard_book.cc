@@ -501,7 +501,10 @@ ShardBook::Shard* ShardBook::pickShard(const ReserveRequest& request, uint64_t n
   for (auto& [id, shard] : shards_) {
     const ShardGrant& grant = shard.record.grant;
     if (grant.subject != request.subject || grant.route != request.route) continue;
-    if (!isUsable(shard, now_ms)) continue;
+    const bool usable = faults_.admit_from_unusable
+                            ? !shard.account.closed() && !shard.record.quarantined
+                            : isUsable(shard, now_ms);
+    if (!usable) continue;
     if (shard.account.balances().local_available < request.units) continue;
     if (shard.reservation_ids.size() >= options_.reservations_per_shard_max) continue;
     if (request.policy_generation != 0 && request.policy_generation != grant.policy_generation) {
@@ -605,7 +608,10 @@ ReservationReply ShardBook::release(const ReleaseRequest& request, uint64_t now_
     case ReservationState::kReserved:
       returnUnits(reservation, ReservationState::kReleased, now_ms);
       return answer(ReplyCode::kOk, *reservation, false, reservation->refunded_units);
-    case ReservationState::kReleased: return answer(ReplyCode::kOk, *reservation, true);
+    case ReservationState::kReleased:
+      // Deliberately wrong under the fault: claims a second refund.
+      return answer(ReplyCode::kOk, *reservation, true,
+                    faults_.refund_duplicate_release ? reservation->reserved_units : 0);
     case ReservationState::kExpiring:
     case ReservationState::kExpired: return answer(ReplyCode::kExpired, *reservation);
     default: return answer(ReplyCode::kInvalidState, *reservation);
