@@ -276,6 +276,7 @@ void ShardKeeper::maintain() {
   const ShardTickOutcome tick = book_.tick(now_ms);
   logClosed(tick.shards_closed, "expiry");
   for (const std::string& id : tick.shards_forgotten) {
+    report_retry_at_ms_.erase(id);
     logger_->info("shard_forgotten", {{"shard_id", id}});
   }
   if (!persist() || !linkUsable()) return;
@@ -297,6 +298,10 @@ void ShardKeeper::closeForReconnect(uint64_t now_ms) {
 void ShardKeeper::sendReports(uint64_t now_ms) {
   for (const std::string& id : book_.shardsNeedingReport()) {
     if (reports_in_flight_.contains(id)) continue;
+    if (auto retry = report_retry_at_ms_.find(id);
+        retry != report_retry_at_ms_.end() && now_ms < retry->second) {
+      continue;
+    }
     std::optional<ShardReport> report = book_.buildReport(id, now_ms);
     if (!report.has_value()) continue;
     signer_.sign_report(&*report);
@@ -316,6 +321,7 @@ void ShardKeeper::onReportAnswer(const std::string& shard_id, central::LinkResul
   const uint64_t now_ms = wallClockMs();
   if (!result.status.isOk()) {
     metrics_->countShardReport("failed");
+    report_retry_at_ms_[shard_id] = now_ms + options_.issue_retry_ms;
     logger_->warn("shard_report_failed",
                   {{"shard_id", shard_id}, {"error", result.status.toString()}});
     return;  // retried at the next maintenance: reports are idempotent at the ledger
@@ -326,9 +332,11 @@ void ShardKeeper::onReportAnswer(const std::string& shard_id, central::LinkResul
         reply == nullptr ? outcomeLabel(result.response.body)
                          : std::string(replyCodeName(reply->code)) + ": " + reply->message;
     metrics_->countShardReport("refused");
+    report_retry_at_ms_[shard_id] = now_ms + options_.issue_retry_ms;
     logger_->error("shard_report_refused", {{"shard_id", shard_id}, {"answer", answer}});
     return;
   }
+  report_retry_at_ms_.erase(shard_id);
   const ShardLedgerView& view = reply->shards.front();
   const ShardAnswerOutcome outcome = book_.onLedgerAnswer(shard_id, view, now_ms);
   (void)persist();

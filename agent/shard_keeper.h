@@ -50,7 +50,7 @@ struct EmergencyOptions {
   uint64_t account_idle_ms = 600'000;  // a learned account not reserved this long is dropped
   uint64_t maintain_interval_ms = 250;
   uint64_t status_poll_ms = 2'000;
-  uint64_t issue_retry_ms = 5'000;           // after a refused or failed issue
+  uint64_t issue_retry_ms = 5'000;           // after a refused or failed issue, or report
   uint64_t emergency_off_retry_ms = 60'000;  // after "emergency mode is off"
   uint64_t retention_ms = 24ull * 3600 * 1000;
 };
@@ -152,6 +152,7 @@ class ShardKeeper {
   ShardBookChanges unsaved_;  // changes a failed commit left, retried first
   std::map<SubjectRoute, AccountState> accounts_;
   std::set<std::string> reports_in_flight_;
+  std::map<std::string, uint64_t> report_retry_at_ms_;  // after a failed or refused report
   bool status_in_flight_ = false;
   uint64_t next_status_poll_ms_ = 0;
 };
