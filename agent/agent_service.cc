@@ -205,7 +205,7 @@ void AgentService::handle(wire::RequestBody body, Respond respond) {
 bool AgentService::answeredByShards(const std::string& reservation_id,
                                     const wire::RequestBody& body, const Respond& respond) {
   if (shards_ == nullptr || !shards_->owns(reservation_id)) return false;
-  respond(shards_->apply(body, wallClockMs()));
+  shards_->apply(body, wallClockMs(), respond);
   return true;
 }
 
@@ -257,10 +257,7 @@ void AgentService::reserve(const ReserveRequest& request, Respond respond) {
                             "the same id"));
         return;
       }
-      if (std::optional<wire::ResponseBody> admitted = shards_->admit(request, now_ms)) {
-        respond(std::move(*admitted));
-        return;
-      }
+      if (shards_->admit(request, now_ms, respond)) return;
     }
     respond(ledgerUnavailableRejection(request, options_.unavailable_retry_after_ms, now_ms));
     return;

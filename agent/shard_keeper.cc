@@ -64,11 +64,15 @@ ShardKeeper::ShardKeeper(uv_loop_t* loop, central::LedgerLink* link, ShardStore*
                              .hold_ttl_ms = options_.hold_ttl_ms}),
       rng_(seed != 0 ? seed : monotonicClockUs() ^ (boot_epoch << 32)) {
   timer_.data = this;
+  check_.data = this;
   request_nonce_ = rng_();
   for (const SubjectRoute& account : options_.accounts) accounts_[account].configured = true;
 }
 
-ShardKeeper::~ShardKeeper() { TALLY_ASSERT(!timer_open_); }
+ShardKeeper::~ShardKeeper() {
+  TALLY_ASSERT(open_handles_ == 0);
+  TALLY_ASSERT(pending_.empty());
+}
 
 Status ShardKeeper::start(uint64_t now_ms) {
   Result<ShardRestoreReport> report = store_->restore(&book_, now_ms);
@@ -85,20 +89,31 @@ Status ShardKeeper::start(uint64_t now_ms) {
   if (int rc = uv_timer_init(loop_, &timer_); rc != 0) {
     return Status::ioError(std::string("uv_timer_init: ") + uv_strerror(rc));
   }
-  timer_open_ = true;
+  ++open_handles_;
+  if (int rc = uv_check_init(loop_, &check_); rc != 0) {
+    return Status::ioError(std::string("uv_check_init: ") + uv_strerror(rc));
+  }
+  ++open_handles_;
   if (int rc = uv_timer_start(&timer_, onTimer, options_.maintain_interval_ms,
                               options_.maintain_interval_ms);
       rc != 0) {
     return Status::ioError(std::string("uv_timer_start: ") + uv_strerror(rc));
   }
+  if (int rc = uv_check_start(&check_, onCheck); rc != 0) {
+    return Status::ioError(std::string("uv_check_start: ") + uv_strerror(rc));
+  }
   return Status::ok();
 }
 
 void ShardKeeper::stop() {
-  if (!timer_open_ || uv_is_closing(reinterpret_cast<uv_handle_t*>(&timer_))) return;
-  uv_close(reinterpret_cast<uv_handle_t*>(&timer_), [](uv_handle_t* handle) {
-    static_cast<ShardKeeper*>(handle->data)->timer_open_ = false;
-  });
+  if (!pending_.empty()) commitPending();  // every accepted request gets its answer
+  auto closed = [](uv_handle_t* handle) {
+    --static_cast<ShardKeeper*>(handle->data)->open_handles_;
+  };
+  for (uv_handle_t* handle :
+       {reinterpret_cast<uv_handle_t*>(&timer_), reinterpret_cast<uv_handle_t*>(&check_)}) {
+    if (handle->loop != nullptr && !uv_is_closing(handle)) uv_close(handle, closed);
+  }
 }
 
 bool ShardKeeper::linkUsable() const {
@@ -122,17 +137,33 @@ bool ShardKeeper::persist() {
 
 // --- gateway operations ------------------------------------------------------------------------
 
-std::optional<wire::ResponseBody> ShardKeeper::admit(const ReserveRequest& request,
-                                                     uint64_t now_ms) {
+void ShardKeeper::answerWhenDurable(wire::ResponseBody body, Respond respond) {
+  pending_.push_back(PendingReply{.body = std::move(body), .respond = std::move(respond)});
+}
+
+void ShardKeeper::onCheck(uv_check_t* check) {
+  auto* keeper = static_cast<ShardKeeper*>(check->data);
+  if (!keeper->pending_.empty()) keeper->commitPending();
+}
+
+void ShardKeeper::commitPending() {
+  // One transaction (one fsync) for everything this loop iteration changed, then the answers.
+  std::vector<PendingReply> batch = std::exchange(pending_, {});
+  if (!persist()) {
+    for (PendingReply& pending : batch) {
+      pending.respond(unavailable(
+          "the agent could not record the shard reservation durably; retry with the same ids"));
+    }
+    return;
+  }
+  for (PendingReply& pending : batch) pending.respond(std::move(pending.body));
+}
+
+bool ShardKeeper::admit(const ReserveRequest& request, uint64_t now_ms, Respond respond) {
   std::optional<ReservationReply> reply = book_.reserve(request, now_ms);
   if (!reply.has_value()) {
     metrics_->countShardAdmission("no-shard");
-    return std::nullopt;
-  }
-  if (!persist()) {
-    return unavailable(
-        "the agent could not record the shard reservation durably; retry with "
-        "the same id");
+    return false;
   }
   if (reply->code == ReplyCode::kOk && !reply->duplicate) {
     metrics_->countShardAdmission("admitted");
@@ -140,10 +171,11 @@ std::optional<wire::ResponseBody> ShardKeeper::admit(const ReserveRequest& reque
                                       {"shard_id", reply->receipt.origin},
                                       {"units", request.units}});
   }
-  return wire::ResponseBody(std::move(*reply));
+  answerWhenDurable(std::move(*reply), std::move(respond));
+  return true;
 }
 
-wire::ResponseBody ShardKeeper::apply(const wire::RequestBody& body, uint64_t now_ms) {
+void ShardKeeper::apply(const wire::RequestBody& body, uint64_t now_ms, Respond respond) {
   ReservationReply reply = std::visit(
       [&](const auto& request) -> ReservationReply {
         using T = std::decay_t<decltype(request)>;
@@ -168,12 +200,8 @@ wire::ResponseBody ShardKeeper::apply(const wire::RequestBody& body, uint64_t no
         }
       },
       body);
-  if (!persist()) {
-    return unavailable(
-        "the agent could not record the shard reservation durably; retry with "
-        "the same ids");
-  }
-  return reply;
+  // Even a read waits: it may show state another request changed in this iteration.
+  answerWhenDurable(std::move(reply), std::move(respond));
 }
 
 void ShardKeeper::learnAccount(const SubjectRoute& account, uint64_t now_ms) {
@@ -248,6 +276,7 @@ void ShardKeeper::maintain() {
   const ShardTickOutcome tick = book_.tick(now_ms);
   logClosed(tick.shards_closed, "expiry");
   for (const std::string& id : tick.shards_forgotten) {
+    report_retry_at_ms_.erase(id);
     logger_->info("shard_forgotten", {{"shard_id", id}});
   }
   if (!persist() || !linkUsable()) return;
@@ -269,6 +298,10 @@ void ShardKeeper::closeForReconnect(uint64_t now_ms) {
 void ShardKeeper::sendReports(uint64_t now_ms) {
   for (const std::string& id : book_.shardsNeedingReport()) {
     if (reports_in_flight_.contains(id)) continue;
+    if (auto retry = report_retry_at_ms_.find(id);
+        retry != report_retry_at_ms_.end() && now_ms < retry->second) {
+      continue;
+    }
     std::optional<ShardReport> report = book_.buildReport(id, now_ms);
     if (!report.has_value()) continue;
     signer_.sign_report(&*report);
@@ -288,6 +321,7 @@ void ShardKeeper::onReportAnswer(const std::string& shard_id, central::LinkResul
   const uint64_t now_ms = wallClockMs();
   if (!result.status.isOk()) {
     metrics_->countShardReport("failed");
+    report_retry_at_ms_[shard_id] = now_ms + options_.issue_retry_ms;
     logger_->warn("shard_report_failed",
                   {{"shard_id", shard_id}, {"error", result.status.toString()}});
     return;  // retried at the next maintenance: reports are idempotent at the ledger
@@ -298,9 +332,11 @@ void ShardKeeper::onReportAnswer(const std::string& shard_id, central::LinkResul
         reply == nullptr ? outcomeLabel(result.response.body)
                          : std::string(replyCodeName(reply->code)) + ": " + reply->message;
     metrics_->countShardReport("refused");
+    report_retry_at_ms_[shard_id] = now_ms + options_.issue_retry_ms;
     logger_->error("shard_report_refused", {{"shard_id", shard_id}, {"answer", answer}});
     return;
   }
+  report_retry_at_ms_.erase(shard_id);
   const ShardLedgerView& view = reply->shards.front();
   const ShardAnswerOutcome outcome = book_.onLedgerAnswer(shard_id, view, now_ms);
   (void)persist();

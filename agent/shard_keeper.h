@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/gateway_server.h"
 #include "agent/metrics.h"
 #include "agent/shard_store.h"
 #include "central-client/ledger_link.h"
@@ -25,8 +26,9 @@
 //    health state, and admits reserves from usable shards when the agent asks it to (the
 //    ledger is partitioned);
 //  * persists what each call changed (ShardStore::commit, fsync'd) before it answers: a reply
-//    never depends on state a crash could lose. If the store fails, the keeper answers
-//    kUnavailable until a later commit succeeds;
+//    never depends on state a crash could lose. Group commit: the answers of one loop iteration
+//    wait for one transaction (a uv_check handle). If the store fails, they get kUnavailable and
+//    the changes are retried with the next commit;
 //  * every maintain_interval_ms: ticks the book (local expiry, shard expiry, forgetting after
 //    retention) and, while the link is usable, closes what a reconnected agent closes, sends
 //    signed reports for closed shards and records the answers, polls shardStatus for open ones
@@ -48,7 +50,7 @@ struct EmergencyOptions {
   uint64_t account_idle_ms = 600'000;  // a learned account not reserved this long is dropped
   uint64_t maintain_interval_ms = 250;
   uint64_t status_poll_ms = 2'000;
-  uint64_t issue_retry_ms = 5'000;           // after a refused or failed issue
+  uint64_t issue_retry_ms = 5'000;           // after a refused or failed issue, or report
   uint64_t emergency_off_retry_ms = 60'000;  // after "emergency mode is off"
   uint64_t retention_ms = 24ull * 3600 * 1000;
 };
@@ -86,11 +88,13 @@ class ShardKeeper {
   bool owns(const std::string& reservation_id) const {
     return book_.ownsReservation(reservation_id);
   }
-  // Partition admission (enforce mode): a reply (admitted, duplicate, conflict, unavailable) or
-  // nullopt when no usable shard can admit it.
-  std::optional<wire::ResponseBody> admit(const ReserveRequest& request, uint64_t now_ms);
-  // Any operation on a reservation the book owns (owns() is true), durable before it returns.
-  wire::ResponseBody apply(const wire::RequestBody& body, uint64_t now_ms);
+  // Partition admission (enforce mode). False when no usable shard can admit it (nothing
+  // changed; `respond` is not called: the caller rejects as before). Otherwise `respond` gets the
+  // answer (admitted, duplicate, conflict) once it is durable.
+  bool admit(const ReserveRequest& request, uint64_t now_ms, Respond respond);
+  // Any operation on a reservation the book owns (owns() is true); `respond` gets the answer
+  // once what it changed is durable.
+  void apply(const wire::RequestBody& body, uint64_t now_ms, Respond respond);
   // A central reservation succeeded on a route with emergency mode on: keep shards for it.
   void learnAccount(const SubjectRoute& account, uint64_t now_ms);
 
@@ -98,6 +102,10 @@ class ShardKeeper {
   const ShardBook& book() const { return book_; }
 
  private:
+  struct PendingReply {
+    wire::ResponseBody body;
+    Respond respond;
+  };
   struct AccountState {
     bool configured = false;
     uint64_t learned_at_ms = 0;
@@ -108,6 +116,9 @@ class ShardKeeper {
   bool linkUsable() const;
   // Persists the book's changes (and any a failed commit left); false while the store fails.
   bool persist();
+  void answerWhenDurable(wire::ResponseBody body, Respond respond);
+  void commitPending();
+  static void onCheck(uv_check_t* check);
   void maintain();
   void closeForReconnect(uint64_t now_ms);
   void sendReports(uint64_t now_ms);
@@ -134,11 +145,14 @@ class ShardKeeper {
   uint64_t issue_seq_ = 0;
 
   uv_timer_t timer_{};
-  bool timer_open_ = false;
+  uv_check_t check_{};
+  int open_handles_ = 0;  // initialized, not yet closed
+  std::vector<PendingReply> pending_;
   bool store_failing_ = false;
   ShardBookChanges unsaved_;  // changes a failed commit left, retried first
   std::map<SubjectRoute, AccountState> accounts_;
   std::set<std::string> reports_in_flight_;
+  std::map<std::string, uint64_t> report_retry_at_ms_;  // after a failed or refused report
   bool status_in_flight_ = false;
   uint64_t next_status_poll_ms_ = 0;
 };

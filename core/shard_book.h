@@ -140,6 +140,13 @@ struct ShardAnswerOutcome {
   bool became_final = false;  // RECONCILED / CONFLICT / WRITTEN_OFF, first time
 };
 
+// Test-only faults, off by default: they let the property suite prove it fails when the book is
+// wrong. Production code never sets them.
+struct ShardBookFaults {
+  bool admit_from_unusable = false;       // admit from an expired or fenced (still open) shard
+  bool refund_duplicate_release = false;  // a duplicate release reports its units refunded again
+};
+
 class ShardBook {
  public:
   struct Shard {
@@ -222,6 +229,7 @@ class ShardBook {
   std::vector<std::string> audit() const;
 
   ShardBookChanges takeChanges();
+  void setFaultsForTesting(ShardBookFaults faults) { faults_ = faults; }
 
  private:
   Shard* lookupShard(const std::string& shard_id);
@@ -240,6 +248,7 @@ class ShardBook {
   void touchReservation(const std::string& id);
 
   ShardBookOptions options_;
+  ShardBookFaults faults_;
   std::map<std::string, Shard> shards_;
   std::unordered_map<std::string, Reservation> reservations_;
   std::map<SubjectRoute, uint64_t> fences_;

@@ -69,7 +69,7 @@ class ShardStoreTest : public ::testing::Test {
   void commit() { ASSERT_TRUE(shards_->commit(*book_, book_->takeChanges()).isOk()); }
 
   TempDir dir_;
-  tally::testing::FakeShardCrypto crypto_;
+  tally::testing::KeyedFakeShardCrypto crypto_;
   std::unique_ptr<OutboxStore> outbox_;
   std::unique_ptr<ShardStore> shards_;
   std::unique_ptr<ShardBook> book_;

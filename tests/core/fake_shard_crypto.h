@@ -5,15 +5,16 @@
 
 #include "core/shard_types.h"
 
-// A ShardCrypto for tests: the "signature" is a 64-bit FNV-1a checksum of every signed field
-// and a per-instance key, so that changing any field (or signing with another key) makes
-// verification fail, like Ed25519 would. Not cryptography.
+// A ShardCrypto for tests (the agent's side; tests/core/shard_fake_crypto.h is the ledger's,
+// with another class name: both link into tally_core_tests): the "signature" is a 64-bit FNV-1a
+// checksum of every signed field and a per-instance key, so that changing any field (or signing
+// with another key) makes verification fail, like Ed25519 would. Not cryptography.
 
 namespace tally::testing {
 
-class FakeShardCrypto : public ShardCrypto {
+class KeyedFakeShardCrypto : public ShardCrypto {
  public:
-  explicit FakeShardCrypto(uint64_t key = 0x5eed, std::string key_id = "fake-key")
+  explicit KeyedFakeShardCrypto(uint64_t key = 0x5eed, std::string key_id = "fake-key")
       : key_(key), key_id_(std::move(key_id)) {}
 
   void signGrant(ShardGrant* grant) const override {

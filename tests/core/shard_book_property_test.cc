@@ -60,13 +60,15 @@ PublicKey ourKey() {
 
 class Harness {
  public:
-  Harness()
+  explicit Harness(ShardBookFaults faults = {})
       : book_({.gateway_id = ourKey(),
                .boot_epoch = kBootEpoch,
                .crypto = &crypto_,
                .retention_ms = 5'000,
                .hold_ttl_ms = 800,
-               .reservations_per_shard_max = 6}) {}
+               .reservations_per_shard_max = 6}) {
+    book_.setFaultsForTesting(faults);
+  }
 
   void apply(const Step& step) {
     const std::string shard_id = "shard-" + std::to_string(step.a % kShardIds);
@@ -209,7 +211,7 @@ class Harness {
     });
   }
 
-  testing::FakeShardCrypto crypto_;
+  testing::KeyedFakeShardCrypto crypto_;
   ShardBook book_;
   uint64_t now_ = kStartMs;
 };
@@ -234,12 +236,31 @@ rc::Gen<Step> genStep() {
                               rc::gen::set(&Step::c, rc::gen::arbitrary<uint32_t>()));
 }
 
-RC_GTEST_PROP(ShardBookProperty, LocalEquationAndAdmissionHoldAfterEveryStep, ()) {
-  const std::vector<Step> steps = *rc::gen::mapcat(rc::gen::inRange<size_t>(1, 200), [](size_t n) {
+rc::Gen<std::vector<Step>> genSteps() {
+  return rc::gen::mapcat(rc::gen::inRange<size_t>(1, 200), [](size_t n) {
     return rc::gen::container<std::vector<Step>>(n, genStep());
   });
+}
+
+RC_GTEST_PROP(ShardBookProperty, LocalEquationAndAdmissionHoldAfterEveryStep, ()) {
   Harness harness;
-  for (const Step& step : steps) harness.apply(step);
+  for (const Step& step : *genSteps()) harness.apply(step);
+}
+
+// The property is able to fail: with a deliberately broken book it finds a counterexample.
+bool propertyFindsFault(ShardBookFaults faults) {
+  return !rc::check("broken shard book", [faults] {
+    Harness harness(faults);
+    for (const Step& step : *genSteps()) harness.apply(step);
+  });
+}
+
+TEST(ShardBookPropertyCanFail, AdmissionFromAnExpiredOrFencedShardIsCaught) {
+  EXPECT_TRUE(propertyFindsFault(ShardBookFaults{.admit_from_unusable = true}));
+}
+
+TEST(ShardBookPropertyCanFail, ARefundOnADuplicateReleaseIsCaught) {
+  EXPECT_TRUE(propertyFindsFault(ShardBookFaults{.refund_duplicate_release = true}));
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ class ShardBookTest : public ::testing::Test {
               ReplyCode::kOk);
   }
 
-  testing::FakeShardCrypto crypto_;
+  testing::KeyedFakeShardCrypto crypto_;
 };
 
 // --- rule 2 --------------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ TEST_F(ShardBookTest, RefusesEachRuleTwoViolation) {
   tampered.allocated_units = 1'000;  // signature no longer covers it
   EXPECT_EQ(book.addShard(tampered, kNowMs), ShardAddCode::kBadSignature);
 
-  testing::FakeShardCrypto other_ledger(99, "other-key");
+  testing::KeyedFakeShardCrypto other_ledger(99, "other-key");
   ShardGrant foreign = grant("s-key");
   other_ledger.signGrant(&foreign);
   EXPECT_EQ(book.addShard(foreign, kNowMs), ShardAddCode::kBadSignature);
