@@ -406,8 +406,10 @@ void ShardKeeper::keepOnHand(uint64_t now_ms) {
 }
 
 void ShardKeeper::issue(const SubjectRoute& account, uint64_t now_ms) {
-  accounts_[account].issuing = true;
-  ShardIssueRequest request{.request_id = signer_.gateway_name + "/" + std::to_string(boot_epoch_) +
+  AccountState& state = accounts_[account];
+  state.issuing = true;
+  if (!state.unanswered.has_value()) {
+    ShardIssueRequest fresh{.request_id = signer_.gateway_name + "/" + std::to_string(boot_epoch_) +
                                           "/" + hex64(request_nonce_) + "/" +
                                           std::to_string(++issue_seq_),
                             .gateway_name = signer_.gateway_name,
@@ -415,7 +417,10 @@ void ShardKeeper::issue(const SubjectRoute& account, uint64_t now_ms) {
                             .gateway_boot_epoch = boot_epoch_,
                             .subject = account.subject,
                             .route = account.route};
-  signer_.sign_issue(&request);
+    signer_.sign_issue(&fresh);
+    state.unanswered = std::move(fresh);
+  }
+  ShardIssueRequest request = *state.unanswered;
   logger_->debug("shard_issue_requested",
                  {{"account", accountName(account)}, {"request_id", request.request_id}});
   (void)now_ms;
@@ -432,9 +437,10 @@ void ShardKeeper::onIssueAnswer(const SubjectRoute& account, central::LinkResult
     it->second.next_issue_ms = now_ms + options_.issue_retry_ms;
   }
   if (!result.status.isOk()) {
-    metrics_->countShardIssue("failed");
+    metrics_->countShardIssue("failed");  // outcome unknown: `unanswered` is retried as is
     return;
   }
+  if (it != accounts_.end()) it->second.unanswered.reset();
   const auto* reply = std::get_if<ShardReply>(&result.response.body);
   if (reply == nullptr || reply->code != ReplyCode::kOk || reply->shards.empty()) {
     const bool off = reply != nullptr && reply->code == ReplyCode::kInvalidState;

@@ -111,6 +111,9 @@ class ShardKeeper {
     uint64_t learned_at_ms = 0;
     bool issuing = false;
     uint64_t next_issue_ms = 0;
+    // The issue request whose answer was lost (the ledger may have carved it): retried as is,
+    // so the ledger answers that shard again instead of carving another.
+    std::optional<ShardIssueRequest> unanswered;
   };
 
   bool linkUsable() const;

@@ -382,6 +382,84 @@ TEST_F(ShardFaultTest, LostReportAnswerIsRetriedAndRemintsExactlyOnce) {
   EXPECT_EQ(account->balances.minted, reminted) << describe(report);
 }
 
+// The agent is killed (-9) after its report reached the ledger but before the answer reached
+// the agent (the proxy drops it). The restarted agent (a new boot epoch) reports the same shard
+// again: same receipts, so no conflict (an honest restart), and nothing is reminted twice.
+TEST_F(ShardFaultTest, AgentKilledBetweenReportAndAnswerReportsAgainWithoutConflict) {
+  ASSERT_NO_FATAL_FAILURE(startShardLedger());
+  FaultProxy& proxy = addProxy();
+  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
+  std::optional<ShardLedgerView> shard = waitUsableShard(0);
+  ASSERT_TRUE(shard.has_value());
+  const std::string shard_id = shard->grant.shard_id;
+
+  ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
+  const Admissions admitted = reserveMany(0, "x", 4, 10);
+  ASSERT_EQ(admitted.units_by_origin.at(shard_id), 40u);
+  ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted.admitted_ids, 3));
+
+  proxy.dropRepliesAfter(0, UINT64_MAX, [](std::span<const uint8_t> payload) {
+    Result<wire::Response> response = wire::decodeResponse(payload);
+    return response.isOk() && std::holds_alternative<ShardReply>(response.value().body);
+  });
+  ASSERT_NO_FATAL_FAILURE(reconnect(proxy));
+  std::optional<ShardLedgerView> view =
+      waitShard(shard_id, [](const ShardLedgerView& v) { return v.reported; });
+  ASSERT_TRUE(view.has_value() && view->reported) << "never reported";
+  EXPECT_EQ(view->state, ShardState::kReconciled) << describe(*view);
+  EXPECT_EQ(view->reminted_units, 88u) << describe(*view);
+  agents_[0]->kill9();
+  proxy.clearFaults();
+
+  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
+  ASSERT_TRUE(waitFor([&] {
+    return metric(0, "tally_agent_shard_reports_total", {{"result", "RECONCILED"}}) +
+               metric(0, "tally_agent_shard_reports_total", {{"result", "duplicate"}}) >=
+           1;
+  })) << "the restarted agent did not report again\n"
+      << metricsText(0);
+  view = ledgerShard(shard_id);
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->state, ShardState::kReconciled) << describe(*view);
+  EXPECT_EQ(view->spent_units, 12u) << describe(*view);
+  EXPECT_EQ(view->reminted_units, 88u) << describe(*view);
+  EXPECT_EQ(metric(0, "tally_agent_shard_events_total", {{"event", "conflict"}}), 0.0);
+  AuditReport report;
+  ASSERT_NO_FATAL_FAILURE(checkShardInvariants(&report));
+  Units reminted = 0;
+  for (const ShardLedgerView& v : report.shards) reminted += v.reminted_units;
+  const AccountView* account = accountOf(report, shard->grant.policy_generation);
+  ASSERT_NE(account, nullptr);
+  EXPECT_EQ(account->balances.minted, reminted) << describe(report);
+}
+
+// The ledger's answer to the agent's first shard issue request is lost: the shard was carved, the
+// agent never saw it. The agent must retry with the same request id (the ledger answers the same
+// shard as a duplicate) rather than ask anew: a second carve would leave the first shard retired
+// until an operator writes it off, and the tenant's bucket would never get those units back.
+TEST_F(ShardFaultTest, LostIssueAnswerIsRetriedWithTheSameRequestAndCarvesOnce) {
+  ASSERT_NO_FATAL_FAILURE(startShardLedger());
+  FaultProxy& proxy = addProxy();
+  proxy.dropNextReplies(1, [](std::span<const uint8_t> payload) {
+    Result<wire::Response> response = wire::decodeResponse(payload);
+    return response.isOk() && std::holds_alternative<ShardReply>(response.value().body);
+  });
+  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
+  ASSERT_TRUE(waitFor([&] { return proxy.dropsPending() == 0; })) << "no issue answer dropped";
+  std::optional<ShardLedgerView> shard = waitUsableShard(0);
+  ASSERT_TRUE(shard.has_value());
+  const std::vector<ShardLedgerView> carved = ledgerShards(gatewayName(0));
+  EXPECT_EQ(carved.size(), 1u) << "carved twice for one need:\n"
+                               << (carved.empty() ? "" : describe(carved.front())) << "\n"
+                               << (carved.size() < 2 ? "" : describe(carved.back()));
+  AuditReport report;
+  ASSERT_NO_FATAL_FAILURE(checkShardInvariants(&report));
+  const AccountView* account = accountOf(report, shard->grant.policy_generation);
+  ASSERT_NE(account, nullptr);
+  EXPECT_EQ(account->balances.retired_for_emergency, shard->grant.allocated_units)
+      << describe(report);
+}
+
 // --- 5. Lost refund ACKs ------------------------------------------------------------------------
 
 // Settles of central reservations whose answers are lost (one dropped by the proxy, two queued
