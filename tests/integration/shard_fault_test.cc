@@ -409,6 +409,8 @@ TEST_F(ShardFaultTest, AgentKilledBetweenReportAndAnswerReportsAgainWithoutConfl
   ASSERT_TRUE(view.has_value() && view->reported) << "never reported";
   EXPECT_EQ(view->state, ShardState::kReconciled) << describe(*view);
   EXPECT_EQ(view->reminted_units, 88u) << describe(*view);
+  EXPECT_EQ(metric(0, "tally_agent_shard_reports_total", {{"result", "RECONCILED"}}), 0.0)
+      << "the answer reached the agent";
   agents_[0]->kill9();
   proxy.clearFaults();
 
@@ -584,6 +586,64 @@ TEST_F(ShardFaultTest, GenerationSwitchDuringAPartitionRemintsIntoTheNewGenerati
             handed_over)
       << describe(after);
   EXPECT_EQ(old_after->balances.spent, 40u) << describe(after);
+}
+
+// Rollback while the agent is cut off holding a shard of generation 1: generation 2 is
+// published, then rolled back (generation 3 republishes generation 1's policy). The shard's
+// unused units go to generation 3, the active one; every cross-generation move is paired, so the
+// subject/route as a whole still holds exactly its one opening.
+TEST_F(ShardFaultTest, RollbackDuringAPartitionRemintsIntoTheActiveGeneration) {
+  Generation first = 0;
+  ASSERT_NO_FATAL_FAILURE(startShardLedger({}, &first));
+  FaultProxy& proxy = addProxy();
+  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
+  std::optional<ShardLedgerView> shard = waitUsableShard(0);
+  ASSERT_TRUE(shard.has_value());
+  const std::string shard_id = shard->grant.shard_id;
+
+  ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
+  const Admissions admitted = reserveMany(0, "rb", 2, 10);
+  ASSERT_EQ(admitted.units_by_origin.at(shard_id), 20u);
+  ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted.admitted_ids, 10));
+  Generation second = 0;
+  ASSERT_NO_FATAL_FAILURE(publish({shardBudget({.burst = 800})}, &second));
+  TALLY_ASSIGN_OR_FAIL(PolicyReply rolled_back, rollbackPolicy(*client_));
+  ASSERT_EQ(rolled_back.code, ReplyCode::kOk) << rolled_back.message;
+  const Generation third = rolled_back.generation;
+  ASSERT_GT(third, second);
+  AuditReport before;
+  ASSERT_NO_FATAL_FAILURE(checkShardInvariants(&before));
+  const AccountView* first_before = accountOf(before, first);
+  ASSERT_NE(first_before, nullptr);
+
+  ASSERT_NO_FATAL_FAILURE(reconnect(proxy));
+  std::optional<ShardLedgerView> view = waitShard(
+      shard_id, [](const ShardLedgerView& v) { return v.state == ShardState::kReconciled; });
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->spent_units, 20u) << describe(*view);
+  EXPECT_EQ(view->reminted_units, 80u) << describe(*view);
+  AuditReport after;
+  ASSERT_NO_FATAL_FAILURE(checkShardInvariants(&after));
+  const AccountView* first_after = accountOf(after, first);
+  const AccountView* third_after = accountOf(after, third);
+  ASSERT_NE(first_after, nullptr);
+  ASSERT_NE(third_after, nullptr) << describe(after);
+  EXPECT_EQ(third_after->generation_state, GenerationState::kActive) << describe(after);
+  EXPECT_NE(first_after->generation_state, GenerationState::kActive) << describe(after);
+  EXPECT_EQ(first_after->balances.minted, first_before->balances.minted) << describe(after);
+  EXPECT_EQ(first_after->balances.transferred_out - first_before->balances.transferred_out,
+            first_before->balances.available + 80)
+      << describe(after);
+  EXPECT_GE(third_after->balances.minted, 80u) << describe(after);
+  Units inflow = 0;
+  Units outflow = 0;
+  for (const AccountView& account : after.accounts) {
+    if (account.key.subject != kShardSubject || account.key.route != kShardRoute) continue;
+    inflow += account.balances.opening + account.balances.minted;
+    outflow += account.balances.transferred_out;
+  }
+  EXPECT_EQ(inflow - outflow, 1'000u) << "a generation switch minted or lost capacity\n"
+                                      << describe(after);
 }
 
 // --- 7. Revoke during a partition -------------------------------------------------------------
