@@ -44,6 +44,12 @@ const char* shardAddCodeName(ShardAddCode code) {
   return "unknown";
 }
 
+uint64_t refreshWindowMs(const ShardGrant& grant, uint64_t refresh_before_ms) {
+  const uint64_t lifetime_ms =
+      grant.expires_at_ms > grant.issued_at_ms ? grant.expires_at_ms - grant.issued_at_ms : 0;
+  return std::min(refresh_before_ms, lifetime_ms / 2);
+}
+
 bool isFinalShardState(ShardState state) {
   return state == ShardState::kReconciled || state == ShardState::kConflict ||
          state == ShardState::kWrittenOff;
@@ -369,7 +375,8 @@ std::vector<std::string> ShardBook::closeForReconnect(uint64_t now_ms, uint64_t 
     ShardCloseReason reason = ShardCloseReason::kNone;
     if (shard.record.used) {
       reason = ShardCloseReason::kReconnect;
-    } else if (saturatingAdd(now_ms, refresh_before_ms) >= grant.expires_at_ms) {
+    } else if (saturatingAdd(now_ms, refreshWindowMs(grant, refresh_before_ms)) >=
+               grant.expires_at_ms) {
       reason = ShardCloseReason::kExpiry;
     } else if (grant.fence < highestFence({grant.subject, grant.route})) {
       reason = ShardCloseReason::kFence;
