@@ -587,7 +587,9 @@ TickOutcome Ledger::tick(uint64_t now_ms, uint64_t items_max) {
     TALLY_ASSERT(erased);
     ++outcome.compacted;
   }
-  outcome.shards_reminted = shards_.tick(now_ms, items_max);
+  const ShardRegistry::TickOutcome shards = shards_.tick(now_ms, items_max);
+  outcome.shards_reminted = shards.reminted;
+  outcome.shards_compacted = shards.compacted;
   return outcome;
 }
 
@@ -672,6 +674,7 @@ LedgerChanges Ledger::takeChanges() {
   for (const ShardRecord* shard : rows.shards.shards)
     changes.shards.push_back(shard->grant.shard_id);
   for (const FenceRecord& fence : rows.shards.fences) changes.fences.push_back(fence.key);
+  changes.shards_deleted = rows.shards.deleted_shards;
   changes.shard_sequence = rows.shards.shard_sequence_changed;
   return changes;
 }

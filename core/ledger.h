@@ -42,7 +42,8 @@ struct TickOutcome {
   uint64_t expired = 0;
   uint64_t closed_by_hard_limit = 0;
   uint64_t compacted = 0;
-  uint64_t shards_reminted = 0;  // deferred shard remints performed
+  uint64_t shards_reminted = 0;   // deferred shard remints performed
+  uint64_t shards_compacted = 0;  // reconciled shards dropped after retention
 };
 
 struct LedgerChanges {
@@ -50,14 +51,16 @@ struct LedgerChanges {
   std::vector<std::string> reservations_deleted;
   std::vector<AccountKey> accounts;
   bool policies = false;
-  std::vector<std::string> gateways;  // by name, sorted
-  std::vector<std::string> shards;    // by id, sorted
-  std::vector<SubjectRoute> fences;   // sorted
+  std::vector<std::string> gateways;        // by name, sorted
+  std::vector<std::string> shards;          // by id, sorted
+  std::vector<std::string> shards_deleted;  // compacted, sorted
+  std::vector<SubjectRoute> fences;         // sorted
   bool shard_sequence = false;
 
   bool empty() const {
     return reservations_upserted.empty() && reservations_deleted.empty() && accounts.empty() &&
-           !policies && gateways.empty() && shards.empty() && fences.empty() && !shard_sequence;
+           !policies && gateways.empty() && shards.empty() && shards_deleted.empty() &&
+           fences.empty() && !shard_sequence;
   }
 };
 
@@ -196,7 +199,7 @@ class Ledger {
   LedgerFaults faults_;
   uint64_t now_ms_ = 0;
   AccountBook accounts_;
-  ShardRegistry shards_{&accounts_};
+  ShardRegistry shards_{&accounts_, options_.retention_ms};
   ReservationTable reservations_;
   DeadlineQueue expiry_queue_;      // RESERVED reservations by expiresAt
   DeadlineQueue hard_limit_queue_;  // USAGE_UNKNOWN by startedAt + hard execution limit

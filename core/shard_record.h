@@ -52,16 +52,21 @@ struct FenceRecord {
 struct ShardChangedRows {
   std::vector<const GatewayRecord*> gateways;
   std::vector<const ShardRecord*> shards;
+  std::vector<std::string> deleted_shards;  // compacted; disjoint from `shards`
   std::vector<FenceRecord> fences;
   bool shard_sequence_changed = false;
   uint64_t shard_sequence = 0;  // the last sequence number used
 
   bool empty() const {
-    return gateways.empty() && shards.empty() && fences.empty() && !shard_sequence_changed;
+    return gateways.empty() && shards.empty() && deleted_shards.empty() && fences.empty() &&
+           !shard_sequence_changed;
   }
 };
 
 // allocated = spent + reminted + retired, computed without overflow.
 bool isShardConserved(const ShardRecord& record);
+
+// The sequence number in a shard id "shard-<n>", or 0 if the id is not of that form.
+uint64_t shardSequenceOf(const std::string& shard_id);
 
 }  // namespace tally

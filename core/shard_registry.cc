@@ -1,7 +1,6 @@
 #include "core/shard_registry.h"
 
 #include <algorithm>
-#include <charconv>
 #include <utility>
 
 #include "core/assert.h"
@@ -28,23 +27,6 @@ bool sameIssue(const ShardIssueRequest& a, const ShardIssueRequest& b) {
          a.subject == b.subject && a.route == b.route;
 }
 
-// The sequence number in "shard-<n>", or 0 if the id is not of that form.
-uint64_t sequenceOf(const std::string& shard_id) {
-  constexpr std::string_view kPrefix = "shard-";
-  if (shard_id.size() <= kPrefix.size() || shard_id.compare(0, kPrefix.size(), kPrefix) != 0) {
-    return 0;
-  }
-  uint64_t value = 0;
-  const char* first = shard_id.data() + kPrefix.size();
-  const char* last = shard_id.data() + shard_id.size();
-  auto [end, error] = std::from_chars(first, last, value);
-  return error == std::errc() && end == last ? value : 0;
-}
-
-GatewayReply gatewayError(ReplyCode code, std::string message) {
-  return {.code = code, .message = std::move(message)};
-}
-
 ShardReply shardError(ReplyCode code, std::string message) {
   return {.code = code, .message = std::move(message)};
 }
@@ -58,65 +40,6 @@ bool isShardConserved(const ShardRecord& r) {
 
 ShardReply ShardRegistry::permissionDenied(std::string message) {
   return {.code = ReplyCode::kRejected, .message = std::move(message), .permission_denied = true};
-}
-
-// ---- gateways ---------------------------------------------------------------------------------
-
-GatewayReply ShardRegistry::enrollGateway(const std::string& gateway_name,
-                                          const PublicKey& public_key, uint64_t now_ms) {
-  if (!validName(gateway_name, limits::kGatewayNameBytesMax)) {
-    return gatewayError(
-        ReplyCode::kInvalidArgument,
-        "gateway name must be 1.." + std::to_string(limits::kGatewayNameBytesMax) + " bytes");
-  }
-  if (public_key == PublicKey{}) {
-    return gatewayError(ReplyCode::kInvalidArgument, "public key must be set");
-  }
-  if (auto it = gateways_.find(gateway_name); it != gateways_.end()) {
-    if (it->second.public_key != public_key) {
-      return gatewayError(ReplyCode::kIdempotencyConflict,
-                          "gateway '" + gateway_name + "' is enrolled with another key");
-    }
-    return {.code = ReplyCode::kOk, .gateways = {it->second}, .duplicate = true};
-  }
-  if (gateways_.size() >= limits::kGatewaysMax) {
-    return gatewayError(ReplyCode::kResourceExhausted, "gateway table is full");
-  }
-  const GatewayRecord& record =
-      gateways_
-          .emplace(gateway_name, GatewayRecord{.gateway_name = gateway_name,
-                                               .public_key = public_key,
-                                               .enabled = true,
-                                               .enrolled_at_ms = now_ms})
-          .first->second;
-  touchedGateway(gateway_name);
-  return {.code = ReplyCode::kOk, .gateways = {record}};
-}
-
-GatewayReply ShardRegistry::listGateways() const {
-  GatewayReply reply;
-  reply.gateways.reserve(gateways_.size());
-  for (const auto& [name, record] : gateways_) reply.gateways.push_back(record);
-  return reply;
-}
-
-GatewayReply ShardRegistry::setGatewayEnabled(const std::string& gateway_name, bool enabled) {
-  auto it = gateways_.find(gateway_name);
-  if (it == gateways_.end()) {
-    return gatewayError(ReplyCode::kNotFound, "no gateway '" + gateway_name + "'");
-  }
-  GatewayRecord& record = it->second;
-  if (record.enabled == enabled) {
-    return {.code = ReplyCode::kOk, .gateways = {record}, .duplicate = true};
-  }
-  record.enabled = enabled;
-  touchedGateway(gateway_name);
-  return {.code = ReplyCode::kOk, .gateways = {record}};
-}
-
-const GatewayRecord* ShardRegistry::findGateway(const std::string& gateway_name) const {
-  auto it = gateways_.find(gateway_name);
-  return it == gateways_.end() ? nullptr : &it->second;
 }
 
 // ---- issue ------------------------------------------------------------------------------------
@@ -395,71 +318,13 @@ void ShardRegistry::assertConserved(const ShardRecord& record) const {
   TALLY_ASSERT(isShardConserved(record));
 }
 
-// ---- restore and changes ----------------------------------------------------------------------
-
-Status ShardRegistry::restoreGateway(const GatewayRecord& gateway) {
-  if (!validName(gateway.gateway_name, limits::kGatewayNameBytesMax)) {
-    return Status::corruption("stored gateway has an invalid name");
+void ShardRegistry::maybeQueueCompaction(const ShardRecord& record) {
+  if (record.state != ShardState::kReconciled || record.retired_units != 0 ||
+      record.remint_due_at_ms != 0) {
+    return;
   }
-  if (!gateways_.emplace(gateway.gateway_name, gateway).second) {
-    return Status::corruption("gateway '" + gateway.gateway_name + "' stored twice");
-  }
-  return Status::ok();
-}
-
-Status ShardRegistry::restoreShard(const ShardRecord& record) {
-  const std::string& id = record.grant.shard_id;
-  if (sequenceOf(id) == 0) return Status::corruption("stored shard has an invalid id '" + id + "'");
-  if (!isShardConserved(record)) {
-    return Status::corruption("shard '" + id + "' does not conserve");
-  }
-  if (!shards_.emplace(id, record).second) {
-    return Status::corruption("shard '" + id + "' stored twice");
-  }
-  if (!by_request_id_.emplace(record.issue_request.request_id, id).second) {
-    return Status::corruption("two shards stored for issue request '" +
-                              record.issue_request.request_id + "'");
-  }
-  if (record.remint_due_at_ms != 0) deferred_.insert({record.remint_due_at_ms, id});
-  return Status::ok();
-}
-
-Status ShardRegistry::restoreFence(const FenceRecord& fence) {
-  if (fence.fence == 0) return Status::corruption("stored fence 0");
-  if (!fences_.emplace(fence.key, fence.fence).second) {
-    return Status::corruption("fence of " + fence.key.subject + "/" + fence.key.route +
-                              " stored twice");
-  }
-  return Status::ok();
-}
-
-void ShardRegistry::restoreShardSequence(uint64_t shard_sequence) {
-  shard_sequence_ = shard_sequence;
-}
-
-Status ShardRegistry::finishRestore() {
-  for (const auto& [id, record] : shards_) {
-    if (sequenceOf(id) > shard_sequence_) {
-      return Status::corruption("shard '" + id + "' is above the stored shard sequence " +
-                                std::to_string(shard_sequence_));
-    }
-  }
-  return Status::ok();
-}
-
-ShardChangedRows ShardRegistry::takeChangedRows() {
-  ShardChangedRows rows;
-  for (const std::string& name : changed_gateways_) rows.gateways.push_back(&gateways_.at(name));
-  for (const std::string& id : changed_shards_) rows.shards.push_back(&shards_.at(id));
-  for (const SubjectRoute& key : changed_fences_) {
-    rows.fences.push_back(FenceRecord{.key = key, .fence = fenceOf(key.subject, key.route)});
-  }
-  rows.shard_sequence_changed = std::exchange(sequence_changed_, false);
-  rows.shard_sequence = shard_sequence_;
-  changed_gateways_.clear();
-  changed_shards_.clear();
-  changed_fences_.clear();
-  return rows;
+  compaction_.insert(
+      {saturatingAdd(record.grant.expires_at_ms, retention_ms_), record.grant.shard_id});
 }
 
 }  // namespace tally

@@ -37,7 +37,10 @@ struct ShardRegistryFaults {
 
 class ShardRegistry {
  public:
-  explicit ShardRegistry(AccountBook* accounts) : accounts_(accounts) {}
+  // `retention_ms`: how long after its expiry a RECONCILED shard with nothing retired is kept
+  // (its grant, receipts and issue request id: the window for retried issues and reports).
+  ShardRegistry(AccountBook* accounts, uint64_t retention_ms)
+      : accounts_(accounts), retention_ms_(retention_ms) {}
   ShardRegistry(const ShardRegistry&) = delete;
   ShardRegistry& operator=(const ShardRegistry&) = delete;
 
@@ -58,8 +61,13 @@ class ShardRegistry {
   ShardReply revoke(const std::string& shard_id, const std::string& gateway_name);
   ShardReply writeOff(const std::string& shard_id, uint64_t now_ms);
 
-  // Performs deferred remints that fell due (at most `items_max`); returns how many.
-  uint64_t tick(uint64_t now_ms, uint64_t items_max);
+  struct TickOutcome {
+    uint64_t reminted = 0;   // deferred remints performed
+    uint64_t compacted = 0;  // RECONCILED shards with nothing retired, past retention, dropped
+  };
+  // Performs deferred remints that fell due and compacts shards past retention (at most
+  // `items_max` of each).
+  TickOutcome tick(uint64_t now_ms, uint64_t items_max);
 
   // Appends every shard's view (sorted by id) and the shard equations' violations.
   void audit(AuditReport* report) const;
@@ -99,18 +107,23 @@ class ShardRegistry {
   void touched(const ShardRecord& record);
   void touchedGateway(const std::string& gateway_name);
   void assertConserved(const ShardRecord& record) const;
+  // Queues `record` for compaction if it qualifies (RECONCILED, nothing retired or deferred).
+  void maybeQueueCompaction(const ShardRecord& record);
 
   AccountBook* accounts_;
+  uint64_t retention_ms_;
   const ShardCrypto* crypto_ = nullptr;
   ShardRegistryFaults faults_;
   std::map<std::string, GatewayRecord> gateways_;
-  std::map<std::string, ShardRecord> shards_;            // by shard id
-  std::map<std::string, std::string> by_request_id_;     // issue request id → shard id
-  std::map<SubjectRoute, uint64_t> fences_;              // absent: 1
-  std::set<std::pair<uint64_t, std::string>> deferred_;  // (remint_due_at_ms, shard id)
+  std::map<std::string, ShardRecord> shards_;              // by shard id
+  std::map<std::string, std::string> by_request_id_;       // issue request id → shard id
+  std::map<SubjectRoute, uint64_t> fences_;                // absent: 1
+  std::set<std::pair<uint64_t, std::string>> deferred_;    // (remint_due_at_ms, shard id)
+  std::set<std::pair<uint64_t, std::string>> compaction_;  // (compact at ms, shard id)
   uint64_t shard_sequence_ = 0;
   std::set<std::string> changed_gateways_;
   std::set<std::string> changed_shards_;
+  std::set<std::string> deleted_shards_;
   std::set<SubjectRoute> changed_fences_;
   bool sequence_changed_ = false;
 };

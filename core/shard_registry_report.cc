@@ -75,7 +75,7 @@ ShardReply ShardRegistry::report(const ShardReport& report, uint64_t now_ms) {
     return reply;
   }
   // Rule 3.
-  if (std::string why = checkReportConsistency(report, limits::kShardReportReceiptsMax);
+  if (std::string why = checkReportConsistency(report, limits::kShardReceiptsPerReportMax);
       !why.empty()) {
     return answer(ReplyCode::kInvalidArgument, &record, "inconsistent report: " + why);
   }
@@ -124,6 +124,7 @@ ShardReply ShardRegistry::reconcile(ShardRecord* record, const ShardReport& repo
   }
   assertConserved(*record);
   touched(*record);
+  maybeQueueCompaction(*record);
   ShardReply reply = answer(ReplyCode::kOk, record);
   reply.spent_units = spent_delta;
   reply.reminted_units = reminted;
@@ -199,9 +200,9 @@ Units ShardRegistry::remintUpTo(ShardRecord* record, Units target, uint64_t now_
   return reminted;
 }
 
-uint64_t ShardRegistry::tick(uint64_t now_ms, uint64_t items_max) {
-  uint64_t done = 0;
-  while (!deferred_.empty() && deferred_.begin()->first <= now_ms && done < items_max) {
+ShardRegistry::TickOutcome ShardRegistry::tick(uint64_t now_ms, uint64_t items_max) {
+  TickOutcome outcome;
+  while (!deferred_.empty() && deferred_.begin()->first <= now_ms && outcome.reminted < items_max) {
     const std::string shard_id = deferred_.begin()->second;
     deferred_.erase(deferred_.begin());
     ShardRecord& record = shards_.at(shard_id);
@@ -211,9 +212,29 @@ uint64_t ShardRegistry::tick(uint64_t now_ms, uint64_t items_max) {
     record.remint_due_at_ms = 0;
     record.remint_target_units = 0;
     touched(record);
-    ++done;
+    maybeQueueCompaction(record);
+    ++outcome.reminted;
   }
-  return done;
+  // Entries may be stale (queued twice, or the shard changed since): each is checked again.
+  while (!compaction_.empty() && compaction_.begin()->first <= now_ms &&
+         outcome.compacted < items_max) {
+    const std::string shard_id = compaction_.begin()->second;
+    compaction_.erase(compaction_.begin());
+    auto it = shards_.find(shard_id);
+    if (it == shards_.end()) continue;
+    const ShardRecord& record = it->second;
+    if (record.state != ShardState::kReconciled || record.retired_units != 0 ||
+        record.remint_due_at_ms != 0 ||
+        now_ms < saturatingAdd(record.grant.expires_at_ms, retention_ms_)) {
+      continue;
+    }
+    by_request_id_.erase(record.issue_request.request_id);
+    changed_shards_.erase(shard_id);
+    deleted_shards_.insert(shard_id);
+    shards_.erase(it);
+    ++outcome.compacted;
+  }
+  return outcome;
 }
 
 void ShardRegistry::audit(AuditReport* report) const {

@@ -164,6 +164,13 @@ Status writeShardRows(const sqlite::Connection& tables, const StoreBatch& net) {
     TALLY_STORE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
     TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
   }
+  for (const std::string& id : net.deleted_shards) {
+    sqlite3_stmt* stmt = tables[kTablesDeleteShard];
+    ResetOnExit reset(stmt);
+    const char* op = "fold shard deletion";
+    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, id, op));
+    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+  }
   for (const FenceRecord& record : net.fences) {
     sqlite3_stmt* stmt = tables[kTablesUpsertFence];
     ResetOnExit reset(stmt);
@@ -254,6 +261,7 @@ void LogFold::apply(StoreBatch&& batch) {
     std::string name = record.gateway_name;
     gateways[std::move(name)] = std::move(record);
   }
+  for (std::string& id : batch.deleted_shards) shards[std::move(id)] = std::nullopt;
   for (ShardRecord& record : batch.shards) {
     std::string id = record.grant.shard_id;
     shards[std::move(id)] = std::move(record);
@@ -473,7 +481,13 @@ StoreContents mergeContents(TablesImage image, LogFold fold) {
       mergeReservations(std::move(image.reservations), std::move(fold.reservations));
   contents.ledger_clock_ms = std::max(image.ledger_clock_ms, fold.ledger_clock_ms);
   for (auto& [name, record] : fold.gateways) image.gateways[name] = std::move(record);
-  for (auto& [id, record] : fold.shards) image.shards[id] = std::move(record);
+  for (auto& [id, record] : fold.shards) {
+    if (record) {
+      image.shards[id] = std::move(*record);
+    } else {
+      image.shards.erase(id);
+    }
+  }
   for (auto& [key, record] : fold.fences) image.fences[key] = std::move(record);
   for (auto& [name, record] : image.gateways) contents.gateways.push_back(std::move(record));
   for (auto& [id, record] : image.shards) contents.shards.push_back(std::move(record));

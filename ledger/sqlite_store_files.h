@@ -112,6 +112,7 @@ enum TablesStatement : size_t {
   kTablesSelectGateways,
   kTablesSelectShards,
   kTablesSelectFences,
+  kTablesDeleteShard,
   kTablesStatementCount,
 };
 
@@ -135,6 +136,7 @@ inline constexpr std::array<const char*, kTablesStatementCount> kTablesStatement
     "SELECT name, body FROM gateways ORDER BY name",
     "SELECT id, body FROM shards ORDER BY id",
     "SELECT subject, route, fence FROM fences ORDER BY subject, route",
+    "DELETE FROM shards WHERE id = ?1",
 };
 
 // --- Folding ------------------------------------------------------------------------------------
@@ -148,7 +150,7 @@ struct LogFold {
   std::map<AccountKey, AccountRecord> accounts;
   std::unordered_map<std::string, std::optional<Reservation>> reservations;
   std::map<std::string, GatewayRecord> gateways;
-  std::map<std::string, ShardRecord> shards;
+  std::map<std::string, std::optional<ShardRecord>> shards;  // nullopt: deleted
   std::map<SubjectRoute, FenceRecord> fences;
   uint64_t ledger_clock_ms = 0;
   uint64_t shard_sequence = 0;

@@ -55,10 +55,12 @@ struct StoreBatch {
   std::vector<ShardRecord> shards;
   std::vector<FenceRecord> fences;
   uint64_t shard_sequence = 0;  // the last shard sequence number used; load() keeps the highest
+  std::vector<std::string> deleted_shards;  // compacted; ids are never reused
 
   bool empty() const {
     return policies.empty() && accounts.empty() && reservations.empty() &&
-           deleted_reservations.empty() && gateways.empty() && shards.empty() && fences.empty();
+           deleted_reservations.empty() && gateways.empty() && shards.empty() && fences.empty() &&
+           deleted_shards.empty();
   }
 };
 

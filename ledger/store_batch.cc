@@ -32,6 +32,7 @@ StoreBatch storeBatchOf(const Ledger& ledger, LedgerChangedRows* rows, uint64_t 
   for (const ShardRecord* shard : shards.shards) batch.shards.push_back(*shard);
   batch.fences = shards.fences;
   batch.shard_sequence = shards.shard_sequence;
+  batch.deleted_shards = shards.deleted_shards;
   return batch;
 }
 

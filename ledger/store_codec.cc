@@ -344,6 +344,13 @@ Result<StoreBatch> readBatch(schema::StoreBatchV1::Reader reader) {
     return status;
   }
   batch.shard_sequence = reader.getShardSequence();
+  batch.deleted_shards.reserve(reader.getDeletedShards().size());
+  for (capnp::Text::Reader id : reader.getDeletedShards()) {
+    if (id.size() > wire::kOriginBytesMax) {
+      return Status::corruption("deletedShards: id longer than allowed");
+    }
+    batch.deleted_shards.emplace_back(id.begin(), id.size());
+  }
   return batch;
 }
 
@@ -386,6 +393,12 @@ Blob encodeBatch(const StoreBatch& batch) {
     buildFence(batch.fences[i], fences[static_cast<unsigned>(i)]);
   }
   builder.setShardSequence(batch.shard_sequence);
+  auto deleted_shards =
+      builder.initDeletedShards(static_cast<unsigned>(batch.deleted_shards.size()));
+  for (size_t i = 0; i < batch.deleted_shards.size(); ++i) {
+    TALLY_ASSERT(batch.deleted_shards[i].size() <= wire::kOriginBytesMax);
+    deleted_shards.set(static_cast<unsigned>(i), textOf(batch.deleted_shards[i]));
+  }
   return finish(message);
 }
 
@@ -466,7 +479,7 @@ struct BatchFolder::Index {
   std::map<AccountKeyView, schema::AccountRecordV1::Reader> accounts;
   std::map<uint64_t, schema::PolicyRecordV1::Reader> policies;
   std::map<std::string_view, schema::GatewayRecordV1::Reader> gateways;
-  std::map<std::string_view, schema::ShardRecordV1::Reader> shards;
+  std::map<std::string_view, std::optional<schema::ShardRecordV1::Reader>> shards;
   std::map<std::pair<std::string_view, std::string_view>, schema::FenceRecordV1::Reader> fences;
   uint64_t ledger_clock_ms = 0;
   uint64_t shard_sequence = 0;
@@ -510,6 +523,12 @@ Status BatchFolder::add(Blob blob) {
     }
     for (auto record : batch.getGateways()) {
       index.gateways.insert_or_assign(viewOf(record.getGatewayName()), record);
+    }
+    for (capnp::Text::Reader id : batch.getDeletedShards()) {
+      if (id.size() > wire::kOriginBytesMax) {
+        return Status::corruption("deletedShards: id longer than allowed");
+      }
+      index.shards.insert_or_assign(viewOf(id), std::nullopt);
     }
     for (auto record : batch.getShards()) {
       index.shards.insert_or_assign(viewOf(record.getGrant().getShardId()), record);
@@ -560,7 +579,11 @@ Result<StoreBatch> BatchFolder::finish() const {
       batch.gateways.push_back(std::move(record).value());
     }
     for (const auto& [id, reader] : index.shards) {
-      Result<ShardRecord> record = readShard(reader);
+      if (!reader) {
+        batch.deleted_shards.emplace_back(id);
+        continue;
+      }
+      Result<ShardRecord> record = readShard(*reader);
       if (!record.isOk()) return asCorruption(record.status());
       batch.shards.push_back(std::move(record).value());
     }

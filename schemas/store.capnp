@@ -60,6 +60,7 @@ struct StoreBatchV1 {
   shards @6 :List(ShardRecordV1);
   fences @7 :List(FenceRecordV1);
   shardSequence @8 :UInt64;        # the last shard sequence number used (never decreases)
+  deletedShards @9 :List(Text);    # compacted after retention (ids are never reused)
 }
 
 struct GatewayRecordV1 {

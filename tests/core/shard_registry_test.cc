@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/ledger.h"
+#include "core/limits.h"
 #include "tests/core/shard_fake_crypto.h"
 
 namespace tally {
@@ -695,6 +696,89 @@ TEST_F(ShardRegistryTest, ChangesNameEveryRowToPersist) {
   ASSERT_EQ(ledger_.setGatewayEnabled(kGateway, false, kT0).code, ReplyCode::kOk);
   changes = ledger_.takeChanges();
   EXPECT_EQ(changes.gateways, std::vector<std::string>{kGateway});
+}
+
+TEST(ShardRegistryCompactionTest, ReconciledShardsAreDroppedAfterRetention) {
+  FakeShardCrypto crypto;
+  Ledger ledger(LedgerOptions{.retention_ms = 10'000});
+  ledger.setShardCrypto(&crypto);
+  ASSERT_EQ(ledger.publishPolicy(Policy{.budgets = {shardBudget()}}, kT0).code, ReplyCode::kOk);
+  ASSERT_EQ(ledger.enrollGateway(kGateway, keyOf(1), kT0).code, ReplyCode::kOk);
+  auto issue = [&](const std::string& request_id) {
+    ShardIssueRequest r{.request_id = request_id,
+                        .gateway_name = kGateway,
+                        .gateway_id = keyOf(1),
+                        .gateway_boot_epoch = 1,
+                        .subject = kSubject,
+                        .route = kRoute};
+    signIssue(&r);
+    return ledger.issueShard(r, kT0);
+  };
+  const ShardGrant done = issue("q1").shards.front().grant;
+  const ShardGrant held = issue("q2").shards.front().grant;
+  ShardReport all_unused{
+      .shard = done, .balances = {.allocated = 100, .local_retired = 100}, .gateway_boot_epoch = 1};
+  signReport(&all_unused);
+  ASSERT_EQ(ledger.reportShard(all_unused, kT0).shards.front().state, ShardState::kReconciled);
+  (void)ledger.takeChanges();
+  // Kept until expiry + retention; `held` (ISSUED, its units retired) is never dropped.
+  const uint64_t due = kT0 + kTtlMs + 10'000;
+  EXPECT_EQ(ledger.tick(due - 1).shards_compacted, 0u);
+  EXPECT_EQ(ledger.tick(due).shards_compacted, 1u);
+  EXPECT_EQ(ledger.shards().find(done.shard_id), nullptr);
+  EXPECT_NE(ledger.shards().find(held.shard_id), nullptr);
+  const LedgerChanges changes = ledger.takeChanges();
+  EXPECT_EQ(changes.shards_deleted, std::vector<std::string>{done.shard_id});
+  EXPECT_TRUE(changes.shards.empty());
+  EXPECT_TRUE(ledger.audit(due).conserved);
+  EXPECT_EQ(ledger.tick(due + 1'000'000).shards_compacted, 0u);
+  // Past retention its request id is forgotten, like a reservation's: a new shard.
+  const ShardReply again = issue("q1");
+  ASSERT_EQ(again.code, ReplyCode::kOk);
+  EXPECT_FALSE(again.duplicate);
+  EXPECT_EQ(again.shards.front().grant.shard_id, "shard-3");
+}
+
+TEST(ShardRegistryRestoreTest, InconsistentRecordsAreCorruption) {
+  AccountBook accounts;
+  ShardRegistry registry(&accounts, limits::kRetentionMsDefault);
+  ShardRecord record;
+  record.grant.shard_id = "shard-1";
+  record.grant.allocated_units = 100;
+  record.issue_request.request_id = "q1";
+  record.retired_units = 90;  // 10 missing
+  EXPECT_FALSE(registry.restoreShard(record).isOk());
+  record.retired_units = 100;
+  record.state = ShardState::kConflict;
+  record.remint_due_at_ms = 5;  // a deferred remint only exists while reconciling
+  EXPECT_FALSE(registry.restoreShard(record).isOk());
+  record.remint_due_at_ms = 0;
+  record.grant.shard_id = "not-a-shard";
+  EXPECT_FALSE(registry.restoreShard(record).isOk());
+  record.grant.shard_id = "shard-7";
+  ASSERT_TRUE(registry.restoreShard(record).isOk());
+  EXPECT_FALSE(registry.restoreShard(record).isOk());  // twice
+  registry.restoreShardSequence(7);
+  EXPECT_FALSE(registry.finishRestore().isOk());  // its source account is missing
+  ASSERT_TRUE(
+      accounts.restorePolicy(Policy{.generation = 1, .budgets = {shardBudget()}}, 0).isOk());
+  record.grant.subject = kSubject;
+  record.grant.route = kRoute;
+  record.grant.policy_generation = 1;
+  ASSERT_TRUE(
+      accounts
+          .restoreAccount(AccountKey{kSubject, kRoute, 1},
+                          Balances{.opening = 1000, .available = 900, .retired_for_emergency = 100},
+                          kT0, 0)
+          .isOk());
+  ShardRegistry restored(&accounts, limits::kRetentionMsDefault);
+  record.issue_request.request_id = "q7";
+  ASSERT_TRUE(restored.restoreShard(record).isOk());
+  restored.restoreShardSequence(6);
+  EXPECT_FALSE(restored.finishRestore().isOk());  // shard-7 above the sequence
+  restored.restoreShardSequence(7);
+  EXPECT_TRUE(restored.finishRestore().isOk());
+  EXPECT_FALSE(registry.restoreFence({.key = {"a", "b"}, .fence = 0}).isOk());
 }
 
 }  // namespace

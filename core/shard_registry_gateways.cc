@@ -1,0 +1,80 @@
+// ShardRegistry: enrolled gateways (docs/SHARDS.md "Gateways"). The rest of the registry is in
+// shard_registry.cc.
+
+#include <string>
+#include <utility>
+
+#include "core/limits.h"
+#include "core/shard_registry.h"
+
+namespace tally {
+namespace {
+
+bool validName(const std::string& name, uint64_t bytes_max) {
+  return !name.empty() && name.size() <= bytes_max;
+}
+
+GatewayReply gatewayError(ReplyCode code, std::string message) {
+  return {.code = code, .message = std::move(message)};
+}
+
+}  // namespace
+
+GatewayReply ShardRegistry::enrollGateway(const std::string& gateway_name,
+                                          const PublicKey& public_key, uint64_t now_ms) {
+  if (!validName(gateway_name, limits::kGatewayNameBytesMax)) {
+    return gatewayError(
+        ReplyCode::kInvalidArgument,
+        "gateway name must be 1.." + std::to_string(limits::kGatewayNameBytesMax) + " bytes");
+  }
+  if (public_key == PublicKey{}) {
+    return gatewayError(ReplyCode::kInvalidArgument, "public key must be set");
+  }
+  if (auto it = gateways_.find(gateway_name); it != gateways_.end()) {
+    if (it->second.public_key != public_key) {
+      return gatewayError(ReplyCode::kIdempotencyConflict,
+                          "gateway '" + gateway_name + "' is enrolled with another key");
+    }
+    return {.code = ReplyCode::kOk, .gateways = {it->second}, .duplicate = true};
+  }
+  if (gateways_.size() >= limits::kGatewaysMax) {
+    return gatewayError(ReplyCode::kResourceExhausted, "gateway table is full");
+  }
+  const GatewayRecord& record =
+      gateways_
+          .emplace(gateway_name, GatewayRecord{.gateway_name = gateway_name,
+                                               .public_key = public_key,
+                                               .enabled = true,
+                                               .enrolled_at_ms = now_ms})
+          .first->second;
+  touchedGateway(gateway_name);
+  return {.code = ReplyCode::kOk, .gateways = {record}};
+}
+
+GatewayReply ShardRegistry::listGateways() const {
+  GatewayReply reply;
+  reply.gateways.reserve(gateways_.size());
+  for (const auto& [name, record] : gateways_) reply.gateways.push_back(record);
+  return reply;
+}
+
+GatewayReply ShardRegistry::setGatewayEnabled(const std::string& gateway_name, bool enabled) {
+  auto it = gateways_.find(gateway_name);
+  if (it == gateways_.end()) {
+    return gatewayError(ReplyCode::kNotFound, "no gateway '" + gateway_name + "'");
+  }
+  GatewayRecord& record = it->second;
+  if (record.enabled == enabled) {
+    return {.code = ReplyCode::kOk, .gateways = {record}, .duplicate = true};
+  }
+  record.enabled = enabled;
+  touchedGateway(gateway_name);
+  return {.code = ReplyCode::kOk, .gateways = {record}};
+}
+
+const GatewayRecord* ShardRegistry::findGateway(const std::string& gateway_name) const {
+  auto it = gateways_.find(gateway_name);
+  return it == gateways_.end() ? nullptr : &it->second;
+}
+
+}  // namespace tally
