@@ -109,22 +109,36 @@ bool ShardBook::isUsable(const Shard& shard, uint64_t now_ms) const {
          grant.fence >= highestFence({grant.subject, grant.route});
 }
 
+void ShardBook::indexOpen(const std::string& shard_id, const ShardGrant& grant) {
+  open_by_account_[{grant.subject, grant.route}].insert(shard_id);
+}
+
+void ShardBook::unindexOpen(const std::string& shard_id, const ShardGrant& grant) {
+  auto it = open_by_account_.find({grant.subject, grant.route});
+  if (it == open_by_account_.end()) return;
+  it->second.erase(shard_id);
+  if (it->second.empty()) open_by_account_.erase(it);
+}
+
+std::vector<std::string> ShardBook::openShardsOf(const SubjectRoute& subject_route) const {
+  auto it = open_by_account_.find(subject_route);
+  if (it == open_by_account_.end()) return {};
+  return std::vector<std::string>(it->second.begin(), it->second.end());
+}
+
 size_t ShardBook::usableShardCount(const SubjectRoute& subject_route, uint64_t now_ms) const {
   size_t count = 0;
-  for (const auto& [id, shard] : shards_) {
-    if (shard.record.grant.subject == subject_route.subject &&
-        shard.record.grant.route == subject_route.route && isUsable(shard, now_ms)) {
-      ++count;
-    }
+  for (const std::string& id : openShardsOf(subject_route)) {
+    if (isUsable(*findShard(id), now_ms)) ++count;
   }
   return count;
 }
 
 Units ShardBook::usableUnits(const SubjectRoute& subject_route, uint64_t now_ms) const {
   Units units = 0;
-  for (const auto& [id, shard] : shards_) {
-    if (shard.record.grant.subject == subject_route.subject &&
-        shard.record.grant.route == subject_route.route && isUsable(shard, now_ms)) {
+  for (const std::string& id : openShardsOf(subject_route)) {
+    const Shard& shard = *findShard(id);
+    if (isUsable(shard, now_ms)) {
       units = saturatingAdd(units, shard.account.balances().local_available);
     }
   }
@@ -180,6 +194,12 @@ std::vector<std::string> ShardBook::audit() const {
       violations.push_back(id + ": localReserved " + std::to_string(b.local_reserved) +
                            " but its reservations hold " + std::to_string(held[id]));
     }
+    const std::vector<std::string> open =
+        openShardsOf({shard.record.grant.subject, shard.record.grant.route});
+    const bool indexed = std::find(open.begin(), open.end(), id) != open.end();
+    if (indexed == shard.account.closed()) {
+      violations.push_back(id + (indexed ? ": closed but indexed as open" : ": open, not indexed"));
+    }
     if (shard.account.closed() && b.local_available != 0) {
       violations.push_back(id + ": closed with localAvailable " +
                            std::to_string(b.local_available));
@@ -231,6 +251,7 @@ Status ShardBook::restoreShard(StoredShard stored) {
                               grant.gateway_id != options_.gateway_id ||
                               grant.allocated_units != stored.balances.allocated ||
                               !options_.crypto->verifyGrant(grant);
+  if (!stored.closed) indexOpen(stored.shard_id, stored.record.grant);
   shards_.emplace(stored.shard_id, Shard{.record = std::move(stored.record),
                                          .account = account,
                                          .reservation_ids = {},
@@ -276,6 +297,7 @@ Result<ShardRestoreReport> ShardBook::finishRestore(uint64_t now_ms) {
       report.quarantined.push_back(id);
       shard.record.report_pending = false;
       if (!shard.account.closed()) {
+        unindexOpen(id, shard.record.grant);
         shard.account.close();
         shard.record.close_reason = ShardCloseReason::kQuarantined;
         shard.record.closed_at_ms = now_ms;
@@ -322,6 +344,7 @@ ShardAddCode ShardBook::addShard(const ShardGrant& grant, uint64_t now_ms) {
                             .reservation_ids = {},
                             .held_units = 0});
   TALLY_ASSERT(inserted);
+  indexOpen(grant.shard_id, grant);
   touchShard(grant.shard_id);
   checkShard(it->second);
   (void)noteFence(subject_route, grant.fence, now_ms);
@@ -336,11 +359,10 @@ std::vector<std::string> ShardBook::noteFence(const SubjectRoute& subject_route,
     highest = fence;
     fences_changed_.insert(subject_route);
   }
-  for (auto& [id, shard] : shards_) {
-    const ShardGrant& grant = shard.record.grant;
-    if (!shard.account.closed() && grant.subject == subject_route.subject &&
-        grant.route == subject_route.route && grant.fence < highest) {
-      closeShard(id, &shard, ShardCloseReason::kFence, now_ms);
+  for (const std::string& id : openShardsOf(subject_route)) {
+    Shard* shard = lookupShard(id);
+    if (shard->record.grant.fence < highest) {
+      closeShard(id, shard, ShardCloseReason::kFence, now_ms);
       closed.push_back(id);
     }
   }
@@ -350,6 +372,7 @@ std::vector<std::string> ShardBook::noteFence(const SubjectRoute& subject_route,
 void ShardBook::closeShard(const std::string& shard_id, Shard* shard, ShardCloseReason reason,
                            uint64_t now_ms) {
   if (shard->account.closed()) return;
+  unindexOpen(shard_id, shard->record.grant);
   shard->account.close();
   shard->record.close_reason = reason;
   shard->record.closed_at_ms = now_ms;
@@ -461,6 +484,7 @@ void ShardBook::forget(const std::string& shard_id) {
     reservations_changed_.erase(id);
     reservations_deleted_.insert(id);
   }
+  unindexOpen(shard_id, shard->record.grant);
   shards_.erase(shard_id);
   shards_changed_.erase(shard_id);
   shards_deleted_.insert(shard_id);

@@ -248,6 +248,10 @@ class ShardBook {
   void closeShard(const std::string& shard_id, Shard* shard, ShardCloseReason reason,
                   uint64_t now_ms);
   void forget(const std::string& shard_id);
+  void indexOpen(const std::string& shard_id, const ShardGrant& grant);
+  void unindexOpen(const std::string& shard_id, const ShardGrant& grant);
+  // The open shards of a subject/route (ids, sorted).
+  std::vector<std::string> openShardsOf(const SubjectRoute& subject_route) const;
   void checkShard(const Shard& shard) const;
   void touchShard(const std::string& shard_id) { shards_changed_.insert(shard_id); }
   void touchReservation(const std::string& id);
@@ -257,6 +261,8 @@ class ShardBook {
   std::map<std::string, Shard> shards_;
   std::unordered_map<std::string, Reservation> reservations_;
   std::map<SubjectRoute, uint64_t> fences_;
+  // Open shards by subject/route: admission, counts and fences look only at these.
+  std::map<SubjectRoute, std::set<std::string>> open_by_account_;
   std::set<std::pair<uint64_t, std::string>> expiry_;  // RESERVED local ones by expiresAt
 
   std::set<std::string> shards_changed_;
