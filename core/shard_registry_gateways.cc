@@ -10,8 +10,15 @@
 namespace tally {
 namespace {
 
-bool validName(const std::string& name, uint64_t bytes_max) {
-  return !name.empty() && name.size() <= bytes_max;
+// 1..kGatewayNameBytesMax bytes of [A-Za-z0-9._-], as common/identity.h creates them.
+bool validGatewayName(const std::string& name) {
+  if (name.empty() || name.size() > limits::kGatewayNameBytesMax) return false;
+  for (char ch : name) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
+    if (!ok) return false;
+  }
+  return true;
 }
 
 GatewayReply gatewayError(ReplyCode code, std::string message) {
@@ -22,10 +29,10 @@ GatewayReply gatewayError(ReplyCode code, std::string message) {
 
 GatewayReply ShardRegistry::enrollGateway(const std::string& gateway_name,
                                           const PublicKey& public_key, uint64_t now_ms) {
-  if (!validName(gateway_name, limits::kGatewayNameBytesMax)) {
-    return gatewayError(
-        ReplyCode::kInvalidArgument,
-        "gateway name must be 1.." + std::to_string(limits::kGatewayNameBytesMax) + " bytes");
+  if (!validGatewayName(gateway_name)) {
+    return gatewayError(ReplyCode::kInvalidArgument,
+                        "gateway name must be 1.." + std::to_string(limits::kGatewayNameBytesMax) +
+                            " bytes of [A-Za-z0-9._-]");
   }
   if (public_key == PublicKey{}) {
     return gatewayError(ReplyCode::kInvalidArgument, "public key must be set");

@@ -658,6 +658,10 @@ TEST_F(ShardRegistryTest, EnrollIsIdempotentPerNameAndKey) {
   EXPECT_EQ(reply.gateways.front().enrolled_at_ms, kT0);
   EXPECT_EQ(ledger_.enrollGateway(kGateway, keyOf(2), kT0).code, ReplyCode::kIdempotencyConflict);
   EXPECT_EQ(ledger_.enrollGateway("", keyOf(2), kT0).code, ReplyCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.enrollGateway("gw b", keyOf(2), kT0).code, ReplyCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.enrollGateway(std::string(129, 'g'), keyOf(2), kT0).code,
+            ReplyCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.enrollGateway("gw-c", PublicKey{}, kT0).code, ReplyCode::kInvalidArgument);
   EXPECT_EQ(ledger_.setGatewayEnabled("nobody", false, kT0).code, ReplyCode::kNotFound);
   ASSERT_EQ(ledger_.enrollGateway("gw-b", keyOf(2), kT0).code, ReplyCode::kOk);
   reply = ledger_.listGateways();
