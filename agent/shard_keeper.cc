@@ -334,6 +334,12 @@ void ShardKeeper::onReportAnswer(const std::string& shard_id, central::LinkResul
     metrics_->countShardReport("refused");
     report_retry_at_ms_[shard_id] = now_ms + options_.issue_retry_ms;
     logger_->error("shard_report_refused", {{"shard_id", shard_id}, {"answer", answer}});
+    // A refusal that carries the shard (e.g. WRITTEN_OFF: never reported again) is recorded.
+    if (reply != nullptr && !reply->shards.empty() &&
+        reply->shards.front().grant.shard_id == shard_id) {
+      (void)book_.onLedgerAnswer(shard_id, reply->shards.front(), now_ms);
+      (void)persist();
+    }
     return;
   }
   report_retry_at_ms_.erase(shard_id);
