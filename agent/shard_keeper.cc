@@ -405,13 +405,13 @@ void ShardKeeper::keepOnHand(uint64_t now_ms) {
     }
     if (!state.issuing && now_ms >= state.next_issue_ms &&
         book_.usableShardCount(account, now_ms) < options_.shards_on_hand) {
-      issue(account, now_ms);
+      issue(account);
     }
     ++it;
   }
 }
 
-void ShardKeeper::issue(const SubjectRoute& account, uint64_t now_ms) {
+void ShardKeeper::issue(const SubjectRoute& account) {
   accounts_[account].issuing = true;
   ShardIssueRequest request{.request_id = signer_.gateway_name + "/" + std::to_string(boot_epoch_) +
                                           "/" + hex64(request_nonce_) + "/" +
@@ -424,7 +424,6 @@ void ShardKeeper::issue(const SubjectRoute& account, uint64_t now_ms) {
   signer_.sign_issue(&request);
   logger_->debug("shard_issue_requested",
                  {{"account", accountName(account)}, {"request_id", request.request_id}});
-  (void)now_ms;
   link_->call(std::move(request), [this, account](central::LinkResult result) {
     onIssueAnswer(account, std::move(result));
   });
