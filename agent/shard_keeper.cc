@@ -334,6 +334,12 @@ void ShardKeeper::onReportAnswer(const std::string& shard_id, central::LinkResul
     metrics_->countShardReport("refused");
     report_retry_at_ms_[shard_id] = now_ms + options_.issue_retry_ms;
     logger_->error("shard_report_refused", {{"shard_id", shard_id}, {"answer", answer}});
+    // A refusal that carries the shard (e.g. WRITTEN_OFF: never reported again) is recorded.
+    if (reply != nullptr && !reply->shards.empty() &&
+        reply->shards.front().grant.shard_id == shard_id) {
+      (void)book_.onLedgerAnswer(shard_id, reply->shards.front(), now_ms);
+      (void)persist();
+    }
     return;
   }
   report_retry_at_ms_.erase(shard_id);
@@ -399,13 +405,13 @@ void ShardKeeper::keepOnHand(uint64_t now_ms) {
     }
     if (!state.issuing && now_ms >= state.next_issue_ms &&
         book_.usableShardCount(account, now_ms) < options_.shards_on_hand) {
-      issue(account, now_ms);
+      issue(account);
     }
     ++it;
   }
 }
 
-void ShardKeeper::issue(const SubjectRoute& account, uint64_t now_ms) {
+void ShardKeeper::issue(const SubjectRoute& account) {
   AccountState& state = accounts_[account];
   state.issuing = true;
   if (!state.unanswered.has_value()) {
@@ -423,7 +429,6 @@ void ShardKeeper::issue(const SubjectRoute& account, uint64_t now_ms) {
   ShardIssueRequest request = *state.unanswered;
   logger_->debug("shard_issue_requested",
                  {{"account", accountName(account)}, {"request_id", request.request_id}});
-  (void)now_ms;
   link_->call(std::move(request), [this, account](central::LinkResult result) {
     onIssueAnswer(account, std::move(result));
   });

@@ -128,7 +128,7 @@ class ShardKeeper {
   void onReportAnswer(const std::string& shard_id, central::LinkResult result);
   void pollStatus(uint64_t now_ms);
   void keepOnHand(uint64_t now_ms);
-  void issue(const SubjectRoute& account, uint64_t now_ms);
+  void issue(const SubjectRoute& account);
   void onIssueAnswer(const SubjectRoute& account, central::LinkResult result);
   void logClosed(const std::vector<std::string>& ids, const char* why);
 

@@ -39,8 +39,8 @@ inline constexpr uint64_t kShardReportReceiptsMax = 10'000;
 inline constexpr uint64_t kFrameBytesMaxDefault = 1 << 20;
 inline constexpr uint64_t kRequestsInFlightPerConnectionMax = 4096;
 
-// Emergency shards (SPEC §6): reports on the wire. (kGatewayNameBytesMax is above; the two
-// branches that built shards each added it.)
+// Emergency shards (SPEC §6): identities and reports.
+inline constexpr uint64_t kGatewayNameBytesMax = 128;  // [A-Za-z0-9._-], at least one byte
 inline constexpr uint64_t kShardReceiptsPerReportMax = 100'000;
 
 // Retention of terminal reservations before compaction (the idempotency window).

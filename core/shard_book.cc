@@ -44,6 +44,12 @@ const char* shardAddCodeName(ShardAddCode code) {
   return "unknown";
 }
 
+uint64_t refreshWindowMs(const ShardGrant& grant, uint64_t refresh_before_ms) {
+  const uint64_t lifetime_ms =
+      grant.expires_at_ms > grant.issued_at_ms ? grant.expires_at_ms - grant.issued_at_ms : 0;
+  return std::min(refresh_before_ms, lifetime_ms / 2);
+}
+
 bool isFinalShardState(ShardState state) {
   return state == ShardState::kReconciled || state == ShardState::kConflict ||
          state == ShardState::kWrittenOff;
@@ -103,22 +109,36 @@ bool ShardBook::isUsable(const Shard& shard, uint64_t now_ms) const {
          grant.fence >= highestFence({grant.subject, grant.route});
 }
 
+void ShardBook::indexOpen(const std::string& shard_id, const ShardGrant& grant) {
+  open_by_account_[{grant.subject, grant.route}].insert(shard_id);
+}
+
+void ShardBook::unindexOpen(const std::string& shard_id, const ShardGrant& grant) {
+  auto it = open_by_account_.find({grant.subject, grant.route});
+  if (it == open_by_account_.end()) return;
+  it->second.erase(shard_id);
+  if (it->second.empty()) open_by_account_.erase(it);
+}
+
+std::vector<std::string> ShardBook::openShardsOf(const SubjectRoute& subject_route) const {
+  auto it = open_by_account_.find(subject_route);
+  if (it == open_by_account_.end()) return {};
+  return std::vector<std::string>(it->second.begin(), it->second.end());
+}
+
 size_t ShardBook::usableShardCount(const SubjectRoute& subject_route, uint64_t now_ms) const {
   size_t count = 0;
-  for (const auto& [id, shard] : shards_) {
-    if (shard.record.grant.subject == subject_route.subject &&
-        shard.record.grant.route == subject_route.route && isUsable(shard, now_ms)) {
-      ++count;
-    }
+  for (const std::string& id : openShardsOf(subject_route)) {
+    if (isUsable(*findShard(id), now_ms)) ++count;
   }
   return count;
 }
 
 Units ShardBook::usableUnits(const SubjectRoute& subject_route, uint64_t now_ms) const {
   Units units = 0;
-  for (const auto& [id, shard] : shards_) {
-    if (shard.record.grant.subject == subject_route.subject &&
-        shard.record.grant.route == subject_route.route && isUsable(shard, now_ms)) {
+  for (const std::string& id : openShardsOf(subject_route)) {
+    const Shard& shard = *findShard(id);
+    if (isUsable(shard, now_ms)) {
       units = saturatingAdd(units, shard.account.balances().local_available);
     }
   }
@@ -174,6 +194,12 @@ std::vector<std::string> ShardBook::audit() const {
       violations.push_back(id + ": localReserved " + std::to_string(b.local_reserved) +
                            " but its reservations hold " + std::to_string(held[id]));
     }
+    const std::vector<std::string> open =
+        openShardsOf({shard.record.grant.subject, shard.record.grant.route});
+    const bool indexed = std::find(open.begin(), open.end(), id) != open.end();
+    if (indexed == shard.account.closed()) {
+      violations.push_back(id + (indexed ? ": closed but indexed as open" : ": open, not indexed"));
+    }
     if (shard.account.closed() && b.local_available != 0) {
       violations.push_back(id + ": closed with localAvailable " +
                            std::to_string(b.local_available));
@@ -225,6 +251,7 @@ Status ShardBook::restoreShard(StoredShard stored) {
                               grant.gateway_id != options_.gateway_id ||
                               grant.allocated_units != stored.balances.allocated ||
                               !options_.crypto->verifyGrant(grant);
+  if (!stored.closed) indexOpen(stored.shard_id, stored.record.grant);
   shards_.emplace(stored.shard_id, Shard{.record = std::move(stored.record),
                                          .account = account,
                                          .reservation_ids = {},
@@ -270,6 +297,7 @@ Result<ShardRestoreReport> ShardBook::finishRestore(uint64_t now_ms) {
       report.quarantined.push_back(id);
       shard.record.report_pending = false;
       if (!shard.account.closed()) {
+        unindexOpen(id, shard.record.grant);
         shard.account.close();
         shard.record.close_reason = ShardCloseReason::kQuarantined;
         shard.record.closed_at_ms = now_ms;
@@ -316,6 +344,7 @@ ShardAddCode ShardBook::addShard(const ShardGrant& grant, uint64_t now_ms) {
                             .reservation_ids = {},
                             .held_units = 0});
   TALLY_ASSERT(inserted);
+  indexOpen(grant.shard_id, grant);
   touchShard(grant.shard_id);
   checkShard(it->second);
   (void)noteFence(subject_route, grant.fence, now_ms);
@@ -330,11 +359,10 @@ std::vector<std::string> ShardBook::noteFence(const SubjectRoute& subject_route,
     highest = fence;
     fences_changed_.insert(subject_route);
   }
-  for (auto& [id, shard] : shards_) {
-    const ShardGrant& grant = shard.record.grant;
-    if (!shard.account.closed() && grant.subject == subject_route.subject &&
-        grant.route == subject_route.route && grant.fence < highest) {
-      closeShard(id, &shard, ShardCloseReason::kFence, now_ms);
+  for (const std::string& id : openShardsOf(subject_route)) {
+    Shard* shard = lookupShard(id);
+    if (shard->record.grant.fence < highest) {
+      closeShard(id, shard, ShardCloseReason::kFence, now_ms);
       closed.push_back(id);
     }
   }
@@ -344,6 +372,7 @@ std::vector<std::string> ShardBook::noteFence(const SubjectRoute& subject_route,
 void ShardBook::closeShard(const std::string& shard_id, Shard* shard, ShardCloseReason reason,
                            uint64_t now_ms) {
   if (shard->account.closed()) return;
+  unindexOpen(shard_id, shard->record.grant);
   shard->account.close();
   shard->record.close_reason = reason;
   shard->record.closed_at_ms = now_ms;
@@ -369,7 +398,8 @@ std::vector<std::string> ShardBook::closeForReconnect(uint64_t now_ms, uint64_t 
     ShardCloseReason reason = ShardCloseReason::kNone;
     if (shard.record.used) {
       reason = ShardCloseReason::kReconnect;
-    } else if (saturatingAdd(now_ms, refresh_before_ms) >= grant.expires_at_ms) {
+    } else if (saturatingAdd(now_ms, refreshWindowMs(grant, refresh_before_ms)) >=
+               grant.expires_at_ms) {
       reason = ShardCloseReason::kExpiry;
     } else if (grant.fence < highestFence({grant.subject, grant.route})) {
       reason = ShardCloseReason::kFence;
@@ -454,6 +484,7 @@ void ShardBook::forget(const std::string& shard_id) {
     reservations_changed_.erase(id);
     reservations_deleted_.insert(id);
   }
+  unindexOpen(shard_id, shard->record.grant);
   shards_.erase(shard_id);
   shards_changed_.erase(shard_id);
   shards_deleted_.insert(shard_id);

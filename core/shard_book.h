@@ -96,6 +96,10 @@ struct ShardRecord {
   bool operator==(const ShardRecord&) const = default;
 };
 
+// How long before its expiry an unused shard is closed and replaced: `refresh_before_ms`, but
+// at most half the grant's lifetime (a short-lived grant is not closed as soon as it arrives).
+uint64_t refreshWindowMs(const ShardGrant& grant, uint64_t refresh_before_ms);
+
 // A ledger state after which the shard is never reported again.
 bool isFinalShardState(ShardState state);
 
@@ -180,7 +184,8 @@ class ShardBook {
   // Stops admission (localAvailable → localRetired) and marks it for a report. Idempotent;
   // false if unknown.
   bool close(const std::string& shard_id, ShardCloseReason reason, uint64_t now_ms);
-  // Closes every open shard that was admitted from, or expires within `refresh_before_ms`, or
+  // Closes every open shard that was admitted from, or expires within its refresh window
+  // (refreshWindowMs), or
   // whose fence is below the highest seen: what a reconnected agent does. Returns the ids.
   std::vector<std::string> closeForReconnect(uint64_t now_ms, uint64_t refresh_before_ms);
   // The report of a closed, not quarantined shard (unsigned: the shell signs it); null
@@ -243,6 +248,10 @@ class ShardBook {
   void closeShard(const std::string& shard_id, Shard* shard, ShardCloseReason reason,
                   uint64_t now_ms);
   void forget(const std::string& shard_id);
+  void indexOpen(const std::string& shard_id, const ShardGrant& grant);
+  void unindexOpen(const std::string& shard_id, const ShardGrant& grant);
+  // The open shards of a subject/route (ids, sorted).
+  std::vector<std::string> openShardsOf(const SubjectRoute& subject_route) const;
   void checkShard(const Shard& shard) const;
   void touchShard(const std::string& shard_id) { shards_changed_.insert(shard_id); }
   void touchReservation(const std::string& id);
@@ -252,6 +261,8 @@ class ShardBook {
   std::map<std::string, Shard> shards_;
   std::unordered_map<std::string, Reservation> reservations_;
   std::map<SubjectRoute, uint64_t> fences_;
+  // Open shards by subject/route: admission, counts and fences look only at these.
+  std::map<SubjectRoute, std::set<std::string>> open_by_account_;
   std::set<std::pair<uint64_t, std::string>> expiry_;  // RESERVED local ones by expiresAt
 
   std::set<std::string> shards_changed_;

@@ -72,9 +72,9 @@ ShardBook::Shard* ShardBook::pickShard(const ReserveRequest& request, uint64_t n
   // The usable shard with enough units that expires first: it is the one most likely to be
   // wasted otherwise.
   Shard* best = nullptr;
-  for (auto& [id, shard] : shards_) {
+  for (const std::string& id : openShardsOf({request.subject, request.route})) {
+    Shard& shard = *lookupShard(id);
     const ShardGrant& grant = shard.record.grant;
-    if (grant.subject != request.subject || grant.route != request.route) continue;
     const bool usable = faults_.admit_from_unusable
                             ? !shard.account.closed() && !shard.record.quarantined
                             : isUsable(shard, now_ms);

@@ -148,6 +148,41 @@ TEST_F(ShardStoreTest, ForgottenShardsAndReservationsAreDeleted) {
   EXPECT_EQ(book_->reservationCount(), 0u);
 }
 
+// A failed commit's changes are retried merged with later ones (agent/shard_keeper.cc): a row
+// named as upserted that the book forgot in between is deleted, not an error.
+TEST_F(ShardStoreTest, MergedChangesNamingAForgottenShardDeleteIt) {
+  boot();
+  ASSERT_EQ(book_->addShard(grant("shard-1"), kNowMs), ShardAddCode::kOk);
+  commit();
+  ASSERT_TRUE(book_
+                  ->reserve({.reservation_id = "r",
+                             .request_digest = Digest{1},
+                             .subject = "tenant-a",
+                             .route = "chat",
+                             .units = 3},
+                            kNowMs)
+                  .has_value());
+  ShardBookChanges unsaved = book_->takeChanges();  // as if this commit had failed
+  ASSERT_EQ(book_->release({"r"}, kNowMs).code, ReplyCode::kOk);
+  ASSERT_TRUE(book_->close("shard-1", ShardCloseReason::kReconnect, kNowMs));
+  ShardLedgerView view{.grant = book_->findShard("shard-1")->record.grant,
+                       .state = ShardState::kReconciled,
+                       .reported = true,
+                       .last_reported = book_->findShard("shard-1")->account.balances()};
+  (void)book_->onLedgerAnswer("shard-1", view, kNowMs);
+  (void)book_->tick(kNowMs + limits::kRetentionMsDefault);
+  ASSERT_EQ(book_->shardCount(), 0u);
+  const ShardBookChanges later = book_->takeChanges();
+  unsaved.shards_deleted = later.shards_deleted;
+  unsaved.reservations_deleted = later.reservations_deleted;
+  ASSERT_EQ(unsaved.shards_upserted, std::vector<std::string>{"shard-1"});
+  ASSERT_EQ(unsaved.reservations_upserted, std::vector<std::string>{"r"});
+  ASSERT_TRUE(shards_->commit(*book_, unsaved).isOk());
+  boot();
+  EXPECT_EQ(book_->shardCount(), 0u);
+  EXPECT_EQ(book_->reservationCount(), 0u);
+}
+
 // Flips one byte of the stored grant's subject: the blob still decodes, the signature fails.
 void tamperGrant(const std::string& db_path, const std::string& shard_id) {
   sqlite3* db = nullptr;

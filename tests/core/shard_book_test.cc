@@ -350,6 +350,11 @@ TEST_F(ShardBookTest, CloseForReconnectClosesUsedAndNearlyExpiredShardsOnly) {
   EXPECT_EQ(book.openShards(), std::vector<std::string>{"s-spare"});
   closed = book.closeForReconnect(kNowMs + kShardTtlMs - 5'000, 5'000);
   EXPECT_EQ(closed, std::vector<std::string>{"s-spare"});
+  // A refresh window longer than the grant's lifetime is capped at half of it.
+  ASSERT_EQ(book.addShard(grant("s-short"), kNowMs), ShardAddCode::kOk);
+  EXPECT_TRUE(book.closeForReconnect(kNowMs, kShardTtlMs * 2).empty());
+  EXPECT_EQ(book.closeForReconnect(kNowMs + kShardTtlMs / 2, kShardTtlMs * 2),
+            std::vector<std::string>{"s-short"});
   EXPECT_EQ(book.findShard("s-spare")->record.close_reason, ShardCloseReason::kExpiry);
   expectSound(book);
 }

@@ -170,6 +170,8 @@ TEST_F(AgentShardTest, AdmitsFromAShardDuringAPartitionAndReconcilesAfterwards) 
     }
   }
   EXPECT_EQ(metric(0, "tally_agent_shard_available_units"), 0.0);
+  EXPECT_EQ(metric(0, "tally_agent_shard_admissions_total", {{"outcome", "admitted"}}), 4.0);
+  EXPECT_EQ(metric(0, "tally_agent_shard_admissions_total", {{"outcome", "no-shard"}}), 2.0);
   // A retry of an admitted id is the same receipt, not a second admission.
   TALLY_ASSIGN_OR_FAIL(AgentAnswer again, callAgent(*gw, makeReserve({.id = "p-1", .units = 30})));
   EXPECT_TRUE(again.reply.duplicate) << describe(again);
@@ -233,6 +235,7 @@ TEST_F(AgentShardTest, AdmitsFromAShardDuringAPartitionAndReconcilesAfterwards) 
   EXPECT_EQ(view->retired_units, 0u);
   ASSERT_NO_FATAL_FAILURE(auditConserved(&audit));
   EXPECT_GE(metric(0, "tally_agent_shard_reports_total", {{"result", "RECONCILED"}}), 1.0);
+  EXPECT_EQ(metric(0, "tally_agent_shard_oldest_unreconciled_age_seconds"), 0.0);
   // Acknowledged reports are not sent again (no duplicate stream while RECONCILING).
   EXPECT_EQ(metric(0, "tally_agent_shard_reports_total", {{"result", "duplicate"}}), 0.0);
   // And the agent keeps a fresh shard on hand again.
