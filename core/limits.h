@@ -25,15 +25,13 @@ inline constexpr uint64_t kReservationsMax = 50'000'000;
 inline constexpr uint64_t kAccountsMax = 10'000'000;
 inline constexpr uint64_t kGenerationsMax = 1'000'000;
 
-// Emergency shards (docs/SHARDS.md).
-inline constexpr uint64_t kGatewayNameBytesMax = 128;
+// Emergency shards (docs/SHARDS.md): the ledger's registry.
 inline constexpr uint64_t kShardRequestIdBytesMax = 128;
 inline constexpr uint64_t kGatewaysMax = 10'000;
 // Shards kept at once (RECONCILED ones are compacted after retention): every one fits one
 // reply (wire kShardsPerReplyMax).
 inline constexpr uint64_t kShardsMax = 100'000;
 inline constexpr uint64_t kShardsPerGatewayAccountMax = 4;  // live (ISSUED, REVOKED) shards
-inline constexpr uint64_t kShardReportReceiptsMax = 10'000;
 
 // Wire.
 inline constexpr uint64_t kFrameBytesMaxDefault = 1 << 20;
