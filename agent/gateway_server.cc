@@ -337,16 +337,18 @@ void GatewayServer::answer(uint64_t connection_id, uint64_t request_id,
 }
 
 void GatewayServer::queueReply(Connection* connection, const wire::Response& response) {
-  Result<std::vector<uint8_t>> frame = wire::encodeResponseFrame(response);
-  if (!frame.isOk()) {
-    frame = wire::encodeResponseFrame(wire::Response{
-        .request_id = response.request_id,
-        .body = wire::ErrorReply{.code = wire::ErrorCode::kInternal,
-                                 .message = "reply too large: " + frame.status().message()}});
-    TALLY_ASSERT(frame.isOk());
-  }
   if (connection->out_.empty()) dirty_.push_back(connection->id_);
-  connection->out_.insert(connection->out_.end(), frame.value().begin(), frame.value().end());
+  // Encoded straight into the connection's buffer (unchanged if the reply is too large).
+  const Status status = wire::encodeResponseFrameInto(response, &connection->out_,
+                                                      limits::kFrameBytesMaxDefault, &scratch_);
+  if (!status.isOk()) {
+    const Status fallback = wire::encodeResponseFrameInto(
+        wire::Response{.request_id = response.request_id,
+                       .body = wire::ErrorReply{.code = wire::ErrorCode::kInternal,
+                                                .message = "reply too large: " + status.message()}},
+        &connection->out_, limits::kFrameBytesMaxDefault, &scratch_);
+    TALLY_ASSERT(fallback.isOk());
+  }
 }
 
 void GatewayServer::onFlushPrepare(uv_prepare_t* handle) {

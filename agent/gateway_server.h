@@ -115,6 +115,7 @@ class GatewayServer {
   uint64_t next_connection_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
   std::vector<uint64_t> dirty_;  // connections with unsent reply bytes
+  wire::EncodeScratch scratch_;  // first segment of every reply's encoding
   uint64_t in_flight_ = 0;
   bool stopping_ = false;
   bool closing_connections_ = false;

@@ -413,14 +413,15 @@ void LedgerLink::call(wire::RequestBody body, std::function<void(LinkResult)> do
     return;
   }
   const uint64_t id = next_request_id_++;
-  Result<std::vector<uint8_t>> frame = wire::encodeRequestFrame(
-      wire::Request{.request_id = id, .body = std::move(body)}, options_.frame_bytes_max);
-  if (!frame.isOk()) {
+  // Encoded straight into the write buffer (unchanged when the request is too large).
+  if (Status s =
+          wire::encodeRequestFrameInto(wire::Request{.request_id = id, .body = std::move(body)},
+                                       &out_, options_.frame_bytes_max, &scratch_);
+      !s.isOk()) {
     ++stats_.failed_exhausted;
-    defer(std::move(done), LinkResult{.status = frame.status()});
+    defer(std::move(done), LinkResult{.status = std::move(s)});
     return;
   }
-  out_.insert(out_.end(), frame.value().begin(), frame.value().end());
   pending_.emplace(id, Pending{.done = std::move(done),
                                .deadline_ms = nowMs() + options_.request_timeout_ms,
                                .sent_ns = uv_hrtime()});
