@@ -85,7 +85,7 @@ class GatewayServer {
   void startReading(Connection* connection);
   void onFrames(Connection* connection, std::vector<wire::Frame>* frames);
   void refuse(Connection* connection, const uv_buf_t* buf, ssize_t nread);
-  void answer(uint64_t connection_id, uint64_t request_id, const wire::ResponseBody& body);
+  void answer(uint64_t connection_id, uint64_t request_id, wire::ResponseBody body);
   void queueReply(Connection* connection, const wire::Response& response);
   void flushAll();
   void flush(Connection* connection);

@@ -432,6 +432,17 @@ void LedgerLink::onFlush(uv_handle_t* handle) { static_cast<LedgerLink*>(handle-
 
 void LedgerLink::flush() {
   if (out_.empty() || connection_ == nullptr || !connection_->connected_) return;
+  // Straight to the socket when nothing is queued before it: no write request, no callback and
+  // no epoll_ctl in the next iteration. What does not fit goes through uv_write.
+  uv_buf_t direct =
+      uv_buf_init(reinterpret_cast<char*>(out_.data()), static_cast<unsigned>(out_.size()));
+  const int written = uv_try_write(reinterpret_cast<uv_stream_t*>(&connection_->tcp_), &direct, 1);
+  if (written < 0 && written != UV_EAGAIN) {
+    dropConnection(uvError("write", written));
+    return;
+  }
+  if (written > 0) out_.erase(out_.begin(), out_.begin() + written);
+  if (out_.empty()) return;
   auto request = std::make_unique<WriteRequest>();
   request->bytes = std::exchange(out_, {});
   request->connection = connection_.get();
