@@ -312,7 +312,7 @@ void GatewayServer::onFrames(Connection* connection, std::vector<wire::Frame>* f
              [this, connection_id, request_id, answered = false](wire::ResponseBody body) mutable {
                TALLY_ASSERT(!answered);
                answered = true;
-               answer(connection_id, request_id, body);
+               answer(connection_id, request_id, std::move(body));
              });
   }
   if (connection->unanswered_ >= options_.pending_replies_per_connection_max &&
@@ -322,8 +322,7 @@ void GatewayServer::onFrames(Connection* connection, std::vector<wire::Frame>* f
   }
 }
 
-void GatewayServer::answer(uint64_t connection_id, uint64_t request_id,
-                           const wire::ResponseBody& body) {
+void GatewayServer::answer(uint64_t connection_id, uint64_t request_id, wire::ResponseBody body) {
   TALLY_ASSERT(in_flight_ > 0);
   --in_flight_;
   auto it = connections_.find(connection_id);
@@ -331,22 +330,24 @@ void GatewayServer::answer(uint64_t connection_id, uint64_t request_id,
     Connection* connection = it->second.get();
     TALLY_ASSERT(connection->unanswered_ > 0);
     --connection->unanswered_;
-    queueReply(connection, wire::Response{.request_id = request_id, .body = body});
+    queueReply(connection, wire::Response{.request_id = request_id, .body = std::move(body)});
   }
   if (stopping_) maybeFinishStop();
 }
 
 void GatewayServer::queueReply(Connection* connection, const wire::Response& response) {
-  Result<std::vector<uint8_t>> frame = wire::encodeResponseFrame(response);
-  if (!frame.isOk()) {
-    frame = wire::encodeResponseFrame(wire::Response{
-        .request_id = response.request_id,
-        .body = wire::ErrorReply{.code = wire::ErrorCode::kInternal,
-                                 .message = "reply too large: " + frame.status().message()}});
-    TALLY_ASSERT(frame.isOk());
-  }
   if (connection->out_.empty()) dirty_.push_back(connection->id_);
-  connection->out_.insert(connection->out_.end(), frame.value().begin(), frame.value().end());
+  // Encoded straight into the connection's buffer (unchanged if the reply is too large).
+  const Status status = wire::encodeResponseFrameInto(response, &connection->out_,
+                                                      limits::kFrameBytesMaxDefault, &scratch_);
+  if (!status.isOk()) {
+    const Status fallback = wire::encodeResponseFrameInto(
+        wire::Response{.request_id = response.request_id,
+                       .body = wire::ErrorReply{.code = wire::ErrorCode::kInternal,
+                                                .message = "reply too large: " + status.message()}},
+        &connection->out_, limits::kFrameBytesMaxDefault, &scratch_);
+    TALLY_ASSERT(fallback.isOk());
+  }
 }
 
 void GatewayServer::onFlushPrepare(uv_prepare_t* handle) {
@@ -369,6 +370,22 @@ void GatewayServer::flushAll() {
 void GatewayServer::flush(Connection* connection) {
   if (connection->closing_) return;
   if (!connection->out_.empty()) {
+    // Straight to the socket when nothing is queued before it: no write request, no callback
+    // and no epoll_ctl in the next iteration. What does not fit goes through uv_write.
+    uv_buf_t direct = uv_buf_init(reinterpret_cast<char*>(connection->out_.data()),
+                                  static_cast<unsigned>(connection->out_.size()));
+    const int written = uv_try_write(connection->stream(), &direct, 1);
+    if (written < 0 && written != UV_EAGAIN) {
+      closeConnection(connection);
+      return;
+    }
+    if (written > 0) {
+      connection->out_.erase(connection->out_.begin(), connection->out_.begin() + written);
+    }
+  }
+  if (connection->out_.empty()) {
+    maybeResume(connection);
+  } else {
     auto request = std::make_unique<WriteRequest>();
     request->bytes = std::exchange(connection->out_, {});
     request->server = this;

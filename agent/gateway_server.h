@@ -85,7 +85,7 @@ class GatewayServer {
   void startReading(Connection* connection);
   void onFrames(Connection* connection, std::vector<wire::Frame>* frames);
   void refuse(Connection* connection, const uv_buf_t* buf, ssize_t nread);
-  void answer(uint64_t connection_id, uint64_t request_id, const wire::ResponseBody& body);
+  void answer(uint64_t connection_id, uint64_t request_id, wire::ResponseBody body);
   void queueReply(Connection* connection, const wire::Response& response);
   void flushAll();
   void flush(Connection* connection);
@@ -115,6 +115,7 @@ class GatewayServer {
   uint64_t next_connection_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
   std::vector<uint64_t> dirty_;  // connections with unsent reply bytes
+  wire::EncodeScratch scratch_;  // first segment of every reply's encoding
   uint64_t in_flight_ = 0;
   bool stopping_ = false;
   bool closing_connections_ = false;

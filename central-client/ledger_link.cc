@@ -413,14 +413,15 @@ void LedgerLink::call(wire::RequestBody body, std::function<void(LinkResult)> do
     return;
   }
   const uint64_t id = next_request_id_++;
-  Result<std::vector<uint8_t>> frame = wire::encodeRequestFrame(
-      wire::Request{.request_id = id, .body = std::move(body)}, options_.frame_bytes_max);
-  if (!frame.isOk()) {
+  // Encoded straight into the write buffer (unchanged when the request is too large).
+  if (Status s =
+          wire::encodeRequestFrameInto(wire::Request{.request_id = id, .body = std::move(body)},
+                                       &out_, options_.frame_bytes_max, &scratch_);
+      !s.isOk()) {
     ++stats_.failed_exhausted;
-    defer(std::move(done), LinkResult{.status = frame.status()});
+    defer(std::move(done), LinkResult{.status = std::move(s)});
     return;
   }
-  out_.insert(out_.end(), frame.value().begin(), frame.value().end());
   pending_.emplace(id, Pending{.done = std::move(done),
                                .deadline_ms = nowMs() + options_.request_timeout_ms,
                                .sent_ns = uv_hrtime()});
@@ -431,6 +432,17 @@ void LedgerLink::onFlush(uv_handle_t* handle) { static_cast<LedgerLink*>(handle-
 
 void LedgerLink::flush() {
   if (out_.empty() || connection_ == nullptr || !connection_->connected_) return;
+  // Straight to the socket when nothing is queued before it: no write request, no callback and
+  // no epoll_ctl in the next iteration. What does not fit goes through uv_write.
+  uv_buf_t direct =
+      uv_buf_init(reinterpret_cast<char*>(out_.data()), static_cast<unsigned>(out_.size()));
+  const int written = uv_try_write(reinterpret_cast<uv_stream_t*>(&connection_->tcp_), &direct, 1);
+  if (written < 0 && written != UV_EAGAIN) {
+    dropConnection(uvError("write", written));
+    return;
+  }
+  if (written > 0) out_.erase(out_.begin(), out_.begin() + written);
+  if (out_.empty()) return;
   auto request = std::make_unique<WriteRequest>();
   request->bytes = std::exchange(out_, {});
   request->connection = connection_.get();

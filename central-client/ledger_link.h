@@ -197,7 +197,8 @@ class LedgerLink {
   // By request id. Ids grow with loop time and the timeout is one constant, so the first entry
   // always has the earliest deadline.
   std::map<uint64_t, Pending> pending_;
-  std::vector<uint8_t> out_;  // framed requests not yet handed to uv_write
+  std::vector<uint8_t> out_;     // framed requests not yet handed to uv_write
+  wire::EncodeScratch scratch_;  // first segment of every request's encoding
   std::deque<std::pair<std::function<void(LinkResult)>, LinkResult>> deferred_;
 
   std::function<void(LinkHealth, LinkHealth)> on_health_change_;

@@ -480,6 +480,18 @@ Status encodeResponseFrameInto(const Response& response, std::vector<uint8_t>* o
   return appendFrame(message, frame_bytes_max, out);
 }
 
+Status encodeRequestFrameInto(const Request& request, std::vector<uint8_t>* out,
+                              uint64_t frame_bytes_max, EncodeScratch* scratch) {
+  if (scratch == nullptr) {
+    capnp::MallocMessageBuilder message;
+    fromCore(request, message.initRoot<schema::Request>());
+    return appendFrame(message, frame_bytes_max, out);
+  }
+  capnp::MallocMessageBuilder message(scratch->firstSegment());
+  fromCore(request, message.initRoot<schema::Request>());
+  return appendFrame(message, frame_bytes_max, out);
+}
+
 ErrorReply errorReplyFor(const Status& status) {
   ErrorCode code = ErrorCode::kInternal;
   switch (status.code()) {

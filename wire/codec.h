@@ -191,6 +191,10 @@ class EncodeScratch {
 Status encodeResponseFrameInto(const Response& response, std::vector<uint8_t>* out,
                                uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault,
                                EncodeScratch* scratch = nullptr);
+// The same for a request: the bytes of encodeRequestFrame, appended to `*out`.
+Status encodeRequestFrameInto(const Request& request, std::vector<uint8_t>* out,
+                              uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault,
+                              EncodeScratch* scratch = nullptr);
 
 // The error a server answers with when decoding failed with `status`.
 ErrorReply errorReplyFor(const Status& status);

@@ -740,6 +740,37 @@ TEST(CodecEncodeInto, AppendsTheSameBytesAsEncodeResponseFrame) {
   }
 }
 
+TEST(CodecEncodeInto, AppendsTheSameBytesAsEncodeRequestFrame) {
+  EncodeScratch scratch;
+  PublishPolicyRequest big_publish;
+  big_publish.budgets.assign(200, samplePolicy().budgets.at(0));  // beyond the 8 KiB scratch
+  const std::vector<Request> requests = {
+      {.request_id = 1, .body = sampleReserve()},
+      {.request_id = 2, .body = StartRequest{.reservation_id = "r1", .operation_id = "op-1"}},
+      {.request_id = 3, .body = big_publish},
+      {.request_id = 4,
+       .body = SettleRequest{.reservation_id = "r1", .operation_id = "op-1", .actual_units = 7}},
+  };
+  for (EncodeScratch* reused : {static_cast<EncodeScratch*>(nullptr), &scratch}) {
+    std::vector<uint8_t> out = {0xAA};
+    std::vector<uint8_t> expected = out;
+    for (int round = 0; round < 2; ++round) {
+      for (const Request& request : requests) {
+        Result<std::vector<uint8_t>> alone = encodeRequestFrame(request);
+        ASSERT_TRUE(alone.isOk());
+        expected.insert(expected.end(), alone.value().begin(), alone.value().end());
+        ASSERT_TRUE(
+            encodeRequestFrameInto(request, &out, limits::kFrameBytesMaxDefault, reused).isOk());
+        ASSERT_EQ(out, expected) << "request " << request.request_id;
+      }
+    }
+    const size_t before = out.size();
+    EXPECT_EQ(encodeRequestFrameInto(requests.at(2), &out, 1024, reused).code(),
+              StatusCode::kResourceExhausted);
+    EXPECT_EQ(out.size(), before);
+  }
+}
+
 TEST(CodecEncodeInto, OversizedReplyLeavesTheBufferUnchanged) {
   EncodeScratch scratch;
   AuditReport big;
