@@ -5,38 +5,17 @@
 
 #include "core/assert.h"
 #include "core/checked_math.h"
+#include "core/reservation_replies.h"
 #include "core/retry_after.h"
 
 namespace tally {
 namespace {
 
-bool validId(const std::string& id, uint64_t bytes_max) {
-  return !id.empty() && id.size() <= bytes_max;
-}
-
-ReservationReply invalidArgument(std::string message) {
-  return {.code = ReplyCode::kInvalidArgument, .message = std::move(message)};
-}
-
-ReservationReply notFound(const std::string& reservation_id) {
-  return {.code = ReplyCode::kNotFound, .message = "no reservation '" + reservation_id + "'"};
-}
-
-ReservationReply answer(ReplyCode code, const Reservation& receipt, bool duplicate = false,
-                        Units refunded_units = 0) {
-  return {
-      .code = code, .duplicate = duplicate, .refunded_units = refunded_units, .receipt = receipt};
-}
-
-std::string checkIds(const std::string& reservation_id, const std::string* operation_id) {
-  if (!validId(reservation_id, limits::kReservationIdBytesMax)) {
-    return "reservation id must be 1.." + std::to_string(limits::kReservationIdBytesMax) + " bytes";
-  }
-  if (operation_id != nullptr && !validId(*operation_id, limits::kOperationIdBytesMax)) {
-    return "operation id must be 1.." + std::to_string(limits::kOperationIdBytesMax) + " bytes";
-  }
-  return {};
-}
+using replies::answer;
+using replies::checkIds;
+using replies::invalidArgument;
+using replies::notFound;
+using replies::validId;
 
 }  // namespace
 

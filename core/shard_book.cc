@@ -5,15 +5,11 @@
 
 #include "core/assert.h"
 #include "core/checked_math.h"
+#include "core/reservation_replies.h"
 
 namespace tally {
-namespace {
 
-bool validId(const std::string& id, uint64_t bytes_max) {
-  return !id.empty() && id.size() <= bytes_max;
-}
-
-}  // namespace
+using replies::validId;
 
 const char* shardCloseReasonName(ShardCloseReason reason) {
   switch (reason) {
