@@ -1,35 +1,34 @@
 #include "agent/outbox_store.h"
 
-#include <fcntl.h>
 #include <sqlite3.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <limits>
 #include <string_view>
 #include <utility>
 
-#include "agent/sqlite_support.h"
+#include "common/data_dir.h"
+#include "common/sqlite_support.h"
 #include "core/assert.h"
 #include "core/limits.h"
 
-#define TALLY_AGENT_RETURN_IF_ERROR(expr)           \
-  do {                                              \
-    if (Status status_ = (expr); !status_.isOk()) { \
-      return status_;                               \
-    }                                               \
-  } while (false)
-
 namespace tally::agent {
+
+using sqlite::bindBlob;
+using sqlite::bindInt64;
+using sqlite::bindText;
+using sqlite::columnBlob;
+using sqlite::columnText;
+using sqlite::execSql;
+using sqlite::queryInt;
+using sqlite::queryText;
+using sqlite::ResetOnExit;
+using sqlite::statusOf;
+using sqlite::stepDone;
 
 namespace {
 
-constexpr mode_t kDataDirMode = 0750;
-constexpr mode_t kLockFileMode = 0640;
 constexpr int64_t kSynchronousFull = 2;
 constexpr int64_t kBusyTimeoutMs = 5000;  // the flock keeps other agents out; this is a backstop
 constexpr int64_t kWalAutocheckpointPages = 1000;
@@ -71,60 +70,6 @@ constexpr const char* kStatementSql[] = {
     "INSERT INTO kv(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value = "
     "excluded.value",
 };
-
-std::string errnoText(int error) { return std::strerror(error); }
-
-Status syncDirectory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::ioError("open directory " + dir + ": " + errnoText(errno));
-  const int rc = ::fsync(fd);
-  const int error = errno;
-  ::close(fd);
-  if (rc != 0) return Status::ioError("fsync directory " + dir + ": " + errnoText(error));
-  return Status::ok();
-}
-
-// Creates `dir` and any missing parent with kDataDirMode, syncing each new entry's parent.
-Status makeDataDir(const std::string& dir) {
-  for (size_t end = 1; end <= dir.size(); ++end) {
-    if (end != dir.size() && dir[end] != '/') continue;
-    const std::string prefix = dir.substr(0, end);
-    if (::mkdir(prefix.c_str(), kDataDirMode) == 0) {
-      const size_t slash = prefix.find_last_of('/');
-      TALLY_AGENT_RETURN_IF_ERROR(
-          syncDirectory(slash == std::string::npos ? "." : prefix.substr(0, slash + 1)));
-      continue;
-    }
-    if (errno != EEXIST) {
-      return Status::ioError("create data dir " + prefix + ": " + errnoText(errno));
-    }
-  }
-  struct stat info {};
-  if (::stat(dir.c_str(), &info) != 0) {
-    return Status::ioError("data dir " + dir + ": " + errnoText(errno));
-  }
-  if (!S_ISDIR(info.st_mode)) {
-    return Status::failedPrecondition("data dir " + dir + " exists and is not a directory");
-  }
-  return Status::ok();
-}
-
-// The exclusive lock that keeps two agents off one data dir; returns the locked fd.
-Result<int> lockDataDir(const std::string& dir) {
-  const std::string path = dir + "/" + OutboxStore::kLockFileName;
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kLockFileMode);
-  if (fd < 0) return Status::ioError("open " + path + ": " + errnoText(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int error = errno;
-    ::close(fd);
-    if (error == EWOULDBLOCK) {
-      return Status::failedPrecondition("data dir " + dir + " is in use: another agent holds " +
-                                        path);
-    }
-    return Status::ioError("lock " + path + ": " + errnoText(error));
-  }
-  return fd;
-}
 
 Status validateEntry(const OutboxEntry& entry) {
   const std::string where = "outbox entry seq " + std::to_string(entry.seq);
@@ -200,14 +145,14 @@ OutboxStore::~OutboxStore() {
 Result<std::unique_ptr<OutboxStore>> OutboxStore::open(const std::string& data_dir,
                                                        OutboxStoreOptions options) {
   if (data_dir.empty()) return Status::invalidArgument("data dir: empty path");
-  TALLY_AGENT_RETURN_IF_ERROR(makeDataDir(data_dir));
-  Result<int> lock_fd = lockDataDir(data_dir);
+  TALLY_SQLITE_RETURN_IF_ERROR(makeDataDir(data_dir));
+  Result<int> lock_fd = lockDataDir(data_dir, kLockFileName, "agent");
   if (!lock_fd.isOk()) return lock_fd.status();
   auto store =
       std::make_unique<OutboxStore>(Key{}, data_dir + "/" + kDatabaseFileName, lock_fd.value());
-  TALLY_AGENT_RETURN_IF_ERROR(store->initialize(options));
+  TALLY_SQLITE_RETURN_IF_ERROR(store->initialize(options));
   // The entries of a new LOCK, agent.db and its WAL are durable before anything depends on them.
-  TALLY_AGENT_RETURN_IF_ERROR(syncDirectory(data_dir));
+  TALLY_SQLITE_RETURN_IF_ERROR(syncDirectory(data_dir));
   return store;
 }
 
@@ -219,8 +164,8 @@ Status OutboxStore::initialize(const OutboxStoreOptions& options) {
   if (rc != SQLITE_OK) return statusOf(db_, rc, "open " + path_);
   rc = sqlite3_extended_result_codes(db_, 1);
   if (rc != SQLITE_OK) return statusOf(db_, rc, "enable extended result codes on " + path_);
-  TALLY_AGENT_RETURN_IF_ERROR(applyPragmas(options));
-  TALLY_AGENT_RETURN_IF_ERROR(createOrCheckSchema());
+  TALLY_SQLITE_RETURN_IF_ERROR(applyPragmas(options));
+  TALLY_SQLITE_RETURN_IF_ERROR(createOrCheckSchema());
   for (size_t i = 0; i < kStatementCount; ++i) {
     rc = sqlite3_prepare_v3(db_, kStatementSql[i], -1, SQLITE_PREPARE_PERSISTENT, &statements_[i],
                             nullptr);
@@ -231,9 +176,9 @@ Status OutboxStore::initialize(const OutboxStoreOptions& options) {
 
 Status OutboxStore::applyPragmas(const OutboxStoreOptions& options) {
   // page_size only takes effect on a new file, so it precedes journal_mode (which writes it).
-  TALLY_AGENT_RETURN_IF_ERROR(execSql(db_, "PRAGMA page_size=4096", "set page_size"));
+  TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, "PRAGMA page_size=4096", "set page_size"));
   std::string journal_mode;
-  TALLY_AGENT_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       queryText(db_, "PRAGMA journal_mode=WAL", "set journal_mode", &journal_mode));
   if (journal_mode != "wal") {
     return Status::ioError("set journal_mode: " + path_ + " is in journal mode '" + journal_mode +
@@ -250,17 +195,17 @@ Status OutboxStore::applyPragmas(const OutboxStoreOptions& options) {
       "PRAGMA cache_size=-" + std::to_string(kCacheKib),
   };
   for (const std::string& sql : statements) {
-    TALLY_AGENT_RETURN_IF_ERROR(execSql(db_, sql.c_str(), sql));
+    TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, sql.c_str(), sql));
   }
   if (options.database_pages_max > 0) {
     const std::string sql = "PRAGMA max_page_count=" + std::to_string(options.database_pages_max);
-    TALLY_AGENT_RETURN_IF_ERROR(execSql(db_, sql.c_str(), "set max_page_count"));
+    TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, sql.c_str(), "set max_page_count"));
   }
   if (int rc = sqlite3_busy_timeout(db_, static_cast<int>(kBusyTimeoutMs)); rc != SQLITE_OK) {
     return statusOf(db_, rc, "set busy timeout");
   }
   std::optional<int64_t> synchronous;
-  TALLY_AGENT_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       queryInt(db_, "PRAGMA synchronous", "read synchronous", &synchronous));
   if (synchronous != kSynchronousFull) {
     return Status::ioError("set synchronous on " + path_ + ": got " +
@@ -270,28 +215,29 @@ Status OutboxStore::applyPragmas(const OutboxStoreOptions& options) {
 }
 
 Status OutboxStore::createOrCheckSchema() {
-  TALLY_AGENT_RETURN_IF_ERROR(execSql(db_, "BEGIN IMMEDIATE", "begin schema setup"));
+  TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, "BEGIN IMMEDIATE", "begin schema setup"));
   Status status = [&]() -> Status {
     std::optional<int64_t> tables;
-    TALLY_AGENT_RETURN_IF_ERROR(queryInt(
+    TALLY_SQLITE_RETURN_IF_ERROR(queryInt(
         db_, "SELECT count(*) FROM sqlite_master WHERE type = 'table'", "read schema", &tables));
     std::optional<int64_t> has_meta;
-    TALLY_AGENT_RETURN_IF_ERROR(
+    TALLY_SQLITE_RETURN_IF_ERROR(
         queryInt(db_, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
                  "read schema", &has_meta));
     if (has_meta.value_or(0) == 0) {
       if (tables.value_or(0) > 0) {
         return Status::failedPrecondition(path_ + " is not a tally agent database");
       }
-      for (const char* create : kSchema) TALLY_AGENT_RETURN_IF_ERROR(execSql(db_, create, create));
+      for (const char* create : kSchema) TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, create, create));
       const std::string insert = std::string("INSERT INTO meta(key, value) VALUES('") +
                                  kMetaSchemaVersion + "', " + std::to_string(kSchemaVersion) +
                                  "), ('" + kMetaBootEpoch + "', 0)";
       return execSql(db_, insert.c_str(), "write schema_version");
     }
     std::optional<int64_t> version;
-    TALLY_AGENT_RETURN_IF_ERROR(queryInt(db_, "SELECT value FROM meta WHERE key = 'schema_version'",
-                                         "read schema_version", &version));
+    TALLY_SQLITE_RETURN_IF_ERROR(queryInt(db_,
+                                          "SELECT value FROM meta WHERE key = 'schema_version'",
+                                          "read schema_version", &version));
     if (version != kSchemaVersion) {
       return Status::failedPrecondition(
           path_ + " has schema_version " + (version ? std::to_string(*version) : "(none)") +
@@ -317,9 +263,9 @@ Status OutboxStore::inTransaction(const char* what, F&& body) {
   Status status = [&]() -> Status {
     {
       ResetOnExit reset(statements_[kBegin]);
-      TALLY_AGENT_RETURN_IF_ERROR(stepDone(db_, statements_[kBegin], what));
+      TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db_, statements_[kBegin], what));
     }
-    TALLY_AGENT_RETURN_IF_ERROR(body());
+    TALLY_SQLITE_RETURN_IF_ERROR(body());
     ResetOnExit reset(statements_[kCommit]);
     return stepDone(db_, statements_[kCommit], what);
   }();
@@ -330,35 +276,35 @@ Status OutboxStore::inTransaction(const char* what, F&& body) {
 // --- Outbox -------------------------------------------------------------------------------------
 
 Status OutboxStore::insertEntry(const OutboxEntry& entry) {
-  TALLY_AGENT_RETURN_IF_ERROR(validateEntry(entry));
+  TALLY_SQLITE_RETURN_IF_ERROR(validateEntry(entry));
   constexpr const char* kOp = "append outbox entry";
   sqlite3_stmt* stmt = statements_[kInsertEntry];
   ResetOnExit reset(stmt);
-  TALLY_AGENT_RETURN_IF_ERROR(bindInt64(db_, stmt, 1, static_cast<int64_t>(entry.seq), kOp));
-  TALLY_AGENT_RETURN_IF_ERROR(bindInt64(db_, stmt, 2, static_cast<int64_t>(entry.kind), kOp));
-  TALLY_AGENT_RETURN_IF_ERROR(bindText(db_, stmt, 3, entry.reservation_id, kOp));
-  TALLY_AGENT_RETURN_IF_ERROR(bindText(db_, stmt, 4, entry.operation_id, kOp));
-  TALLY_AGENT_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db_, stmt, 1, static_cast<int64_t>(entry.seq), kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db_, stmt, 2, static_cast<int64_t>(entry.kind), kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, stmt, 3, entry.reservation_id, kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, stmt, 4, entry.operation_id, kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(
       bindInt64(db_, stmt, 5, static_cast<int64_t>(entry.actual_units), kOp));
-  TALLY_AGENT_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       bindInt64(db_, stmt, 6, static_cast<int64_t>(entry.enqueued_at_ms), kOp));
-  TALLY_AGENT_RETURN_IF_ERROR(bindInt64(db_, stmt, 7, static_cast<int64_t>(entry.attempts), kOp));
-  TALLY_AGENT_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db_, stmt, 7, static_cast<int64_t>(entry.attempts), kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(
       bindInt64(db_, stmt, 8, static_cast<int64_t>(entry.next_attempt_ms), kOp));
   return stepDone(db_, stmt, kOp);
 }
 
 Status OutboxStore::append(const OutboxEntry& entry) {
   // With synchronous=FULL, COMMIT returns once the WAL holding the row is fsync'd.
-  TALLY_AGENT_RETURN_IF_ERROR(validateEntry(entry));
+  TALLY_SQLITE_RETURN_IF_ERROR(validateEntry(entry));
   return inTransaction("append outbox entry", [&] { return insertEntry(entry); });
 }
 
 Status OutboxStore::appendBatch(const std::vector<OutboxEntry>& entries) {
   if (entries.empty()) return Status::ok();
-  for (const OutboxEntry& entry : entries) TALLY_AGENT_RETURN_IF_ERROR(validateEntry(entry));
+  for (const OutboxEntry& entry : entries) TALLY_SQLITE_RETURN_IF_ERROR(validateEntry(entry));
   return inTransaction("append outbox batch", [&]() -> Status {
-    for (const OutboxEntry& entry : entries) TALLY_AGENT_RETURN_IF_ERROR(insertEntry(entry));
+    for (const OutboxEntry& entry : entries) TALLY_SQLITE_RETURN_IF_ERROR(insertEntry(entry));
     return Status::ok();
   });
 }
@@ -368,7 +314,7 @@ Status OutboxStore::remove(uint64_t seq) {
   constexpr const char* kOp = "remove outbox entry";
   sqlite3_stmt* stmt = statements_[kDeleteEntry];
   ResetOnExit reset(stmt);
-  TALLY_AGENT_RETURN_IF_ERROR(bindInt64(db_, stmt, 1, static_cast<int64_t>(seq), kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db_, stmt, 1, static_cast<int64_t>(seq), kOp));
   return stepDone(db_, stmt, kOp);
 }
 
@@ -399,7 +345,7 @@ Result<uint64_t> OutboxStore::incrementBootEpoch() {
     {
       sqlite3_stmt* get = statements_[kGetMeta];
       ResetOnExit reset(get);
-      TALLY_AGENT_RETURN_IF_ERROR(bindText(db_, get, 1, kMetaBootEpoch, kOp));
+      TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, get, 1, kMetaBootEpoch, kOp));
       const int rc = sqlite3_step(get);
       if (rc == SQLITE_ROW) {
         current = sqlite3_column_int64(get, 0);
@@ -412,9 +358,9 @@ Result<uint64_t> OutboxStore::incrementBootEpoch() {
     }
     sqlite3_stmt* put = statements_[kPutMeta];
     ResetOnExit reset(put);
-    TALLY_AGENT_RETURN_IF_ERROR(bindText(db_, put, 1, kMetaBootEpoch, kOp));
-    TALLY_AGENT_RETURN_IF_ERROR(bindInt64(db_, put, 2, current + 1, kOp));
-    TALLY_AGENT_RETURN_IF_ERROR(stepDone(db_, put, kOp));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, put, 1, kMetaBootEpoch, kOp));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db_, put, 2, current + 1, kOp));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db_, put, kOp));
     epoch = static_cast<uint64_t>(current + 1);
     return Status::ok();
   });
@@ -430,8 +376,8 @@ Status OutboxStore::putMeta(const std::string& key, int64_t value) {
   const std::string op = "put meta '" + key + "'";
   sqlite3_stmt* stmt = statements_[kPutKv];
   ResetOnExit reset(stmt);
-  TALLY_AGENT_RETURN_IF_ERROR(bindText(db_, stmt, 1, key, op.c_str()));
-  TALLY_AGENT_RETURN_IF_ERROR(bindInt64(db_, stmt, 2, value, op.c_str()));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, stmt, 1, key, op.c_str()));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db_, stmt, 2, value, op.c_str()));
   return stepDone(db_, stmt, op.c_str());
 }
 
@@ -439,7 +385,7 @@ Result<std::optional<int64_t>> OutboxStore::getMeta(const std::string& key) {
   sqlite3_stmt* stmt = statements_[kGetKv];
   ResetOnExit reset(stmt);
   const std::string op = "get meta '" + key + "'";
-  TALLY_AGENT_RETURN_IF_ERROR(bindText(db_, stmt, 1, key, op.c_str()));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, stmt, 1, key, op.c_str()));
   const int rc = sqlite3_step(stmt);
   if (rc == SQLITE_ROW) return std::optional<int64_t>(sqlite3_column_int64(stmt, 0));
   if (rc == SQLITE_DONE) return std::optional<int64_t>();

@@ -3,20 +3,27 @@
 #include <sqlite3.h>
 
 #include <limits>
+#include <span>
 #include <string_view>
 
 #include "agent/shard_codec.h"
-#include "agent/sqlite_support.h"
+#include "common/sqlite_support.h"
 #include "core/assert.h"
 
-#define TALLY_SHARD_STORE_RETURN_IF_ERROR(expr)     \
-  do {                                              \
-    if (Status status_ = (expr); !status_.isOk()) { \
-      return status_;                               \
-    }                                               \
-  } while (false)
-
 namespace tally::agent {
+
+using sqlite::bindBlob;
+using sqlite::bindInt64;
+using sqlite::bindText;
+using sqlite::columnBlob;
+using sqlite::columnText;
+using sqlite::execSql;
+using sqlite::queryInt;
+using sqlite::queryText;
+using sqlite::ResetOnExit;
+using sqlite::statusOf;
+using sqlite::stepDone;
+
 namespace {
 
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
@@ -131,14 +138,14 @@ bool columnUnsigned(sqlite3_stmt* stmt, int column, uint64_t* value) {
 Result<std::unique_ptr<ShardStore>> ShardStore::open(OutboxStore* outbox) {
   sqlite3* db = outbox->connection();
   TALLY_ASSERT(db != nullptr);
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(execSql(db, "BEGIN IMMEDIATE", "begin shard schema setup"));
+  TALLY_SQLITE_RETURN_IF_ERROR(execSql(db, "BEGIN IMMEDIATE", "begin shard schema setup"));
   for (const char* create : kSchema) {
     if (Status status = execSql(db, create, "create shard tables"); !status.isOk()) {
       (void)execSql(db, "ROLLBACK", "rollback shard schema setup");  // the error says enough
       return status;
     }
   }
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(execSql(db, "COMMIT", "commit shard schema setup"));
+  TALLY_SQLITE_RETURN_IF_ERROR(execSql(db, "COMMIT", "commit shard schema setup"));
   return std::make_unique<ShardStore>(Key{}, db);
 }
 
@@ -147,13 +154,13 @@ Result<std::unique_ptr<ShardStore>> ShardStore::open(OutboxStore* outbox) {
 Status ShardStore::upsertShard(const std::string& shard_id, const ShardBook::Shard& shard) {
   constexpr const char* kOp = "write shard";
   Statement stmt;
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, kUpsertShard));
+  TALLY_SQLITE_RETURN_IF_ERROR(stmt.prepare(db_, kUpsertShard));
   sqlite3_stmt* s = stmt.get();
   const ShardRecord& record = shard.record;
   const ShardBalances& b = shard.account.balances();
   const std::vector<uint8_t> grant = encodeGrant(record.grant);
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindText(db_, s, 1, shard_id, kOp));
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindBlob(db_, s, 2, grant, kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, s, 1, shard_id, kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindBlob(db_, s, 2, grant, kOp));
   const uint64_t values[] = {b.allocated,
                              b.local_available,
                              b.local_reserved,
@@ -174,7 +181,7 @@ Status ShardStore::upsertShard(const std::string& shard_id, const ShardBook::Sha
                              record.final_at_ms};
   int index = 3;
   for (uint64_t value : values) {
-    TALLY_SHARD_STORE_RETURN_IF_ERROR(bindUnsigned(db_, s, index++, value, kOp));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindUnsigned(db_, s, index++, value, kOp));
   }
   return stepDone(db_, s, kOp);
 }
@@ -182,59 +189,58 @@ Status ShardStore::upsertShard(const std::string& shard_id, const ShardBook::Sha
 Status ShardStore::upsertReservation(const Reservation& reservation) {
   constexpr const char* kOp = "write shard reservation";
   Statement stmt;
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, kUpsertReservation));
+  TALLY_SQLITE_RETURN_IF_ERROR(stmt.prepare(db_, kUpsertReservation));
   const std::vector<uint8_t> blob = encodeShardReservation(reservation);
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 1, reservation.reservation_id, kOp));
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 2, reservation.origin, kOp));
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindBlob(db_, stmt.get(), 3, blob, kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 1, reservation.reservation_id, kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 2, reservation.origin, kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindBlob(db_, stmt.get(), 3, blob, kOp));
   return stepDone(db_, stmt.get(), kOp);
 }
 
 Status ShardStore::deleteRow(const char* sql, const std::string& key) {
   constexpr const char* kOp = "delete shard row";
   Statement stmt;
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, sql));
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 1, key, kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(stmt.prepare(db_, sql));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 1, key, kOp));
   return stepDone(db_, stmt.get(), kOp);
 }
 
 Status ShardStore::upsertFence(const SubjectRoute& subject_route, uint64_t fence) {
   constexpr const char* kOp = "write shard fence";
   Statement stmt;
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, kUpsertFence));
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 1, subject_route.subject, kOp));
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 2, subject_route.route, kOp));
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(bindUnsigned(db_, stmt.get(), 3, fence, kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(stmt.prepare(db_, kUpsertFence));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 1, subject_route.subject, kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, stmt.get(), 2, subject_route.route, kOp));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindUnsigned(db_, stmt.get(), 3, fence, kOp));
   return stepDone(db_, stmt.get(), kOp);
 }
 
 Status ShardStore::commit(const ShardBook& book, const ShardBookChanges& changes) {
   if (changes.empty()) return Status::ok();
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(execSql(db_, "BEGIN IMMEDIATE", "begin shard commit"));
+  TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, "BEGIN IMMEDIATE", "begin shard commit"));
   Status status = [&]() -> Status {
     // A row named as upserted that the book no longer holds was forgotten since (changes kept
     // from a failed commit and merged with later ones): it is deleted.
     for (const std::string& id : changes.shards_upserted) {
       const ShardBook::Shard* shard = book.findShard(id);
-      TALLY_SHARD_STORE_RETURN_IF_ERROR(shard != nullptr ? upsertShard(id, *shard)
-                                                         : deleteRow(kDeleteShard, id));
+      TALLY_SQLITE_RETURN_IF_ERROR(shard != nullptr ? upsertShard(id, *shard)
+                                                    : deleteRow(kDeleteShard, id));
     }
     for (const std::string& id : changes.reservations_upserted) {
       const Reservation* reservation = book.findReservation(id);
-      TALLY_SHARD_STORE_RETURN_IF_ERROR(reservation != nullptr ? upsertReservation(*reservation)
-                                                               : deleteRow(kDeleteReservation, id));
+      TALLY_SQLITE_RETURN_IF_ERROR(reservation != nullptr ? upsertReservation(*reservation)
+                                                          : deleteRow(kDeleteReservation, id));
     }
     for (const std::string& id : changes.reservations_deleted) {
       if (book.findReservation(id) != nullptr) continue;  // re-created since: upserted above
-      TALLY_SHARD_STORE_RETURN_IF_ERROR(deleteRow(kDeleteReservation, id));
+      TALLY_SQLITE_RETURN_IF_ERROR(deleteRow(kDeleteReservation, id));
     }
     for (const std::string& id : changes.shards_deleted) {
       if (book.findShard(id) != nullptr) continue;
-      TALLY_SHARD_STORE_RETURN_IF_ERROR(deleteRow(kDeleteShard, id));
+      TALLY_SQLITE_RETURN_IF_ERROR(deleteRow(kDeleteShard, id));
     }
     for (const SubjectRoute& subject_route : changes.fences) {
-      TALLY_SHARD_STORE_RETURN_IF_ERROR(
-          upsertFence(subject_route, book.highestFence(subject_route)));
+      TALLY_SQLITE_RETURN_IF_ERROR(upsertFence(subject_route, book.highestFence(subject_route)));
     }
     // With synchronous=FULL, COMMIT returns once the WAL holding these rows is fsync'd.
     return execSql(db_, "COMMIT", "commit shard changes");
@@ -249,7 +255,7 @@ Status ShardStore::commit(const ShardBook& book, const ShardBookChanges& changes
 
 Status ShardStore::loadFences(ShardBook* book) {
   Statement stmt;
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, kSelectFences));
+  TALLY_SQLITE_RETURN_IF_ERROR(stmt.prepare(db_, kSelectFences));
   for (;;) {
     const int rc = sqlite3_step(stmt.get());
     if (rc == SQLITE_DONE) return Status::ok();
@@ -262,14 +268,14 @@ Status ShardStore::loadFences(ShardBook* book) {
 
 Status ShardStore::loadShards(ShardBook* book) {
   Statement stmt;
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, kSelectShards));
+  TALLY_SQLITE_RETURN_IF_ERROR(stmt.prepare(db_, kSelectShards));
   for (;;) {
     const int rc = sqlite3_step(stmt.get());
     if (rc == SQLITE_DONE) return Status::ok();
     if (rc != SQLITE_ROW) return statusOf(db_, rc, "load shards");
     sqlite3_stmt* s = stmt.get();
     StoredShard stored{.shard_id = columnText(s, 0)};
-    const std::vector<uint8_t> blob = columnBlob(s, 1);
+    const std::span<const uint8_t> blob = columnBlob(s, 1);
     Result<ShardGrant> grant = decodeGrant(blob);
     stored.grant_decoded = grant.isOk();
     if (grant.isOk()) stored.record.grant = std::move(grant).value();
@@ -301,13 +307,13 @@ Status ShardStore::loadShards(ShardBook* book) {
     record.added_at_ms = v[15];
     record.closed_at_ms = v[16];
     record.final_at_ms = v[17];
-    TALLY_SHARD_STORE_RETURN_IF_ERROR(book->restoreShard(std::move(stored)));
+    TALLY_SQLITE_RETURN_IF_ERROR(book->restoreShard(std::move(stored)));
   }
 }
 
 Status ShardStore::loadReservations(ShardBook* book) {
   Statement stmt;
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(stmt.prepare(db_, kSelectReservations));
+  TALLY_SQLITE_RETURN_IF_ERROR(stmt.prepare(db_, kSelectReservations));
   for (;;) {
     const int rc = sqlite3_step(stmt.get());
     if (rc == SQLITE_DONE) return Status::ok();
@@ -322,18 +328,18 @@ Status ShardStore::loadReservations(ShardBook* book) {
     if (reservation.value().reservation_id != id || reservation.value().origin != shard_id) {
       return Status::corruption("shard reservation '" + id + "': row and blob disagree");
     }
-    TALLY_SHARD_STORE_RETURN_IF_ERROR(book->restoreReservation(reservation.value()));
+    TALLY_SQLITE_RETURN_IF_ERROR(book->restoreReservation(reservation.value()));
   }
 }
 
 Result<ShardRestoreReport> ShardStore::restore(ShardBook* book, uint64_t now_ms) {
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(loadFences(book));
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(loadShards(book));
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(loadReservations(book));
+  TALLY_SQLITE_RETURN_IF_ERROR(loadFences(book));
+  TALLY_SQLITE_RETURN_IF_ERROR(loadShards(book));
+  TALLY_SQLITE_RETURN_IF_ERROR(loadReservations(book));
   Result<ShardRestoreReport> report = book->finishRestore(now_ms);
   if (!report.isOk()) return report;
   // What the restore changed (shards closed at boot or quarantined) is durable before serving.
-  TALLY_SHARD_STORE_RETURN_IF_ERROR(commit(*book, book->takeChanges()));
+  TALLY_SQLITE_RETURN_IF_ERROR(commit(*book, book->takeChanges()));
   return report;
 }
 

@@ -1,23 +1,20 @@
 #include "ledger/sqlite_store.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <optional>
 #include <utility>
 
+#include "common/data_dir.h"
+#include "common/sqlite_connection.h"
+#include "common/sqlite_support.h"
 #include "core/assert.h"
 #include "ledger/sqlite_store_files.h"
-#include "ledger/sqlite_store_support.h"
 #include "ledger/store_codec.h"
 
 namespace tally::ledger {
@@ -31,8 +28,6 @@ static_assert(SqliteStore::kSchemaVersion == files::kSchemaVersion);
 
 namespace {
 
-constexpr mode_t kDataDirMode = 0750;
-constexpr mode_t kLockFileMode = 0640;
 constexpr int64_t kPageBytes = 4096;
 
 constexpr int64_t kBusyTimeoutMs = 5000;
@@ -51,68 +46,12 @@ constexpr int kPassiveRoundsMax = 4;
 // two commits).
 constexpr int64_t kWalRestartWaitMs = 100;
 
-std::string errnoText(int error) { return std::string(std::strerror(error)); }
-
-// Makes the entries of `dir` durable.
-Status syncDirectory(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::ioError("open directory " + dir + ": " + errnoText(errno));
-  int rc = ::fsync(fd);
-  int error = errno;
-  ::close(fd);
-  if (rc != 0) return Status::ioError("fsync directory " + dir + ": " + errnoText(error));
-  return Status::ok();
-}
-
-// Creates `dir` and any missing parent with kDataDirMode, and makes each new entry durable by
-// syncing its parent directory.
-Status makeDataDir(const std::string& dir) {
-  for (size_t end = 1; end <= dir.size(); ++end) {
-    if (end != dir.size() && dir[end] != '/') continue;
-    std::string prefix = dir.substr(0, end);
-    if (::mkdir(prefix.c_str(), kDataDirMode) == 0) {
-      size_t slash = prefix.find_last_of('/');
-      std::string parent = slash == std::string::npos ? "." : prefix.substr(0, slash + 1);
-      TALLY_STORE_RETURN_IF_ERROR(syncDirectory(parent));
-      continue;
-    }
-    if (errno != EEXIST) {
-      return Status::ioError("create data dir " + prefix + ": " + errnoText(errno));
-    }
-  }
-  struct stat info {};
-  if (::stat(dir.c_str(), &info) != 0) {
-    return Status::ioError("data dir " + dir + ": " + errnoText(errno));
-  }
-  if (!S_ISDIR(info.st_mode)) {
-    return Status::failedPrecondition("data dir " + dir + " exists and is not a directory");
-  }
-  return Status::ok();
-}
-
-// Takes the exclusive lock that keeps two ledgers off one data dir. Returns the locked fd.
-Result<int> lockDataDir(const std::string& dir) {
-  std::string path = dir + "/" + SqliteStore::kLockFileName;
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, kLockFileMode);
-  if (fd < 0) return Status::ioError("open " + path + ": " + errnoText(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    int error = errno;
-    ::close(fd);
-    if (error == EWOULDBLOCK) {
-      return Status::failedPrecondition("data dir " + dir + " is in use: another ledger holds " +
-                                        path);
-    }
-    return Status::ioError("lock " + path + ": " + errnoText(error));
-  }
-  return fd;
-}
-
 // Opens `path` and applies `pragmas`.
 Result<std::unique_ptr<Connection>> openFile(const std::string& path,
                                              const sqlite::FilePragmas& pragmas) {
   Result<std::unique_ptr<Connection>> connection = Connection::open(path);
   if (!connection.isOk()) return connection.status();
-  TALLY_STORE_RETURN_IF_ERROR(connection.value()->applyPragmas(pragmas));
+  TALLY_SQLITE_RETURN_IF_ERROR(connection.value()->applyPragmas(pragmas));
   return connection;
 }
 
@@ -141,9 +80,9 @@ Status inTransaction(const Connection& connection, size_t begin, size_t commit, 
   Status status = [&]() -> Status {
     {
       ResetOnExit reset(connection[begin]);
-      TALLY_STORE_RETURN_IF_ERROR(stepDone(db, connection[begin], what));
+      TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, connection[begin], what));
     }
-    TALLY_STORE_RETURN_IF_ERROR(body());
+    TALLY_SQLITE_RETURN_IF_ERROR(body());
     ResetOnExit reset(connection[commit]);
     return stepDone(db, connection[commit], what);
   }();
@@ -186,14 +125,14 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& data_d
         "fold_rows_per_transaction_max, fold_bytes_per_transaction_max, trim_rows_per_commit_max "
         "and log_wal_frames_max must be positive");
   }
-  TALLY_STORE_RETURN_IF_ERROR(makeDataDir(data_dir));
-  Result<int> lock_fd = lockDataDir(data_dir);
+  TALLY_SQLITE_RETURN_IF_ERROR(makeDataDir(data_dir));
+  Result<int> lock_fd = lockDataDir(data_dir, kLockFileName, "ledger");
   if (!lock_fd.isOk()) return lock_fd.status();
   auto store = std::make_unique<SqliteStore>(Key{}, data_dir, lock_fd.value(), options);
-  TALLY_STORE_RETURN_IF_ERROR(store->initialize());
+  TALLY_SQLITE_RETURN_IF_ERROR(store->initialize());
   // Makes the entries of a new LOCK, both files and their WALs durable before the first reply
   // depends on them.
-  TALLY_STORE_RETURN_IF_ERROR(syncDirectory(data_dir));
+  TALLY_SQLITE_RETURN_IF_ERROR(syncDirectory(data_dir));
   store->fold_thread_ = std::thread([raw = store.get()] { raw->runFold(); });
   return store;
 }
@@ -201,9 +140,9 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& data_d
 Status SqliteStore::initialize() {
   // tables.db first: whether ledger.db may be created depends on what tables.db holds.
   int64_t folded_seq = 0;
-  TALLY_STORE_RETURN_IF_ERROR(openTables(&folded_seq));
-  TALLY_STORE_RETURN_IF_ERROR(openLog(folded_seq));
-  TALLY_STORE_RETURN_IF_ERROR(openFoldConnections());
+  TALLY_SQLITE_RETURN_IF_ERROR(openTables(&folded_seq));
+  TALLY_SQLITE_RETURN_IF_ERROR(openLog(folded_seq));
+  TALLY_SQLITE_RETURN_IF_ERROR(openFoldConnections());
   std::lock_guard lock(mu_);
   committed_seq_ = next_seq_ - 1;
   folded_seq_ = folded_seq;
@@ -218,12 +157,12 @@ Status SqliteStore::openTables(int64_t* folded_seq) {
                               .busy_timeout_ms = kBusyTimeoutMs});
   if (!tables.isOk()) return tables.status();
   tables_ = std::move(tables).value();
-  TALLY_STORE_RETURN_IF_ERROR(files::createOrCheckSchema(
+  TALLY_SQLITE_RETURN_IF_ERROR(files::createOrCheckSchema(
       *tables_, files::kTablesSchema, "reservations", files::kTablesShardSchema));
-  TALLY_STORE_RETURN_IF_ERROR(tables_->prepare(files::kTablesStatementSql));
+  TALLY_SQLITE_RETURN_IF_ERROR(tables_->prepare(files::kTablesStatementSql));
   std::optional<int64_t> folded;
-  TALLY_STORE_RETURN_IF_ERROR(files::readMeta(tables_->db(), (*tables_)[files::kTablesGetMeta],
-                                              files::kMetaFoldedSeq, &folded));
+  TALLY_SQLITE_RETURN_IF_ERROR(files::readMeta(tables_->db(), (*tables_)[files::kTablesGetMeta],
+                                               files::kMetaFoldedSeq, &folded));
   if (folded.value_or(0) < 0) return Status::corruption(tables_path_ + ": negative folded_seq");
   *folded_seq = folded.value_or(0);
   return Status::ok();
@@ -244,7 +183,7 @@ Status SqliteStore::openLog(int64_t folded_seq) {
   log_ = std::move(log).value();
   if (folded_seq > 0) {
     // Only an existing log may go with tables that folded part of one.
-    TALLY_STORE_RETURN_IF_ERROR(sqlite::queryOnce(
+    TALLY_SQLITE_RETURN_IF_ERROR(sqlite::queryOnce(
         log_->db(), "SELECT count(*) FROM sqlite_master WHERE type = 'table'", "read schema",
         [&](sqlite3_stmt* row) {
           if (row != nullptr && sqlite3_column_int64(row, 0) > 0) return Status::ok();
@@ -254,10 +193,10 @@ Status SqliteStore::openLog(int64_t folded_seq) {
                                             ": the log after it is lost; refusing to start");
         }));
   }
-  TALLY_STORE_RETURN_IF_ERROR(files::createOrCheckSchema(*log_, files::kLogSchema, "log"));
-  TALLY_STORE_RETURN_IF_ERROR(log_->prepare(files::kLogStatementSql));
+  TALLY_SQLITE_RETURN_IF_ERROR(files::createOrCheckSchema(*log_, files::kLogSchema, "log"));
+  TALLY_SQLITE_RETURN_IF_ERROR(log_->prepare(files::kLogStatementSql));
   std::optional<int64_t> trimmed;
-  TALLY_STORE_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       files::readMeta(log_->db(), (*log_)[files::kLogGetMeta], files::kMetaTrimmedSeq, &trimmed));
   trimmed_seq_ = trimmed.value_or(0);
   if (trimmed_seq_ < 0 || trimmed_seq_ > folded_seq) {
@@ -267,12 +206,13 @@ Status SqliteStore::openLog(int64_t folded_seq) {
                               ": tables.db is missing or older than the log");
   }
   int64_t max_seq = 0;
-  TALLY_STORE_RETURN_IF_ERROR(sqlite::queryOnce(log_->db(), "SELECT coalesce(max(seq), 0) FROM log",
-                                                "read log position", [&](sqlite3_stmt* row) {
-                                                  if (row != nullptr)
-                                                    max_seq = sqlite3_column_int64(row, 0);
-                                                  return Status::ok();
-                                                }));
+  TALLY_SQLITE_RETURN_IF_ERROR(sqlite::queryOnce(log_->db(),
+                                                 "SELECT coalesce(max(seq), 0) FROM log",
+                                                 "read log position", [&](sqlite3_stmt* row) {
+                                                   if (row != nullptr)
+                                                     max_seq = sqlite3_column_int64(row, 0);
+                                                   return Status::ok();
+                                                 }));
   next_seq_ = std::max({max_seq, trimmed_seq_, folded_seq}) + 1;
   return Status::ok();
 }
@@ -285,7 +225,7 @@ Status SqliteStore::openFoldConnections() {
                                 .busy_timeout_ms = kBusyTimeoutMs});
   if (!fold_log.isOk()) return fold_log.status();
   fold_log_ = std::move(fold_log).value();
-  TALLY_STORE_RETURN_IF_ERROR(fold_log_->prepare(files::kLogStatementSql));
+  TALLY_SQLITE_RETURN_IF_ERROR(fold_log_->prepare(files::kLogStatementSql));
   Result<std::unique_ptr<Connection>> fold_tables =
       openFile(tables_path_, {.wal_autocheckpoint_pages = 4096,
                               .journal_size_limit_bytes = 64 << 20,
@@ -341,7 +281,7 @@ SqliteStoreStats SqliteStore::stats() const {
 
 Status SqliteStore::commit(const StoreBatch& batch) {
   const auto started = std::chrono::steady_clock::now();
-  TALLY_STORE_RETURN_IF_ERROR(checkUsable());
+  TALLY_SQLITE_RETURN_IF_ERROR(checkUsable());
   const Blob blob = encodeBatch(batch);
   const uint64_t bytes = blobBytes(blob).size();
   if (bytes > options_.batch_bytes_max) {
@@ -355,7 +295,7 @@ Status SqliteStore::commit(const StoreBatch& batch) {
     trim_to = std::min(folded_seq_,
                        trimmed_seq_ + static_cast<int64_t>(options_.trim_rows_per_commit_max));
   }
-  TALLY_STORE_RETURN_IF_ERROR(noteFailure(appendLogRow(blobBytes(blob), trim_to)));
+  TALLY_SQLITE_RETURN_IF_ERROR(noteFailure(appendLogRow(blobBytes(blob), trim_to)));
   // Durable from here on: this batch is acknowledged as committed.
   const int64_t seq = next_seq_++;
   ++commit_stats_.commits;
@@ -400,16 +340,16 @@ Status SqliteStore::appendLogRow(std::span<const uint8_t> body, int64_t trim_to)
     if (trim_to > trimmed_seq_) {
       ResetOnExit reset(log[files::kLogDeleteUpTo]);
       const char* op = "trim folded log rows";
-      TALLY_STORE_RETURN_IF_ERROR(
+      TALLY_SQLITE_RETURN_IF_ERROR(
           sqlite::bindInt64(db, log[files::kLogDeleteUpTo], 1, trim_to, op));
-      TALLY_STORE_RETURN_IF_ERROR(stepDone(db, log[files::kLogDeleteUpTo], op));
-      TALLY_STORE_RETURN_IF_ERROR(
+      TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, log[files::kLogDeleteUpTo], op));
+      TALLY_SQLITE_RETURN_IF_ERROR(
           files::setMetaMax(db, log[files::kLogSetMetaMax], files::kMetaTrimmedSeq, trim_to));
     }
     ResetOnExit reset(log[files::kLogInsert]);
     const char* op = "append log row";
-    TALLY_STORE_RETURN_IF_ERROR(sqlite::bindInt64(db, log[files::kLogInsert], 1, next_seq_, op));
-    TALLY_STORE_RETURN_IF_ERROR(sqlite::bindBlob(db, log[files::kLogInsert], 2, body, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(sqlite::bindInt64(db, log[files::kLogInsert], 1, next_seq_, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(sqlite::bindBlob(db, log[files::kLogInsert], 2, body, op));
     return stepDone(db, log[files::kLogInsert], op);
   });
 }
@@ -417,7 +357,7 @@ Status SqliteStore::appendLogRow(std::span<const uint8_t> body, int64_t trim_to)
 // --- Checkpoint ---------------------------------------------------------------------------------
 
 Status SqliteStore::checkpoint() {
-  TALLY_STORE_RETURN_IF_ERROR(checkUsable());
+  TALLY_SQLITE_RETURN_IF_ERROR(checkUsable());
   const int64_t target = next_seq_ - 1;
   int64_t folded = 0;
   {
@@ -435,7 +375,7 @@ Status SqliteStore::checkpoint() {
     folded = folded_seq_;
   }
   if (folded <= trimmed_seq_) return Status::ok();
-  TALLY_STORE_RETURN_IF_ERROR(noteFailure(trimLog(folded)));
+  TALLY_SQLITE_RETURN_IF_ERROR(noteFailure(trimLog(folded)));
   commit_stats_.trimmed_rows += static_cast<uint64_t>(folded - trimmed_seq_);
   trimmed_seq_ = folded;
   return Status::ok();
@@ -447,8 +387,8 @@ Status SqliteStore::trimLog(int64_t trim_to) {
   return inTransaction(log, files::kLogBegin, files::kLogCommit, "trim log", [&]() -> Status {
     ResetOnExit reset(log[files::kLogDeleteUpTo]);
     const char* op = "trim folded log rows";
-    TALLY_STORE_RETURN_IF_ERROR(sqlite::bindInt64(db, log[files::kLogDeleteUpTo], 1, trim_to, op));
-    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, log[files::kLogDeleteUpTo], op));
+    TALLY_SQLITE_RETURN_IF_ERROR(sqlite::bindInt64(db, log[files::kLogDeleteUpTo], 1, trim_to, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, log[files::kLogDeleteUpTo], op));
     return files::setMetaMax(db, log[files::kLogSetMetaMax], files::kMetaTrimmedSeq, trim_to);
   });
 }
@@ -461,8 +401,8 @@ Result<StoreContents> SqliteStore::load() {
   // ledger.db's read snapshot is taken before tables.db's (in loadContents()), so the log rows
   // after the folded_seq it then reads cannot have been trimmed in between. (Trims also run only
   // on this thread, so none can run during load() anyway.)
-  TALLY_STORE_RETURN_IF_ERROR(inTransaction(log, files::kLogBeginRead, files::kLogCommit, "load",
-                                            [&] { return loadContents(&contents); }));
+  TALLY_SQLITE_RETURN_IF_ERROR(inTransaction(log, files::kLogBeginRead, files::kLogCommit, "load",
+                                             [&] { return loadContents(&contents); }));
   return contents;
 }
 
@@ -470,10 +410,10 @@ Result<StoreContents> SqliteStore::load() {
 Status SqliteStore::loadContents(StoreContents* contents) {
   const Connection& log = *log_;
   std::optional<int64_t> trimmed;
-  TALLY_STORE_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       files::readMeta(log.db(), log[files::kLogGetMeta], files::kMetaTrimmedSeq, &trimmed));
   files::TablesImage image;
-  TALLY_STORE_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       inTransaction(*tables_, files::kTablesBeginRead, files::kTablesCommit, "load tables",
                     [&] { return files::readTables(*tables_, options_.batch_bytes_max, &image); }));
   if (trimmed.value_or(0) > image.folded_seq) {
@@ -483,8 +423,9 @@ Status SqliteStore::loadContents(StoreContents* contents) {
   }
   files::LogFold fold;
   sqlite3_stmt* select = log[files::kLogSelectAfter];
-  TALLY_STORE_RETURN_IF_ERROR(sqlite::bindInt64(log.db(), select, 1, image.folded_seq, "read log"));
-  TALLY_STORE_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
+      sqlite::bindInt64(log.db(), select, 1, image.folded_seq, "read log"));
+  TALLY_SQLITE_RETURN_IF_ERROR(
       sqlite::forEachRow(log.db(), select, "read log", [&](sqlite3_stmt* row) {
         return files::foldLogRow(sqlite3_column_int64(row, 0), sqlite::columnBlob(row, 1),
                                  options_.batch_bytes_max, &fold);
@@ -562,9 +503,9 @@ void SqliteStore::runFold() {
 // folded_seq. Fold thread only.
 Status SqliteStore::foldRange(int64_t after_seq, int64_t* last_seq) {
   std::vector<Blob> bodies;
-  TALLY_STORE_RETURN_IF_ERROR(files::readLogRows(*fold_log_, after_seq, *last_seq,
-                                                 options_.batch_bytes_max,
-                                                 options_.fold_bytes_per_transaction_max, &bodies));
+  TALLY_SQLITE_RETURN_IF_ERROR(
+      files::readLogRows(*fold_log_, after_seq, *last_seq, options_.batch_bytes_max,
+                         options_.fold_bytes_per_transaction_max, &bodies));
   *last_seq = after_seq + static_cast<int64_t>(bodies.size());
   BatchFolder folder;
   for (size_t i = 0; i < bodies.size(); ++i) {
@@ -578,7 +519,7 @@ Status SqliteStore::foldRange(int64_t after_seq, int64_t* last_seq) {
     return Status::corruption("fold: log seqs " + std::to_string(after_seq + 1) + ".." +
                               std::to_string(*last_seq) + ": " + net.status().message());
   }
-  TALLY_STORE_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       inTransaction(*fold_tables_, files::kTablesBegin, files::kTablesCommit, "fold: write tables",
                     [&] { return files::writeFold(*fold_tables_, &net.value(), *last_seq); }));
   // Durable in tables.db: the commit path may delete these rows from here on.

@@ -66,11 +66,11 @@
 // full disk is not sticky: the transaction was rolled back; commit() may be retried, and the
 // fold thread retries after fold_retry_ms.
 
-namespace tally::ledger {
-
-namespace sqlite {
+namespace tally::sqlite {
 class Connection;
 }
+
+namespace tally::ledger {
 
 struct SqliteStoreOptions {
   // The fold thread starts a burst once this many committed log rows are not yet folded, and

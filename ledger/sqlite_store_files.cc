@@ -59,7 +59,7 @@ Status readPolicies(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max,
     const auto generation = static_cast<Generation>(sqlite3_column_int64(row, 0));
     const std::string where = "policies generation " + std::to_string(generation);
     std::span<const uint8_t> body = columnBlob(row, 1);
-    TALLY_STORE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
+    TALLY_SQLITE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
     Result<PolicyRecord> record = decodePolicyRecord(body);
     if (!record.isOk()) return Status::corruption(where + ": " + record.status().message());
     if (record.value().policy.generation != generation) {
@@ -80,7 +80,7 @@ Status readAccounts(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max,
     const std::string where =
         "accounts (" + key.subject + ", " + key.route + ", " + std::to_string(key.generation) + ")";
     std::span<const uint8_t> body = columnBlob(row, 3);
-    TALLY_STORE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
+    TALLY_SQLITE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
     Result<AccountRecord> record = decodeAccountRecord(body);
     if (!record.isOk()) return Status::corruption(where + ": " + record.status().message());
     if (record.value().key != key) return Status::corruption(where + ": body holds another key");
@@ -96,7 +96,7 @@ Status readReservations(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max,
     const std::string id = columnText(row, 0);
     const std::string where = "reservations id '" + id + "'";
     std::span<const uint8_t> body = columnBlob(row, 1);
-    TALLY_STORE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
+    TALLY_SQLITE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
     Result<Reservation> record = decodeReservationRecord(body);
     if (!record.isOk()) return Status::corruption(where + ": " + record.status().message());
     if (record.value().reservation_id != id) {
@@ -117,7 +117,7 @@ Status readKeyedBodies(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max, cons
                       const std::string key = columnText(row, 0);
                       const std::string where = std::string(table) + " '" + key + "'";
                       std::span<const uint8_t> body = columnBlob(row, 1);
-                      TALLY_STORE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
+                      TALLY_SQLITE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
                       Result<T> record = decode(body);
                       if (!record.isOk()) {
                         return Status::corruption(where + ": " + record.status().message());
@@ -151,34 +151,34 @@ Status writeShardRows(const sqlite::Connection& tables, const StoreBatch& net) {
     sqlite3_stmt* stmt = tables[kTablesUpsertGateway];
     ResetOnExit reset(stmt);
     const char* op = "fold gateway";
-    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, record.gateway_name, op));
-    TALLY_STORE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
-    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 1, record.gateway_name, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
   }
   for (const ShardRecord& record : net.shards) {
     const Blob blob = encodeShardRecord(record);
     sqlite3_stmt* stmt = tables[kTablesUpsertShard];
     ResetOnExit reset(stmt);
     const char* op = "fold shard";
-    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, record.grant.shard_id, op));
-    TALLY_STORE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
-    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 1, record.grant.shard_id, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
   }
   for (const std::string& id : net.deleted_shards) {
     sqlite3_stmt* stmt = tables[kTablesDeleteShard];
     ResetOnExit reset(stmt);
     const char* op = "fold shard deletion";
-    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, id, op));
-    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 1, id, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
   }
   for (const FenceRecord& record : net.fences) {
     sqlite3_stmt* stmt = tables[kTablesUpsertFence];
     ResetOnExit reset(stmt);
     const char* op = "fold fence";
-    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, record.key.subject, op));
-    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 2, record.key.route, op));
-    TALLY_STORE_RETURN_IF_ERROR(bindInt64(db, stmt, 3, static_cast<int64_t>(record.fence), op));
-    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 1, record.key.subject, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 2, record.key.route, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db, stmt, 3, static_cast<int64_t>(record.fence), op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
   }
   return Status::ok();
 }
@@ -190,10 +190,10 @@ Status writePolicies(const sqlite::Connection& tables, const StoreBatch& net) {
   for (const PolicyRecord& record : net.policies) {
     const Blob blob = encodePolicyRecord(record);
     ResetOnExit reset(stmt);
-    TALLY_STORE_RETURN_IF_ERROR(
+    TALLY_SQLITE_RETURN_IF_ERROR(
         bindInt64(db, stmt, 1, static_cast<int64_t>(record.policy.generation), op));
-    TALLY_STORE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
-    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
   }
   return Status::ok();
 }
@@ -205,12 +205,12 @@ Status writeAccounts(const sqlite::Connection& tables, const StoreBatch& net) {
   for (const AccountRecord& record : net.accounts) {
     const Blob blob = encodeAccountRecord(record);
     ResetOnExit reset(stmt);
-    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, record.key.subject, op));
-    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 2, record.key.route, op));
-    TALLY_STORE_RETURN_IF_ERROR(
+    TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 1, record.key.subject, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 2, record.key.route, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(
         bindInt64(db, stmt, 3, static_cast<int64_t>(record.key.generation), op));
-    TALLY_STORE_RETURN_IF_ERROR(bindBlob(db, stmt, 4, blobBytes(blob), op));
-    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindBlob(db, stmt, 4, blobBytes(blob), op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
   }
   return Status::ok();
 }
@@ -222,8 +222,8 @@ Status writeReservations(const sqlite::Connection& tables, StoreBatch* net) {
     sqlite3_stmt* stmt = tables[kTablesDeleteReservation];
     ResetOnExit reset(stmt);
     const char* op = "fold reservation deletion";
-    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, id, op));
-    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 1, id, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
   }
   std::sort(net->reservations.begin(), net->reservations.end(), byId);
   for (const Reservation& reservation : net->reservations) {
@@ -231,9 +231,9 @@ Status writeReservations(const sqlite::Connection& tables, StoreBatch* net) {
     sqlite3_stmt* stmt = tables[kTablesUpsertReservation];
     ResetOnExit reset(stmt);
     const char* op = "fold reservation";
-    TALLY_STORE_RETURN_IF_ERROR(bindText(db, stmt, 1, reservation.reservation_id, op));
-    TALLY_STORE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
-    TALLY_STORE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 1, reservation.reservation_id, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
   }
   return Status::ok();
 }
@@ -280,7 +280,7 @@ Status foldLogRow(int64_t seq, std::span<const uint8_t> body, uint64_t bytes_max
     return Status::corruption(where + " follows log seq " + std::to_string(fold->last_seq) +
                               ": log rows are missing");
   }
-  TALLY_STORE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
+  TALLY_SQLITE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
   Result<StoreBatch> batch = decodeBatch(body);
   if (!batch.isOk()) return Status::corruption(where + ": " + batch.status().message());
   fold->apply(std::move(batch).value());
@@ -298,8 +298,8 @@ Status readLogRows(const sqlite::Connection& log, int64_t after_seq, int64_t las
   const char* op = "fold: read log";
   // One statement, so one read snapshot; it ends when the statement is reset.
   ResetOnExit reset(select);
-  TALLY_STORE_RETURN_IF_ERROR(bindInt64(db, select, 1, after_seq, op));
-  TALLY_STORE_RETURN_IF_ERROR(bindInt64(db, select, 2, last_seq - after_seq, op));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db, select, 1, after_seq, op));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db, select, 2, last_seq - after_seq, op));
   int64_t next = after_seq + 1;
   uint64_t total_bytes = 0;
   while (next <= last_seq && total_bytes <= budget_bytes) {
@@ -308,7 +308,7 @@ Status readLogRows(const sqlite::Connection& log, int64_t after_seq, int64_t las
     if (rc != SQLITE_ROW) return sqlite::statusOf(db, rc, op);
     if (sqlite3_column_int64(select, 0) != next) break;  // reported below
     const std::span<const uint8_t> body = columnBlob(select, 1);
-    TALLY_STORE_RETURN_IF_ERROR(
+    TALLY_SQLITE_RETURN_IF_ERROR(
         checkBodySize(body, row_bytes_max, "log seq " + std::to_string(next)));
     bodies->push_back(kj::heapArray<kj::byte>(body.data(), body.size()));
     total_bytes += body.size();
@@ -328,7 +328,7 @@ Status readLogRows(const sqlite::Connection& log, int64_t after_seq, int64_t las
 Status readMeta(sqlite3* db, sqlite3_stmt* get, const char* key, std::optional<int64_t>* value) {
   ResetOnExit reset(get);
   const std::string op = std::string("read meta ") + key;
-  TALLY_STORE_RETURN_IF_ERROR(bindText(db, get, 1, key, op.c_str()));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, get, 1, key, op.c_str()));
   int rc = sqlite3_step(get);
   if (rc == SQLITE_DONE) {
     *value = std::nullopt;
@@ -345,8 +345,8 @@ Status readMeta(sqlite3* db, sqlite3_stmt* get, const char* key, std::optional<i
 Status setMetaMax(sqlite3* db, sqlite3_stmt* set_max, const char* key, int64_t value) {
   ResetOnExit reset(set_max);
   const std::string op = std::string("write meta ") + key;
-  TALLY_STORE_RETURN_IF_ERROR(bindText(db, set_max, 1, key, op.c_str()));
-  TALLY_STORE_RETURN_IF_ERROR(bindInt64(db, set_max, 2, value, op.c_str()));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, set_max, 1, key, op.c_str()));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db, set_max, 2, value, op.c_str()));
   return stepDone(db, set_max, op.c_str());
 }
 
@@ -355,14 +355,14 @@ Status createOrCheckSchema(const sqlite::Connection& connection,
                            std::span<const char* const> migration) {
   sqlite3* db = connection.db();
   const std::string& path = connection.path();
-  TALLY_STORE_RETURN_IF_ERROR(sqlite::execSql(db, "BEGIN IMMEDIATE", "begin schema setup"));
+  TALLY_SQLITE_RETURN_IF_ERROR(sqlite::execSql(db, "BEGIN IMMEDIATE", "begin schema setup"));
   Status status = [&]() -> Status {
     int64_t tables = 0;
     bool has_meta = false;
     bool has_marker = false;
     const std::string sql = std::string("SELECT count(*), sum(name = 'meta'), sum(name = '") +
                             marker_table + "') FROM sqlite_master WHERE type = 'table'";
-    TALLY_STORE_RETURN_IF_ERROR(
+    TALLY_SQLITE_RETURN_IF_ERROR(
         sqlite::queryOnce(db, sql.c_str(), "read schema", [&](sqlite3_stmt* row) {
           if (row == nullptr) return Status::ok();
           tables = sqlite3_column_int64(row, 0);
@@ -375,7 +375,7 @@ Status createOrCheckSchema(const sqlite::Connection& connection,
     }
     if (has_meta) {
       std::optional<int64_t> version;
-      TALLY_STORE_RETURN_IF_ERROR(
+      TALLY_SQLITE_RETURN_IF_ERROR(
           sqlite::queryOnce(db, "SELECT value FROM meta WHERE key = 'schema_version'",
                             "read schema_version", [&](sqlite3_stmt* row) {
                               if (row != nullptr && sqlite3_column_type(row, 0) == SQLITE_INTEGER) {
@@ -385,7 +385,7 @@ Status createOrCheckSchema(const sqlite::Connection& connection,
                             }));
       if (version == kPreviousSchemaVersion && has_marker) {
         for (const char* statement : migration) {
-          TALLY_STORE_RETURN_IF_ERROR(sqlite::execSql(db, statement, statement));
+          TALLY_SQLITE_RETURN_IF_ERROR(sqlite::execSql(db, statement, statement));
         }
         const std::string bump = std::string("UPDATE meta SET value = ") +
                                  std::to_string(kSchemaVersion) + " WHERE key = '" +
@@ -408,7 +408,7 @@ Status createOrCheckSchema(const sqlite::Connection& connection,
       return Status::ok();
     }
     for (const char* create : schema) {
-      TALLY_STORE_RETURN_IF_ERROR(sqlite::execSql(db, create, create));
+      TALLY_SQLITE_RETURN_IF_ERROR(sqlite::execSql(db, create, create));
     }
     const std::string insert_version = std::string("INSERT INTO meta(key, value) VALUES('") +
                                        kMetaSchemaVersion + "', " + std::to_string(kSchemaVersion) +
@@ -422,45 +422,45 @@ Status createOrCheckSchema(const sqlite::Connection& connection,
 // --- tables.db ----------------------------------------------------------------------------------
 
 Status writeFold(const sqlite::Connection& tables, StoreBatch* net, int64_t last_seq) {
-  TALLY_STORE_RETURN_IF_ERROR(writePolicies(tables, *net));
-  TALLY_STORE_RETURN_IF_ERROR(writeAccounts(tables, *net));
-  TALLY_STORE_RETURN_IF_ERROR(writeReservations(tables, net));
-  TALLY_STORE_RETURN_IF_ERROR(writeShardRows(tables, *net));
+  TALLY_SQLITE_RETURN_IF_ERROR(writePolicies(tables, *net));
+  TALLY_SQLITE_RETURN_IF_ERROR(writeAccounts(tables, *net));
+  TALLY_SQLITE_RETURN_IF_ERROR(writeReservations(tables, net));
+  TALLY_SQLITE_RETURN_IF_ERROR(writeShardRows(tables, *net));
   sqlite3* db = tables.db();
   sqlite3_stmt* set_max = tables[kTablesSetMetaMax];
-  TALLY_STORE_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       setMetaMax(db, set_max, kMetaShardSequence, static_cast<int64_t>(net->shard_sequence)));
-  TALLY_STORE_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       setMetaMax(db, set_max, kMetaLedgerClockMs, static_cast<int64_t>(net->ledger_clock_ms)));
   return setMetaMax(db, set_max, kMetaFoldedSeq, last_seq);
 }
 
 Status readTables(const sqlite::Connection& tables, uint64_t bytes_max, TablesImage* image) {
   sqlite3* db = tables.db();
-  TALLY_STORE_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       readPolicies(db, tables[kTablesSelectPolicies], bytes_max, &image->policies));
-  TALLY_STORE_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       readAccounts(db, tables[kTablesSelectAccounts], bytes_max, &image->accounts));
-  TALLY_STORE_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       readReservations(db, tables[kTablesSelectReservations], bytes_max, &image->reservations));
-  TALLY_STORE_RETURN_IF_ERROR(readKeyedBodies(
+  TALLY_SQLITE_RETURN_IF_ERROR(readKeyedBodies(
       db, tables[kTablesSelectGateways], bytes_max, "gateways", decodeGatewayRecord,
       [](const GatewayRecord& record) { return record.gateway_name; }, &image->gateways));
-  TALLY_STORE_RETURN_IF_ERROR(readKeyedBodies(
+  TALLY_SQLITE_RETURN_IF_ERROR(readKeyedBodies(
       db, tables[kTablesSelectShards], bytes_max, "shards", decodeShardRecord,
       [](const ShardRecord& record) { return record.grant.shard_id; }, &image->shards));
-  TALLY_STORE_RETURN_IF_ERROR(readFences(db, tables[kTablesSelectFences], &image->fences));
+  TALLY_SQLITE_RETURN_IF_ERROR(readFences(db, tables[kTablesSelectFences], &image->fences));
   std::optional<int64_t> shard_sequence;
-  TALLY_STORE_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       readMeta(db, tables[kTablesGetMeta], kMetaShardSequence, &shard_sequence));
   if (shard_sequence.value_or(0) < 0) {
     return Status::corruption(tables.path() + ": negative shard_sequence");
   }
   image->shard_sequence = static_cast<uint64_t>(shard_sequence.value_or(0));
   std::optional<int64_t> clock_ms;
-  TALLY_STORE_RETURN_IF_ERROR(readMeta(db, tables[kTablesGetMeta], kMetaLedgerClockMs, &clock_ms));
+  TALLY_SQLITE_RETURN_IF_ERROR(readMeta(db, tables[kTablesGetMeta], kMetaLedgerClockMs, &clock_ms));
   std::optional<int64_t> folded_seq;
-  TALLY_STORE_RETURN_IF_ERROR(readMeta(db, tables[kTablesGetMeta], kMetaFoldedSeq, &folded_seq));
+  TALLY_SQLITE_RETURN_IF_ERROR(readMeta(db, tables[kTablesGetMeta], kMetaFoldedSeq, &folded_seq));
   if (clock_ms.value_or(0) < 0 || folded_seq.value_or(0) < 0) {
     return Status::corruption(tables.path() + ": negative ledger_clock_ms or folded_seq");
   }

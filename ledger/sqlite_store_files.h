@@ -10,8 +10,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/sqlite_connection.h"
+#include "common/sqlite_support.h"
 #include "core/status.h"
-#include "ledger/sqlite_store_support.h"
 #include "ledger/store.h"
 #include "ledger/store_codec.h"
 

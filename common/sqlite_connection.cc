@@ -1,61 +1,11 @@
-#include "ledger/sqlite_store_support.h"
+#include "common/sqlite_connection.h"
 
 #include <cstdio>
 
-namespace tally::ledger::sqlite {
+#include "common/sqlite_support.h"
+#include "core/assert.h"
 
-Status statusOf(sqlite3* db, int rc, std::string_view operation) {
-  std::string detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  std::string message =
-      std::string(operation) + ": " + detail + " (sqlite code " + std::to_string(rc) + ")";
-  switch (rc & 0xff) {
-    case SQLITE_FULL: return Status::resourceExhausted("disk full: " + message);
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB: return Status::corruption(message);
-    default: return Status::ioError(message);
-  }
-}
-
-Status bindInt64(sqlite3* db, sqlite3_stmt* stmt, int index, int64_t value, const char* op) {
-  int rc = sqlite3_bind_int64(stmt, index, value);
-  return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, op);
-}
-
-Status bindText(sqlite3* db, sqlite3_stmt* stmt, int index, std::string_view value,
-                const char* op) {
-  int rc = sqlite3_bind_text64(stmt, index, value.data(), value.size(), SQLITE_STATIC, SQLITE_UTF8);
-  return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, op);
-}
-
-Status bindBlob(sqlite3* db, sqlite3_stmt* stmt, int index, std::span<const uint8_t> bytes,
-                const char* op) {
-  int rc = sqlite3_bind_blob64(stmt, index, bytes.data(), bytes.size(), SQLITE_STATIC);
-  return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, op);
-}
-
-Status stepDone(sqlite3* db, sqlite3_stmt* stmt, const char* op) {
-  int rc = sqlite3_step(stmt);
-  return rc == SQLITE_DONE ? Status::ok() : statusOf(db, rc, op);
-}
-
-Status execSql(sqlite3* db, const char* sql, const char* op) {
-  int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
-  return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, op);
-}
-
-std::span<const uint8_t> columnBlob(sqlite3_stmt* stmt, int column) {
-  const void* data = sqlite3_column_blob(stmt, column);
-  int size = sqlite3_column_bytes(stmt, column);
-  if (data == nullptr || size <= 0) return {};
-  return {static_cast<const uint8_t*>(data), static_cast<size_t>(size)};
-}
-
-std::string columnText(sqlite3_stmt* stmt, int column) {
-  const unsigned char* text = sqlite3_column_text(stmt, column);
-  int size = sqlite3_column_bytes(stmt, column);
-  if (text == nullptr || size <= 0) return {};
-  return std::string(reinterpret_cast<const char*>(text), static_cast<size_t>(size));
-}
+namespace tally::sqlite {
 
 // --- Connection ---------------------------------------------------------------------------------
 
@@ -89,9 +39,9 @@ Connection::~Connection() {
 
 Status Connection::applyPragmas(const FilePragmas& pragmas) {
   // Only takes effect on a new file, so it precedes journal_mode (which writes the header).
-  TALLY_STORE_RETURN_IF_ERROR(execSql(db_, "PRAGMA page_size=4096", "set page_size"));
+  TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, "PRAGMA page_size=4096", "set page_size"));
   std::string journal_mode;
-  TALLY_STORE_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       queryOnce(db_, "PRAGMA journal_mode=WAL", "set journal_mode", [&](sqlite3_stmt* row) {
         if (row != nullptr) journal_mode = columnText(row, 0);
         return Status::ok();
@@ -113,16 +63,16 @@ Status Connection::applyPragmas(const FilePragmas& pragmas) {
       "PRAGMA cache_size=-" + std::to_string(pragmas.cache_kib),
   };
   for (const std::string& sql : statements) {
-    TALLY_STORE_RETURN_IF_ERROR(execSql(db_, sql.c_str(), sql.c_str()));
+    TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, sql.c_str(), sql.c_str()));
   }
   if (pragmas.max_page_count > 0) {
     const std::string sql = "PRAGMA max_page_count=" + std::to_string(pragmas.max_page_count);
-    TALLY_STORE_RETURN_IF_ERROR(execSql(db_, sql.c_str(), "set max_page_count"));
+    TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, sql.c_str(), "set max_page_count"));
   }
   int rc = sqlite3_busy_timeout(db_, static_cast<int>(pragmas.busy_timeout_ms));
   if (rc != SQLITE_OK) return statusOf(db_, rc, "set busy handler");
   int64_t synchronous = -1;
-  TALLY_STORE_RETURN_IF_ERROR(
+  TALLY_SQLITE_RETURN_IF_ERROR(
       queryOnce(db_, "PRAGMA synchronous", "read synchronous", [&](sqlite3_stmt* row) {
         if (row != nullptr) synchronous = sqlite3_column_int64(row, 0);
         return Status::ok();
@@ -152,4 +102,4 @@ Status Connection::rollbackIfOpen(Status status) const {
   return Status::ioError(status.toString() + "; then " + statusOf(db_, rc, "rollback").toString());
 }
 
-}  // namespace tally::ledger::sqlite
+}  // namespace tally::sqlite
