@@ -3,12 +3,13 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
-#include <cstdio>
+#include <iterator>
 #include <limits>
 #include <string_view>
 #include <utility>
 
 #include "common/data_dir.h"
+#include "common/sqlite_connection.h"
 #include "common/sqlite_support.h"
 #include "core/assert.h"
 #include "core/limits.h"
@@ -29,7 +30,6 @@ using sqlite::stepDone;
 
 namespace {
 
-constexpr int64_t kSynchronousFull = 2;
 constexpr int64_t kBusyTimeoutMs = 5000;  // the flock keeps other agents out; this is a backstop
 constexpr int64_t kWalAutocheckpointPages = 1000;
 constexpr int64_t kJournalSizeLimitBytes = 16 << 20;
@@ -52,6 +52,12 @@ constexpr const char* kSchema[] = {
     " attempts INTEGER NOT NULL,"
     " next_attempt_ms INTEGER NOT NULL) STRICT",
     "CREATE TABLE kv (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) STRICT",
+};
+
+// agent.db's own pragmas (sqlite::FilePragmas::extra).
+constexpr const char* kFilePragmas[] = {
+    "PRAGMA locking_mode=NORMAL",
+    "PRAGMA trusted_schema=OFF",
 };
 
 // Indexed by OutboxStore::Statement.
@@ -129,15 +135,7 @@ OutboxStore::OutboxStore(Key, std::string path, int lock_fd)
     : path_(std::move(path)), lock_fd_(lock_fd) {}
 
 OutboxStore::~OutboxStore() {
-  // finalize repeats each statement's last error, already reported when it happened.
-  for (sqlite3_stmt* stmt : statements_) (void)sqlite3_finalize(stmt);
-  if (db_ != nullptr) {
-    // Every statement is finalized, so close is not refused; an error in the closing checkpoint
-    // loses nothing (every transaction is already durable in the WAL).
-    if (int rc = sqlite3_close(db_); rc != SQLITE_OK) {
-      std::fprintf(stderr, "tally-agent: closing %s: %s\n", path_.c_str(), sqlite3_errstr(rc));
-    }
-  }
+  connection_.reset();
   // The lock goes last: the file is closed before another agent may open it.
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
@@ -157,61 +155,20 @@ Result<std::unique_ptr<OutboxStore>> OutboxStore::open(const std::string& data_d
 }
 
 Status OutboxStore::initialize(const OutboxStoreOptions& options) {
-  int rc =
-      sqlite3_open_v2(path_.c_str(), &db_,
-                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-  // db_ is owned from here on even when the open failed (SQLite still allocates a handle).
-  if (rc != SQLITE_OK) return statusOf(db_, rc, "open " + path_);
-  rc = sqlite3_extended_result_codes(db_, 1);
-  if (rc != SQLITE_OK) return statusOf(db_, rc, "enable extended result codes on " + path_);
-  TALLY_SQLITE_RETURN_IF_ERROR(applyPragmas(options));
+  Result<std::unique_ptr<sqlite::Connection>> connection = sqlite::Connection::open(path_);
+  if (!connection.isOk()) return connection.status();
+  connection_ = std::move(connection).value();
+  db_ = connection_->db();
+  TALLY_SQLITE_RETURN_IF_ERROR(
+      connection_->applyPragmas({.wal_autocheckpoint_pages = kWalAutocheckpointPages,
+                                 .journal_size_limit_bytes = kJournalSizeLimitBytes,
+                                 .cache_kib = kCacheKib,
+                                 .max_page_count = options.database_pages_max,
+                                 .busy_timeout_ms = kBusyTimeoutMs,
+                                 .extra = kFilePragmas}));
   TALLY_SQLITE_RETURN_IF_ERROR(createOrCheckSchema());
-  for (size_t i = 0; i < kStatementCount; ++i) {
-    rc = sqlite3_prepare_v3(db_, kStatementSql[i], -1, SQLITE_PREPARE_PERSISTENT, &statements_[i],
-                            nullptr);
-    if (rc != SQLITE_OK) return statusOf(db_, rc, std::string("prepare ") + kStatementSql[i]);
-  }
-  return Status::ok();
-}
-
-Status OutboxStore::applyPragmas(const OutboxStoreOptions& options) {
-  // page_size only takes effect on a new file, so it precedes journal_mode (which writes it).
-  TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, "PRAGMA page_size=4096", "set page_size"));
-  std::string journal_mode;
-  TALLY_SQLITE_RETURN_IF_ERROR(
-      queryText(db_, "PRAGMA journal_mode=WAL", "set journal_mode", &journal_mode));
-  if (journal_mode != "wal") {
-    return Status::ioError("set journal_mode: " + path_ + " is in journal mode '" + journal_mode +
-                           "', not 'wal'");
-  }
-  const std::string statements[] = {
-      "PRAGMA synchronous=FULL",
-      "PRAGMA locking_mode=NORMAL",
-      "PRAGMA foreign_keys=OFF",
-      "PRAGMA temp_store=MEMORY",
-      "PRAGMA trusted_schema=OFF",
-      "PRAGMA wal_autocheckpoint=" + std::to_string(kWalAutocheckpointPages),
-      "PRAGMA journal_size_limit=" + std::to_string(kJournalSizeLimitBytes),
-      "PRAGMA cache_size=-" + std::to_string(kCacheKib),
-  };
-  for (const std::string& sql : statements) {
-    TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, sql.c_str(), sql));
-  }
-  if (options.database_pages_max > 0) {
-    const std::string sql = "PRAGMA max_page_count=" + std::to_string(options.database_pages_max);
-    TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, sql.c_str(), "set max_page_count"));
-  }
-  if (int rc = sqlite3_busy_timeout(db_, static_cast<int>(kBusyTimeoutMs)); rc != SQLITE_OK) {
-    return statusOf(db_, rc, "set busy timeout");
-  }
-  std::optional<int64_t> synchronous;
-  TALLY_SQLITE_RETURN_IF_ERROR(
-      queryInt(db_, "PRAGMA synchronous", "read synchronous", &synchronous));
-  if (synchronous != kSynchronousFull) {
-    return Status::ioError("set synchronous on " + path_ + ": got " +
-                           std::to_string(synchronous.value_or(-1)) + ", not FULL");
-  }
-  return Status::ok();
+  static_assert(std::size(kStatementSql) == kStatementCount);
+  return connection_->prepare(kStatementSql);
 }
 
 Status OutboxStore::createOrCheckSchema() {
@@ -245,31 +202,24 @@ Status OutboxStore::createOrCheckSchema() {
     }
     return Status::ok();
   }();
-  if (!status.isOk()) return rollbackAfter(std::move(status));
+  if (!status.isOk()) return connection_->rollbackIfOpen(std::move(status));
   return execSql(db_, "COMMIT", "commit schema setup");
 }
 
 // --- Transactions -------------------------------------------------------------------------------
 
-Status OutboxStore::rollbackAfter(Status status) {
-  if (sqlite3_get_autocommit(db_) != 0) return status;  // SQLite already ended the transaction
-  const int rc = sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  if (rc == SQLITE_OK) return status;
-  return Status::ioError(status.toString() + "; then " + statusOf(db_, rc, "rollback").toString());
-}
-
 template <typename F>
 Status OutboxStore::inTransaction(const char* what, F&& body) {
   Status status = [&]() -> Status {
     {
-      ResetOnExit reset(statements_[kBegin]);
-      TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db_, statements_[kBegin], what));
+      ResetOnExit reset((*connection_)[kBegin]);
+      TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db_, (*connection_)[kBegin], what));
     }
     TALLY_SQLITE_RETURN_IF_ERROR(body());
-    ResetOnExit reset(statements_[kCommit]);
-    return stepDone(db_, statements_[kCommit], what);
+    ResetOnExit reset((*connection_)[kCommit]);
+    return stepDone(db_, (*connection_)[kCommit], what);
   }();
-  if (!status.isOk()) return rollbackAfter(std::move(status));
+  if (!status.isOk()) return connection_->rollbackIfOpen(std::move(status));
   return status;
 }
 
@@ -278,7 +228,7 @@ Status OutboxStore::inTransaction(const char* what, F&& body) {
 Status OutboxStore::insertEntry(const OutboxEntry& entry) {
   TALLY_SQLITE_RETURN_IF_ERROR(validateEntry(entry));
   constexpr const char* kOp = "append outbox entry";
-  sqlite3_stmt* stmt = statements_[kInsertEntry];
+  sqlite3_stmt* stmt = (*connection_)[kInsertEntry];
   ResetOnExit reset(stmt);
   TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db_, stmt, 1, static_cast<int64_t>(entry.seq), kOp));
   TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db_, stmt, 2, static_cast<int64_t>(entry.kind), kOp));
@@ -312,14 +262,14 @@ Status OutboxStore::appendBatch(const std::vector<OutboxEntry>& entries) {
 Status OutboxStore::remove(uint64_t seq) {
   if (seq == 0 || seq > static_cast<uint64_t>(kInt64Max)) return Status::ok();  // never stored
   constexpr const char* kOp = "remove outbox entry";
-  sqlite3_stmt* stmt = statements_[kDeleteEntry];
+  sqlite3_stmt* stmt = (*connection_)[kDeleteEntry];
   ResetOnExit reset(stmt);
   TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db_, stmt, 1, static_cast<int64_t>(seq), kOp));
   return stepDone(db_, stmt, kOp);
 }
 
 Result<std::vector<OutboxEntry>> OutboxStore::load() {
-  sqlite3_stmt* stmt = statements_[kSelectEntries];
+  sqlite3_stmt* stmt = (*connection_)[kSelectEntries];
   ResetOnExit reset(stmt);
   std::vector<OutboxEntry> entries;
   for (;;) {
@@ -343,7 +293,7 @@ Result<uint64_t> OutboxStore::incrementBootEpoch() {
     constexpr const char* kOp = "increment boot epoch";
     int64_t current = 0;
     {
-      sqlite3_stmt* get = statements_[kGetMeta];
+      sqlite3_stmt* get = (*connection_)[kGetMeta];
       ResetOnExit reset(get);
       TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, get, 1, kMetaBootEpoch, kOp));
       const int rc = sqlite3_step(get);
@@ -356,7 +306,7 @@ Result<uint64_t> OutboxStore::incrementBootEpoch() {
     if (current < 0 || current == kInt64Max) {
       return Status::corruption(path_ + ": boot_epoch " + std::to_string(current));
     }
-    sqlite3_stmt* put = statements_[kPutMeta];
+    sqlite3_stmt* put = (*connection_)[kPutMeta];
     ResetOnExit reset(put);
     TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, put, 1, kMetaBootEpoch, kOp));
     TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db_, put, 2, current + 1, kOp));
@@ -374,7 +324,7 @@ Status OutboxStore::putMeta(const std::string& key, int64_t value) {
                                    " bytes");
   }
   const std::string op = "put meta '" + key + "'";
-  sqlite3_stmt* stmt = statements_[kPutKv];
+  sqlite3_stmt* stmt = (*connection_)[kPutKv];
   ResetOnExit reset(stmt);
   TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, stmt, 1, key, op.c_str()));
   TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db_, stmt, 2, value, op.c_str()));
@@ -382,7 +332,7 @@ Status OutboxStore::putMeta(const std::string& key, int64_t value) {
 }
 
 Result<std::optional<int64_t>> OutboxStore::getMeta(const std::string& key) {
-  sqlite3_stmt* stmt = statements_[kGetKv];
+  sqlite3_stmt* stmt = (*connection_)[kGetKv];
   ResetOnExit reset(stmt);
   const std::string op = "get meta '" + key + "'";
   TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, stmt, 1, key, op.c_str()));

@@ -10,7 +10,10 @@
 #include "core/status.h"
 
 struct sqlite3;
-struct sqlite3_stmt;
+
+namespace tally::sqlite {
+class Connection;
+}
 
 // The agent's durable record (SPEC §7): the outbox of settle, release, mark-unknown and
 // operation receipts not yet delivered to the ledger, the boot epoch, and a few integers.
@@ -89,18 +92,16 @@ class OutboxStore {
   };
 
   Status initialize(const OutboxStoreOptions& options);
-  Status applyPragmas(const OutboxStoreOptions& options);
   Status createOrCheckSchema();
   Status insertEntry(const OutboxEntry& entry);
   // Runs `body` between BEGIN IMMEDIATE and COMMIT; rolls back when anything fails.
   template <typename F>
   Status inTransaction(const char* what, F&& body);
-  Status rollbackAfter(Status status);
 
   std::string path_;
   int lock_fd_;
-  sqlite3* db_ = nullptr;
-  sqlite3_stmt* statements_[kStatementCount] = {};
+  std::unique_ptr<sqlite::Connection> connection_;  // statement i is (*connection_)[i]
+  sqlite3* db_ = nullptr;                           // connection_->db()
 };
 
 }  // namespace tally::agent

@@ -50,18 +50,17 @@ Status Connection::applyPragmas(const FilePragmas& pragmas) {
     return Status::ioError("set journal_mode: " + path_ + " is in journal mode '" + journal_mode +
                            "', not 'wal'");
   }
-  const std::vector<std::string> statements = {
+  std::vector<std::string> statements = {
       "PRAGMA synchronous=FULL",
       "PRAGMA foreign_keys=OFF",
       "PRAGMA temp_store=MEMORY",
-      // Debian builds SQLite with SECURE_DELETE on, which zeroes and writes every freed page: for
-      // ledger.db, each trimmed log row's overflow pages. Nothing here is secret from whoever
-      // can read the data dir (tables.db holds the same records).
-      "PRAGMA secure_delete=OFF",
-      "PRAGMA wal_autocheckpoint=" + std::to_string(pragmas.wal_autocheckpoint_pages),
-      "PRAGMA journal_size_limit=" + std::to_string(pragmas.journal_size_limit_bytes),
-      "PRAGMA cache_size=-" + std::to_string(pragmas.cache_kib),
   };
+  statements.insert(statements.end(), pragmas.extra.begin(), pragmas.extra.end());
+  statements.push_back("PRAGMA wal_autocheckpoint=" +
+                       std::to_string(pragmas.wal_autocheckpoint_pages));
+  statements.push_back("PRAGMA journal_size_limit=" +
+                       std::to_string(pragmas.journal_size_limit_bytes));
+  statements.push_back("PRAGMA cache_size=-" + std::to_string(pragmas.cache_kib));
   for (const std::string& sql : statements) {
     TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, sql.c_str(), sql.c_str()));
   }

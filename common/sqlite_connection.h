@@ -28,6 +28,9 @@ struct FilePragmas {
   int64_t cache_kib = 0;
   uint64_t max_page_count = 0;  // 0: SQLite's maximum
   int64_t busy_timeout_ms = 5000;
+  // The file's own pragmas, run after synchronous, foreign_keys and temp_store and before the
+  // sizes above. Must outlive applyPragmas().
+  std::span<const char* const> extra = {};
 };
 
 // One SQLite connection and its prepared statements, closed by the destructor (statements

@@ -46,9 +46,17 @@ constexpr int kPassiveRoundsMax = 4;
 // two commits).
 constexpr int64_t kWalRestartWaitMs = 100;
 
-// Opens `path` and applies `pragmas`.
-Result<std::unique_ptr<Connection>> openFile(const std::string& path,
-                                             const sqlite::FilePragmas& pragmas) {
+// Both files' own pragmas (sqlite::FilePragmas::extra).
+constexpr const char* kFilePragmas[] = {
+    // Debian builds SQLite with SECURE_DELETE on, which zeroes and writes every freed page: for
+    // ledger.db, each trimmed log row's overflow pages. Nothing here is secret from whoever can
+    // read the data dir (tables.db holds the same records).
+    "PRAGMA secure_delete=OFF",
+};
+
+// Opens `path` and applies `pragmas` and kFilePragmas.
+Result<std::unique_ptr<Connection>> openFile(const std::string& path, sqlite::FilePragmas pragmas) {
+  pragmas.extra = kFilePragmas;
   Result<std::unique_ptr<Connection>> connection = Connection::open(path);
   if (!connection.isOk()) return connection.status();
   TALLY_SQLITE_RETURN_IF_ERROR(connection.value()->applyPragmas(pragmas));
