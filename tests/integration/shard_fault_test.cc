@@ -250,6 +250,7 @@ TEST_F(ShardFaultTest, CopiedDataDirNeverAdmitsAndTwoReportsMakeAConflict) {
   // a deferred remint would otherwise happen.
   EXPECT_LE(view->reminted_units, view->grant.allocated_units - 30) << describe(*view);
   const Units reminted_at_conflict = view->reminted_units;
+  EXPECT_NE(ledger_.log().find("shard_conflict"), std::string::npos) << "no conflict alert";
   EXPECT_TRUE(waitFor([&] {
     return metric(0, "tally_agent_shard_events_total", {{"event", "conflict"}}) +
                metric(1, "tally_agent_shard_events_total", {{"event", "conflict"}}) >=
@@ -265,6 +266,52 @@ TEST_F(ShardFaultTest, CopiedDataDirNeverAdmitsAndTwoReportsMakeAConflict) {
   const AccountView* account = accountOf(report, view->grant.policy_generation);
   ASSERT_NE(account, nullptr);
   EXPECT_EQ(account->debt, 0u);
+}
+
+// A shard reservation settles above what the shard can cover (actual 180 on a shard of 100)
+// while the ledger is unreachable. On reconcile the overspend is recorded as debt on the source
+// account (the shard is a CONFLICT, nothing reminted), and the subject/route admits nothing more
+// centrally while the debt is outstanding (SPEC §8: admission = 0 while debt is outstanding).
+TEST_F(ShardFaultTest, OverspentShardBecomesDebtAndStopsAdmission) {
+  Generation generation = 0;
+  ASSERT_NO_FATAL_FAILURE(startShardLedger({}, &generation));
+  FaultProxy& proxy = addProxy();
+  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
+  std::optional<ShardLedgerView> shard = waitUsableShard(0);
+  ASSERT_TRUE(shard.has_value());
+  const std::string shard_id = shard->grant.shard_id;
+
+  ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
+  const Admissions admitted = reserveMany(0, "o", 1, 50);
+  ASSERT_EQ(admitted.units_by_origin.at(shard_id), 50u);
+  ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted.admitted_ids, 180));
+
+  ASSERT_NO_FATAL_FAILURE(reconnect(proxy));
+  std::optional<ShardLedgerView> view = waitShard(
+      shard_id, [](const ShardLedgerView& v) { return v.state == ShardState::kConflict; });
+  ASSERT_TRUE(view.has_value() && view->state == ShardState::kConflict)
+      << (view ? describe(*view) : "no view");
+  EXPECT_EQ(view->last_reported.overspent, 80u) << describe(*view);
+  EXPECT_EQ(view->spent_units, 100u) << describe(*view);
+  EXPECT_EQ(view->debt_units, 80u) << describe(*view);
+  EXPECT_EQ(view->reminted_units, 0u) << describe(*view);
+  EXPECT_NE(ledger_.log().find("shard_conflict"), std::string::npos) << "no conflict alert";
+  AuditReport report;
+  ASSERT_NO_FATAL_FAILURE(checkShardInvariants(&report));
+  const AccountView* account = accountOf(report, generation);
+  ASSERT_NE(account, nullptr);
+  EXPECT_EQ(account->debt, 80u) << describe(report);
+  EXPECT_EQ(account->balances.spent, 180u) << describe(report);
+
+  std::unique_ptr<client::BlockingClient> gw = gateway(0);
+  ASSERT_NE(gw, nullptr);
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer after,
+                       callAgent(*gw, makeReserve({.id = "o-after", .units = 1})));
+  ASSERT_FALSE(after.is_error) << describe(after);
+  EXPECT_EQ(after.reply.code, ReplyCode::kRejected) << describe(after);
+  EXPECT_TRUE(after.reply.receipt.limiting_dimension == LimitingDimension::kDebt ||
+              after.reply.receipt.limiting_dimension == LimitingDimension::kFrozenRoute)
+      << describe(after);
 }
 
 // --- 3. Replay of an old shard after kill -9 and restart ---------------------------------------
