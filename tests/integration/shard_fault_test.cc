@@ -484,9 +484,11 @@ TEST_F(ShardFaultTest, AgentKilledBetweenReportAndAnswerReportsAgainWithoutConfl
 }
 
 // The ledger's answer to the agent's first shard issue request is lost: the shard was carved, the
-// agent never saw it. The agent must retry with the same request id (the ledger answers the same
-// shard as a duplicate) rather than ask anew: a second carve would leave the first shard retired
-// until an operator writes it off, and the tenant's bucket would never get those units back.
+// agent never saw it; then the ledger is killed (-9) and restarted on its data dir before the
+// agent retries. The agent must retry with the same request id, and the ledger (the id is durable
+// with the carve) answers the same shard as a duplicate. Asking anew would carve a second shard
+// and leave the first retired until an operator writes it off: the tenant's bucket would never
+// get those units back.
 TEST_F(ShardFaultTest, LostIssueAnswerIsRetriedWithTheSameRequestAndCarvesOnce) {
   ASSERT_NO_FATAL_FAILURE(startShardLedger());
   FaultProxy& proxy = addProxy();
@@ -496,6 +498,11 @@ TEST_F(ShardFaultTest, LostIssueAnswerIsRetriedWithTheSameRequestAndCarvesOnce) 
   });
   ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
   ASSERT_TRUE(waitFor([&] { return proxy.dropsPending() == 0; })) << "no issue answer dropped";
+  ledger_.kill9();
+  proxy.severAll();
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  proxy.setUpstreamPort(ledger_.port());
+  proxy.severAll();
   std::optional<ShardLedgerView> shard = waitUsableShard(0);
   ASSERT_TRUE(shard.has_value());
   const std::vector<ShardLedgerView> carved = ledgerShards(gatewayName(0));
