@@ -716,6 +716,7 @@ TEST_F(ShardFaultTest, RevokeDuringAPartitionClosesTheShardAtReconnect) {
   ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
   TALLY_ASSIGN_OR_FAIL(const std::string revoked, tallyctl({"shard", "revoke", "--id", shard_id}));
   EXPECT_NE(revoked.find("\"code\":\"OK\""), std::string::npos) << revoked;
+  EXPECT_NE(revoked.find("\"state\":\"REVOKED\""), std::string::npos) << revoked;
   std::optional<ShardLedgerView> view = ledgerShard(shard_id);
   ASSERT_TRUE(view.has_value());
   EXPECT_EQ(view->state, ShardState::kRevoked) << describe(*view);
