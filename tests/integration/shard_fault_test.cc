@@ -98,7 +98,7 @@ class ShardFaultTest : public ShardFleetTest {
     }
   }
 
-  // Cuts agent `index` (behind `proxy`) off the ledger and waits until it says PARTITIONED.
+  // Cuts agent `index` (behind `proxy`) off the ledger and waits until it knows (PARTITIONED).
   void partition(FaultProxy& proxy, size_t index) {
     proxy.blackhole(true);
     ASSERT_TRUE(waitCutOff(index)) << agentHealth(index);
