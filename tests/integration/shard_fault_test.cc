@@ -17,6 +17,7 @@
 #include <iostream>
 #include <set>
 #include <string>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -204,6 +205,76 @@ TEST_F(ShardFaultTest, LedgerKilledAndRestartedReconcilesShardsIssuedBeforeTheCr
   EXPECT_EQ(view->state, ShardState::kReconciled) << describe(*view);
   EXPECT_EQ(view->spent_units, spent) << describe(*view);
   EXPECT_EQ(view->reminted_units, view->grant.allocated_units - spent) << describe(*view);
+  ASSERT_NO_FATAL_FAILURE(checkShardInvariants());
+}
+
+// Many reserves at once through one agent during a partition: two gateway connections each
+// pipeline 20 reserves of 10 (the agent answers a loop iteration's worth after one commit), and
+// every id is sent twice. The shard admits exactly its allocation, each id at most once (the
+// second copy is the same receipt), and the reconciled shard accounts for exactly those.
+TEST_F(ShardFaultTest, PipelinedReservesDuringAPartitionNeverOverAdmit) {
+  ASSERT_NO_FATAL_FAILURE(startShardLedger());
+  FaultProxy& proxy = addProxy();
+  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
+  std::optional<ShardLedgerView> shard = waitUsableShard(0);
+  ASSERT_TRUE(shard.has_value());
+  const std::string shard_id = shard->grant.shard_id;
+  ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
+
+  std::vector<std::vector<Result<AgentAnswer>>> answers(2);
+  std::vector<std::vector<std::string>> ids(2);
+  {
+    std::vector<std::unique_ptr<client::BlockingClient>> gws;
+    for (int c = 0; c < 2; ++c) {
+      gws.push_back(gateway(0));
+      ASSERT_NE(gws.back(), nullptr);
+    }
+    std::vector<std::thread> threads;
+    for (size_t c = 0; c < 2; ++c) {
+      std::vector<wire::RequestBody> bodies;
+      for (int i = 0; i < 20; ++i) {
+        const std::string id = "pl-" + std::to_string(c) + "-" + std::to_string(i);
+        ids[c].push_back(id);
+        bodies.push_back(makeReserve({.id = id, .units = 10}));
+        bodies.push_back(makeReserve({.id = id, .units = 10}));
+      }
+      threads.emplace_back(
+          [&, c, bodies = std::move(bodies)] { answers[c] = callAgentPipelined(*gws[c], bodies); });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  Units admitted_units = 0;
+  std::vector<std::string> admitted_ids;
+  for (size_t c = 0; c < 2; ++c) {
+    ASSERT_EQ(answers[c].size(), 40u);
+    for (size_t i = 0; i < 20; ++i) {
+      const Result<AgentAnswer>& first = answers[c][2 * i];
+      const Result<AgentAnswer>& second = answers[c][2 * i + 1];
+      ASSERT_TRUE(first.isOk() && second.isOk()) << ids[c][i];
+      const bool first_ok = isOk(first.value());
+      const bool second_ok = isOk(second.value());
+      if (first_ok) {
+        EXPECT_EQ(first.value().reply.receipt.origin, shard_id) << describe(first.value());
+        admitted_units += 10;
+        admitted_ids.push_back(ids[c][i]);
+      }
+      if (second_ok) {
+        EXPECT_TRUE(first_ok) << ids[c][i] << ": admitted only on its retry";
+        EXPECT_TRUE(second.value().reply.duplicate) << describe(second.value());
+      }
+    }
+  }
+  EXPECT_EQ(admitted_units, shard->grant.allocated_units);
+  EXPECT_EQ(metric(0, "tally_agent_shard_available_units"), 0.0);
+  ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted_ids, 1));
+
+  ASSERT_NO_FATAL_FAILURE(reconnect(proxy));
+  std::optional<ShardLedgerView> view = waitShard(
+      shard_id, [](const ShardLedgerView& v) { return v.state == ShardState::kReconciled; });
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->spent_units, admitted_ids.size()) << describe(*view);
+  EXPECT_EQ(view->reminted_units, view->grant.allocated_units - admitted_ids.size())
+      << describe(*view);
   ASSERT_NO_FATAL_FAILURE(checkShardInvariants());
 }
 
