@@ -99,17 +99,23 @@ class AgentShardTest : public AgentFleetTest {
     return reply == nullptr ? "?" : reply->status;
   }
 
-  // Every shard of our gateway as the ledger sees it.
-  std::vector<ShardLedgerView> ledgerShards() {
+  // Every shard of a gateway (the last enrolled by default) as the ledger sees it.
+  std::vector<ShardLedgerView> ledgerShards(std::string gateway_name = {}) {
+    if (gateway_name.empty()) gateway_name = gateway_name_;
     Result<wire::Response> response =
-        client_->call(wire::ListShardsRequest{.gateway_name = gateway_name_}, kCallTimeoutMs);
+        client_->call(wire::ListShardsRequest{.gateway_name = gateway_name}, kCallTimeoutMs);
     if (!response.isOk()) return {};
     const auto* reply = std::get_if<ShardReply>(&response.value().body);
     return reply == nullptr ? std::vector<ShardLedgerView>{} : reply->shards;
   }
 
+  // One shard, whichever gateway holds it.
   std::optional<ShardLedgerView> ledgerShard(const std::string& shard_id) {
-    for (const ShardLedgerView& view : ledgerShards()) {
+    Result<wire::Response> response = client_->call(wire::ListShardsRequest{}, kCallTimeoutMs);
+    if (!response.isOk()) return std::nullopt;
+    const auto* reply = std::get_if<ShardReply>(&response.value().body);
+    if (reply == nullptr) return std::nullopt;
+    for (const ShardLedgerView& view : reply->shards) {
       if (view.grant.shard_id == shard_id) return view;
     }
     return std::nullopt;
@@ -346,6 +352,73 @@ TEST_F(AgentShardTest, ARevokedShardIsClosedReportedAndReplaced) {
   }));
   AuditReport audit;
   ASSERT_NO_FATAL_FAILURE(auditConserved(&audit));
+}
+
+// Two gateways, each with its own shard, during one partition: each admits only from its own
+// shard, the ledger reconciles both, and the subject/route's balances conserve throughout.
+TEST_F(AgentShardTest, TwoGatewaysEachAdmitOnlyFromTheirOwnShard) {
+  ASSERT_NO_FATAL_FAILURE(startLedgerWithShards());
+  std::vector<std::unique_ptr<client::BlockingClient>> gws;
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_NO_FATAL_FAILURE(enrollAgent(i));
+    ASSERT_NO_FATAL_FAILURE(startAgent(i, ledgerAddress(), shardSettings()));
+    gws.push_back(gateway(i));
+    ASSERT_NE(gws.back(), nullptr);
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(waitFor([&] {
+      return metric(i, "tally_agent_shards", {{"condition", "usable"}}) >= 1;
+    }));
+  }
+  std::string shard_of[2];
+  for (size_t i = 0; i < 2; ++i) {
+    const std::vector<ShardLedgerView> mine = ledgerShards("gw-" + std::to_string(i));
+    ASSERT_EQ(mine.size(), 1u);
+    shard_of[i] = mine.front().grant.shard_id;
+  }
+  ASSERT_NE(shard_of[0], shard_of[1]);
+
+  ASSERT_TRUE(ledger_.signal(SIGSTOP));
+  for (auto& gw : gws) ASSERT_TRUE(waitFor([&] { return agentHealth(*gw) == "PARTITIONED"; }));
+  // Each gateway takes its whole shard in 25-unit steps, and not one unit more.
+  for (size_t i = 0; i < 2; ++i) {
+    for (int n = 0; n < 5; ++n) {
+      const std::string id = "g" + std::to_string(i) + "-" + std::to_string(n);
+      TALLY_ASSIGN_OR_FAIL(AgentAnswer answer,
+                           callAgent(*gws[i], makeReserve({.id = id, .units = 25})));
+      ASSERT_FALSE(answer.is_error) << describe(answer);
+      if (n < 4) {
+        EXPECT_EQ(answer.reply.code, ReplyCode::kOk) << id << ": " << describe(answer);
+        EXPECT_EQ(answer.reply.receipt.origin, shard_of[i]) << id;
+        TALLY_ASSIGN_OR_FAIL(AgentAnswer started, callAgent(*gws[i], StartRequest{id, "op-" + id}));
+        ASSERT_EQ(started.reply.code, ReplyCode::kOk) << describe(started);
+        TALLY_ASSIGN_OR_FAIL(AgentAnswer settled,
+                             callAgent(*gws[i], SettleRequest{id, "op-" + id, 25}));
+        ASSERT_EQ(settled.reply.code, ReplyCode::kOk) << describe(settled);
+      } else {
+        EXPECT_EQ(answer.reply.code, ReplyCode::kRejected) << id << ": " << describe(answer);
+      }
+    }
+  }
+  // Another gateway's reservation is not this agent's to answer.
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer foreign, callAgent(*gws[1], QueryRequest{"g0-0"}));
+  EXPECT_TRUE(isUnavailable(foreign)) << describe(foreign);
+
+  ASSERT_TRUE(ledger_.signal(SIGCONT));
+  for (size_t i = 0; i < 2; ++i) {
+    std::optional<ShardLedgerView> view;
+    ASSERT_TRUE(waitFor([&] {
+      view = ledgerShard(shard_of[i]);
+      return view.has_value() && view->state == ShardState::kReconciled;
+    })) << shard_of[i]
+        << " " << (view ? shardStateName(view->state) : "no view");
+    EXPECT_EQ(view->spent_units, kShardUnits);
+    EXPECT_EQ(view->reminted_units, 0u);
+  }
+  AuditReport audit;
+  ASSERT_NO_FATAL_FAILURE(auditConserved(&audit));
+  const Balances sum = sumBalances(audit, {kSubject, kRoute});
+  EXPECT_GE(sum.spent, 2 * kShardUnits);
 }
 
 }  // namespace

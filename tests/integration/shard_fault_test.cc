@@ -17,6 +17,7 @@
 #include <iostream>
 #include <set>
 #include <string>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -98,7 +99,7 @@ class ShardFaultTest : public ShardFleetTest {
     }
   }
 
-  // Cuts agent `index` (behind `proxy`) off the ledger and waits until it says PARTITIONED.
+  // Cuts agent `index` (behind `proxy`) off the ledger and waits until it knows (PARTITIONED).
   void partition(FaultProxy& proxy, size_t index) {
     proxy.blackhole(true);
     ASSERT_TRUE(waitCutOff(index)) << agentHealth(index);
@@ -207,6 +208,76 @@ TEST_F(ShardFaultTest, LedgerKilledAndRestartedReconcilesShardsIssuedBeforeTheCr
   ASSERT_NO_FATAL_FAILURE(checkShardInvariants());
 }
 
+// Many reserves at once through one agent during a partition: two gateway connections each
+// pipeline 20 reserves of 10 (the agent answers a loop iteration's worth after one commit), and
+// every id is sent twice. The shard admits exactly its allocation, each id at most once (the
+// second copy is the same receipt), and the reconciled shard accounts for exactly those.
+TEST_F(ShardFaultTest, PipelinedReservesDuringAPartitionNeverOverAdmit) {
+  ASSERT_NO_FATAL_FAILURE(startShardLedger());
+  FaultProxy& proxy = addProxy();
+  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
+  std::optional<ShardLedgerView> shard = waitUsableShard(0);
+  ASSERT_TRUE(shard.has_value());
+  const std::string shard_id = shard->grant.shard_id;
+  ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
+
+  std::vector<std::vector<Result<AgentAnswer>>> answers(2);
+  std::vector<std::vector<std::string>> ids(2);
+  {
+    std::vector<std::unique_ptr<client::BlockingClient>> gws;
+    for (int c = 0; c < 2; ++c) {
+      gws.push_back(gateway(0));
+      ASSERT_NE(gws.back(), nullptr);
+    }
+    std::vector<std::thread> threads;
+    for (size_t c = 0; c < 2; ++c) {
+      std::vector<wire::RequestBody> bodies;
+      for (int i = 0; i < 20; ++i) {
+        const std::string id = "pl-" + std::to_string(c) + "-" + std::to_string(i);
+        ids[c].push_back(id);
+        bodies.push_back(makeReserve({.id = id, .units = 10}));
+        bodies.push_back(makeReserve({.id = id, .units = 10}));
+      }
+      threads.emplace_back(
+          [&, c, bodies = std::move(bodies)] { answers[c] = callAgentPipelined(*gws[c], bodies); });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  Units admitted_units = 0;
+  std::vector<std::string> admitted_ids;
+  for (size_t c = 0; c < 2; ++c) {
+    ASSERT_EQ(answers[c].size(), 40u);
+    for (size_t i = 0; i < 20; ++i) {
+      const Result<AgentAnswer>& first = answers[c][2 * i];
+      const Result<AgentAnswer>& second = answers[c][2 * i + 1];
+      ASSERT_TRUE(first.isOk() && second.isOk()) << ids[c][i];
+      const bool first_ok = isOk(first.value());
+      const bool second_ok = isOk(second.value());
+      if (first_ok) {
+        EXPECT_EQ(first.value().reply.receipt.origin, shard_id) << describe(first.value());
+        admitted_units += 10;
+        admitted_ids.push_back(ids[c][i]);
+      }
+      if (second_ok) {
+        EXPECT_TRUE(first_ok) << ids[c][i] << ": admitted only on its retry";
+        EXPECT_TRUE(second.value().reply.duplicate) << describe(second.value());
+      }
+    }
+  }
+  EXPECT_EQ(admitted_units, shard->grant.allocated_units);
+  EXPECT_EQ(metric(0, "tally_agent_shard_available_units"), 0.0);
+  ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted_ids, 1));
+
+  ASSERT_NO_FATAL_FAILURE(reconnect(proxy));
+  std::optional<ShardLedgerView> view = waitShard(
+      shard_id, [](const ShardLedgerView& v) { return v.state == ShardState::kReconciled; });
+  ASSERT_TRUE(view.has_value());
+  EXPECT_EQ(view->spent_units, admitted_ids.size()) << describe(*view);
+  EXPECT_EQ(view->reminted_units, view->grant.allocated_units - admitted_ids.size())
+      << describe(*view);
+  ASSERT_NO_FATAL_FAILURE(checkShardInvariants());
+}
+
 // --- 2. Two agents given copies of one shard ----------------------------------------------------
 
 // Agent A's data dir (with its shard and gateway key) is copied to B while A holds the shard and
@@ -250,6 +321,7 @@ TEST_F(ShardFaultTest, CopiedDataDirNeverAdmitsAndTwoReportsMakeAConflict) {
   // a deferred remint would otherwise happen.
   EXPECT_LE(view->reminted_units, view->grant.allocated_units - 30) << describe(*view);
   const Units reminted_at_conflict = view->reminted_units;
+  EXPECT_NE(ledger_.log().find("shard_conflict"), std::string::npos) << "no conflict alert";
   EXPECT_TRUE(waitFor([&] {
     return metric(0, "tally_agent_shard_events_total", {{"event", "conflict"}}) +
                metric(1, "tally_agent_shard_events_total", {{"event", "conflict"}}) >=
@@ -265,6 +337,52 @@ TEST_F(ShardFaultTest, CopiedDataDirNeverAdmitsAndTwoReportsMakeAConflict) {
   const AccountView* account = accountOf(report, view->grant.policy_generation);
   ASSERT_NE(account, nullptr);
   EXPECT_EQ(account->debt, 0u);
+}
+
+// A shard reservation settles above what the shard can cover (actual 180 on a shard of 100)
+// while the ledger is unreachable. On reconcile the overspend is recorded as debt on the source
+// account (the shard is a CONFLICT, nothing reminted), and the subject/route admits nothing more
+// centrally while the debt is outstanding (SPEC §8: admission = 0 while debt is outstanding).
+TEST_F(ShardFaultTest, OverspentShardBecomesDebtAndStopsAdmission) {
+  Generation generation = 0;
+  ASSERT_NO_FATAL_FAILURE(startShardLedger({}, &generation));
+  FaultProxy& proxy = addProxy();
+  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
+  std::optional<ShardLedgerView> shard = waitUsableShard(0);
+  ASSERT_TRUE(shard.has_value());
+  const std::string shard_id = shard->grant.shard_id;
+
+  ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
+  const Admissions admitted = reserveMany(0, "o", 1, 50);
+  ASSERT_EQ(admitted.units_by_origin.at(shard_id), 50u);
+  ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted.admitted_ids, 180));
+
+  ASSERT_NO_FATAL_FAILURE(reconnect(proxy));
+  std::optional<ShardLedgerView> view = waitShard(
+      shard_id, [](const ShardLedgerView& v) { return v.state == ShardState::kConflict; });
+  ASSERT_TRUE(view.has_value() && view->state == ShardState::kConflict)
+      << (view ? describe(*view) : "no view");
+  EXPECT_EQ(view->last_reported.overspent, 80u) << describe(*view);
+  EXPECT_EQ(view->spent_units, 100u) << describe(*view);
+  EXPECT_EQ(view->debt_units, 80u) << describe(*view);
+  EXPECT_EQ(view->reminted_units, 0u) << describe(*view);
+  EXPECT_NE(ledger_.log().find("shard_conflict"), std::string::npos) << "no conflict alert";
+  AuditReport report;
+  ASSERT_NO_FATAL_FAILURE(checkShardInvariants(&report));
+  const AccountView* account = accountOf(report, generation);
+  ASSERT_NE(account, nullptr);
+  EXPECT_EQ(account->debt, 80u) << describe(report);
+  EXPECT_EQ(account->balances.spent, 180u) << describe(report);
+
+  std::unique_ptr<client::BlockingClient> gw = gateway(0);
+  ASSERT_NE(gw, nullptr);
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer after,
+                       callAgent(*gw, makeReserve({.id = "o-after", .units = 1})));
+  ASSERT_FALSE(after.is_error) << describe(after);
+  EXPECT_EQ(after.reply.code, ReplyCode::kRejected) << describe(after);
+  EXPECT_TRUE(after.reply.receipt.limiting_dimension == LimitingDimension::kDebt ||
+              after.reply.receipt.limiting_dimension == LimitingDimension::kFrozenRoute)
+      << describe(after);
 }
 
 // --- 3. Replay of an old shard after kill -9 and restart ---------------------------------------
@@ -437,9 +555,11 @@ TEST_F(ShardFaultTest, AgentKilledBetweenReportAndAnswerReportsAgainWithoutConfl
 }
 
 // The ledger's answer to the agent's first shard issue request is lost: the shard was carved, the
-// agent never saw it. The agent must retry with the same request id (the ledger answers the same
-// shard as a duplicate) rather than ask anew: a second carve would leave the first shard retired
-// until an operator writes it off, and the tenant's bucket would never get those units back.
+// agent never saw it; then the ledger is killed (-9) and restarted on its data dir before the
+// agent retries. The agent must retry with the same request id, and the ledger (the id is durable
+// with the carve) answers the same shard as a duplicate. Asking anew would carve a second shard
+// and leave the first retired until an operator writes it off: the tenant's bucket would never
+// get those units back.
 TEST_F(ShardFaultTest, LostIssueAnswerIsRetriedWithTheSameRequestAndCarvesOnce) {
   ASSERT_NO_FATAL_FAILURE(startShardLedger());
   FaultProxy& proxy = addProxy();
@@ -449,6 +569,11 @@ TEST_F(ShardFaultTest, LostIssueAnswerIsRetriedWithTheSameRequestAndCarvesOnce) 
   });
   ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
   ASSERT_TRUE(waitFor([&] { return proxy.dropsPending() == 0; })) << "no issue answer dropped";
+  ledger_.kill9();
+  proxy.severAll();
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  proxy.setUpstreamPort(ledger_.port());
+  proxy.severAll();
   std::optional<ShardLedgerView> shard = waitUsableShard(0);
   ASSERT_TRUE(shard.has_value());
   const std::vector<ShardLedgerView> carved = ledgerShards(gatewayName(0));
@@ -662,6 +787,7 @@ TEST_F(ShardFaultTest, RevokeDuringAPartitionClosesTheShardAtReconnect) {
   ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
   TALLY_ASSIGN_OR_FAIL(const std::string revoked, tallyctl({"shard", "revoke", "--id", shard_id}));
   EXPECT_NE(revoked.find("\"code\":\"OK\""), std::string::npos) << revoked;
+  EXPECT_NE(revoked.find("\"state\":\"REVOKED\""), std::string::npos) << revoked;
   std::optional<ShardLedgerView> view = ledgerShard(shard_id);
   ASSERT_TRUE(view.has_value());
   EXPECT_EQ(view->state, ShardState::kRevoked) << describe(*view);

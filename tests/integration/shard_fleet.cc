@@ -180,7 +180,9 @@ std::optional<ShardLedgerView> ShardFleetTest::waitShard(
 Result<std::string> ShardFleetTest::tallyctl(const std::vector<std::string>& args) {
   std::vector<std::string> full = {"--ledger", ledgerAddress(), "--json"};
   full.insert(full.end(), args.begin(), args.end());
-  return runForOutput(binaryPath("tallyctl"), full, dir_.file("tallyctl.log"));
+  // One output file per call: runForOutput returns the whole file, and Process appends.
+  return runForOutput(binaryPath("tallyctl"), full,
+                      dir_.file("tallyctl-" + std::to_string(++tallyctl_calls_) + ".log"));
 }
 
 Admissions ShardFleetTest::reserveMany(size_t index, const std::string& prefix, size_t count,

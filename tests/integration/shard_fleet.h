@@ -94,6 +94,7 @@ class ShardFleetTest : public AgentFleetTest {
 
   std::string ledger_key_;
   std::map<size_t, std::string> gateway_names_;  // enrolled
+  int tallyctl_calls_ = 0;
 };
 
 std::string describe(const ShardLedgerView& view);
