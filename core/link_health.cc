@@ -45,6 +45,9 @@ void LinkHealthMonitor::onSuccess(uint64_t latency_us, uint64_t now_ms) {
 }
 
 void LinkHealthMonitor::onFailure(uint64_t now_ms) {
+  // The clock of a failing streak starts at its first failure, not at the last success: an idle
+  // agent's last success can be long ago, and one timeout must not partition it at once.
+  if (consecutive_failures_ == 0) first_failure_ms_ = now_ms;
   ++consecutive_failures_;
   consecutive_fast_successes_ = 0;
   if (consecutive_failures_ >= thresholds_.failures_to_partition) {
@@ -58,7 +61,7 @@ void LinkHealthMonitor::onFailure(uint64_t now_ms) {
 
 void LinkHealthMonitor::tick(uint64_t now_ms) {
   if (consecutive_failures_ == 0 || state_ == LinkHealth::kPartitioned) return;
-  if (now_ms >= last_success_ms_ + thresholds_.partition_after_ms) {
+  if (now_ms >= first_failure_ms_ + thresholds_.partition_after_ms) {
     moveTo(LinkHealth::kPartitioned, now_ms);
   }
 }

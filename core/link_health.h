@@ -7,9 +7,9 @@
 //
 //  * HEALTHY: recent requests succeed within `slow_request_us`.
 //  * DEGRADED: a failure, or a slow success. Still forwarding; operators are warned.
-//  * PARTITIONED: `failures_to_partition` consecutive failures, or no success for
-//    `partition_after_ms` while requests were failing. The agent stops forwarding admissions
-//    (shards or rejection with Retry-After), keeps its outbox waiting.
+//  * PARTITIONED: `failures_to_partition` consecutive failures, or failures and no success for
+//    `partition_after_ms` since the first failure of the streak. The agent stops forwarding
+//    admissions (shards or rejection with Retry-After), keeps its outbox waiting.
 //  * Recovery: `successes_to_recover` consecutive fast successes return to HEALTHY (a
 //    partitioned link goes through DEGRADED first, so one lucky answer does not end a partition).
 
@@ -48,6 +48,7 @@ class LinkHealthMonitor {
   LinkHealth state_ = LinkHealth::kHealthy;
   uint64_t state_since_ms_;
   uint64_t last_success_ms_;
+  uint64_t first_failure_ms_ = 0;  // of the current streak of consecutive failures
   uint32_t consecutive_failures_ = 0;
   uint32_t consecutive_fast_successes_ = 0;
   uint64_t transitions_ = 0;

@@ -48,9 +48,26 @@ TEST(LinkHealthTest, TimeWithoutSuccessPartitionsAFailingLink) {
   LinkHealthMonitor monitor(thresholds(), kT0);
   monitor.onSuccess(10, kT0);
   monitor.onFailure(kT0 + 100);
-  monitor.tick(kT0 + 1'999);
+  monitor.tick(kT0 + 2'099);
   EXPECT_EQ(monitor.state(), LinkHealth::kDegraded);
-  monitor.tick(kT0 + 2'000);
+  monitor.tick(kT0 + 2'100);
+  EXPECT_EQ(monitor.state(), LinkHealth::kPartitioned);
+}
+
+// An idle agent's last success may be long ago (its only traffic a periodic policy fetch): one
+// timeout then degrades it; only a streak of failures lasting partition_after_ms partitions it.
+TEST(LinkHealthTest, OneFailureAfterALongIdleDoesNotPartition) {
+  LinkHealthMonitor monitor(thresholds(), kT0);
+  monitor.onSuccess(10, kT0);
+  monitor.onFailure(kT0 + 60'000);
+  EXPECT_EQ(monitor.state(), LinkHealth::kDegraded);
+  monitor.tick(kT0 + 61'999);
+  EXPECT_EQ(monitor.state(), LinkHealth::kDegraded);
+  monitor.onSuccess(10, kT0 + 62'500);  // the streak ends; a later failure starts a new one
+  monitor.onFailure(kT0 + 63'000);
+  monitor.tick(kT0 + 64'999);
+  EXPECT_EQ(monitor.state(), LinkHealth::kDegraded);
+  monitor.tick(kT0 + 65'000);
   EXPECT_EQ(monitor.state(), LinkHealth::kPartitioned);
 }
 
