@@ -7,38 +7,22 @@
 #include <set>
 #include <string_view>
 
+#include "common/config_parse.h"
+
 namespace tally::agent {
 namespace {
-
-Status keyError(const std::string& path, const std::string& key, const std::string& why) {
-  return Status::invalidArgument(path + ": key '" + key + "': " + why);
-}
-
-Status readUnsigned(const toml::table& table, const std::string& path, const std::string& key,
-                    uint64_t min, uint64_t max, uint64_t* out) {
-  const toml::node* node = table.get(key);
-  if (node == nullptr) return Status::ok();
-  const auto value = node->value<int64_t>();
-  if (!node->is_integer() || !value) return keyError(path, key, "must be an integer");
-  if (*value < 0 || static_cast<uint64_t>(*value) < min || static_cast<uint64_t>(*value) > max) {
-    return keyError(path, key,
-                    "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
-  }
-  *out = static_cast<uint64_t>(*value);
-  return Status::ok();
-}
 
 Status readIdList(const toml::table& table, const std::string& path, const char* key,
                   std::vector<uint32_t>* out) {
   const toml::node* node = table.get(key);
   if (node == nullptr) return Status::ok();
   const toml::array* array = node->as_array();
-  if (array == nullptr) return keyError(path, key, "must be a list of integers");
+  if (array == nullptr) return configKeyError(path, key, "must be a list of integers");
   out->clear();
   for (const toml::node& element : *array) {
     const auto value = element.value<int64_t>();
     if (!element.is_integer() || !value || *value < 0 || *value > 0xFFFFFFFFll) {
-      return keyError(path, key, "must be a list of integers in [0, 4294967295]");
+      return configKeyError(path, key, "must be a list of integers in [0, 4294967295]");
     }
     out->push_back(static_cast<uint32_t>(*value));
   }
@@ -51,19 +35,19 @@ Status readMode(const toml::table& table, const std::string& path, uint32_t* out
   uint64_t mode = 0;
   if (node->is_integer()) {
     const int64_t value = *node->value<int64_t>();
-    if (value < 0) return keyError(path, "socket_mode", "must be in [0, 0777]");
+    if (value < 0) return configKeyError(path, "socket_mode", "must be in [0, 0777]");
     mode = static_cast<uint64_t>(value);
   } else if (const auto text = node->value<std::string>()) {
     const char* begin = text->data();
     const char* end = begin + text->size();
     auto [ptr, ec] = std::from_chars(begin, end, mode, 8);
     if (text->empty() || ec != std::errc() || ptr != end) {
-      return keyError(path, "socket_mode", "must be an octal string such as \"0660\"");
+      return configKeyError(path, "socket_mode", "must be an octal string such as \"0660\"");
     }
   } else {
-    return keyError(path, "socket_mode", "must be an integer (0o660) or an octal string");
+    return configKeyError(path, "socket_mode", "must be an integer (0o660) or an octal string");
   }
-  if (mode > 0777) return keyError(path, "socket_mode", "must be in [0, 0777]");
+  if (mode > 0777) return configKeyError(path, "socket_mode", "must be in [0, 0777]");
   *out = static_cast<uint32_t>(mode);
   return Status::ok();
 }
@@ -72,13 +56,13 @@ Status readHealth(const toml::table& root, const std::string& path, LinkHealthTh
   const toml::node* node = root.get("health");
   if (node == nullptr) return Status::ok();
   const toml::table* table = node->as_table();
-  if (table == nullptr) return keyError(path, "health", "must be a table");
+  if (table == nullptr) return configKeyError(path, "health", "must be a table");
   static const std::set<std::string> kKnown = {"failures_to_degrade", "failures_to_partition",
                                                "slow_request_us", "partition_after_ms",
                                                "successes_to_recover"};
   for (const auto& [key, value] : *table) {
     if (!kKnown.contains(std::string(key.str()))) {
-      return keyError(path, "health." + std::string(key.str()), "unknown key");
+      return configKeyError(path, "health." + std::string(key.str()), "unknown key");
     }
   }
   uint64_t value = out->failures_to_degrade;
@@ -112,11 +96,11 @@ Status readStringList(const toml::table& table, const std::string& path, const s
   const toml::node* node = table.get(key);
   if (node == nullptr) return Status::ok();
   const toml::array* array = node->as_array();
-  if (array == nullptr) return keyError(path, key, "must be a list of strings");
+  if (array == nullptr) return configKeyError(path, key, "must be a list of strings");
   for (const toml::node& element : *array) {
     const auto text = element.value<std::string>();
     if (!element.is_string() || !text || text->empty()) {
-      return keyError(path, key, "must be a list of non-empty strings");
+      return configKeyError(path, key, "must be a list of non-empty strings");
     }
     out->push_back(*text);
   }
@@ -127,12 +111,12 @@ Status readEmergency(const toml::table& root, const std::string& path, Emergency
   const toml::node* node = root.get("emergency");
   if (node == nullptr) return Status::ok();
   const toml::table* table = node->as_table();
-  if (table == nullptr) return keyError(path, "emergency", "must be a table");
+  if (table == nullptr) return configKeyError(path, "emergency", "must be a table");
   static const std::set<std::string> kKnown = {
       "accounts", "shards_on_hand", "refresh_before_expiry_ms", "hold_ttl_ms", "accounts_max"};
   for (const auto& [key, value] : *table) {
     if (!kKnown.contains(std::string(key.str()))) {
-      return keyError(path, "emergency." + std::string(key.str()), "unknown key");
+      return configKeyError(path, "emergency." + std::string(key.str()), "unknown key");
     }
   }
   std::vector<std::string> accounts;
@@ -141,8 +125,8 @@ Status readEmergency(const toml::table& root, const std::string& path, Emergency
     const size_t space = account.find(' ');
     if (space == std::string::npos || space == 0 || space + 1 == account.size() ||
         account.find(' ', space + 1) != std::string::npos) {
-      return keyError(path, "emergency.accounts",
-                      "'" + account + "' is not \"SUBJECT ROUTE\" (one space)");
+      return configKeyError(path, "emergency.accounts",
+                            "'" + account + "' is not \"SUBJECT ROUTE\" (one space)");
     }
     out->accounts.emplace_back(account.substr(0, space), account.substr(space + 1));
   }
@@ -166,20 +150,7 @@ Status readEmergency(const toml::table& root, const std::string& path, Emergency
 }  // namespace
 
 Status parseHostPort(const std::string& text, std::string* host, uint16_t* port) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    return Status::invalidArgument("address '" + text + "' is not HOST:PORT");
-  }
-  unsigned value = 0;
-  const char* begin = text.data() + colon + 1;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (ec != std::errc() || ptr != end || value > 65535) {
-    return Status::invalidArgument("port in '" + text + "' is not a number 0..65535");
-  }
-  *host = text.substr(0, colon);
-  *port = static_cast<uint16_t>(value);
-  return Status::ok();
+  return tally::parseHostPort(text, "address", "port", host, port);
 }
 
 Status applyMetricsListen(const std::string& text, AgentConfig* config) {
@@ -207,33 +178,34 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
       "emergency"};
   for (const auto& [key, node] : table) {
     if (!kKnown.contains(std::string(key.str()))) {
-      return keyError(path, std::string(key.str()), "unknown key");
+      return configKeyError(path, std::string(key.str()), "unknown key");
     }
   }
   if (const toml::node* node = table.get("socket")) {
     const auto text = node->value<std::string>();
     if (!node->is_string() || !text || text->empty()) {
-      return keyError(path, "socket", "must be a non-empty path");
+      return configKeyError(path, "socket", "must be a non-empty path");
     }
     config->socket_path = *text;
   }
   if (const toml::node* node = table.get("metrics_listen")) {
     const auto text = node->value<std::string>();
-    if (!node->is_string() || !text) return keyError(path, "metrics_listen", "must be a string");
+    if (!node->is_string() || !text)
+      return configKeyError(path, "metrics_listen", "must be a string");
     if (Status s = applyMetricsListen(*text, config); !s.isOk()) {
-      return keyError(path, "metrics_listen", s.message());
+      return configKeyError(path, "metrics_listen", s.message());
     }
   }
   if (const toml::node* node = table.get("log_level")) {
     const auto text = node->value<std::string>();
-    if (!node->is_string() || !text) return keyError(path, "log_level", "must be a string");
+    if (!node->is_string() || !text) return configKeyError(path, "log_level", "must be a string");
     config->log_level = *text;
   }
   for (const char* key : {"gateway_name", "identity_file"}) {
     if (const toml::node* node = table.get(key)) {
       const auto text = node->value<std::string>();
       if (!node->is_string() || !text || text->empty()) {
-        return keyError(path, key, "must be a non-empty string");
+        return configKeyError(path, key, "must be a non-empty string");
       }
       (std::string_view(key) == "gateway_name" ? config->gateway_name : config->identity_file) =
           *text;

@@ -2,47 +2,14 @@
 
 #include <toml++/toml.h>
 
-#include <charconv>
 #include <set>
 
+#include "common/config_parse.h"
+
 namespace tally::ledger {
-namespace {
-
-Status keyError(const std::string& path, const std::string& key, const std::string& why) {
-  return Status::invalidArgument(path + ": key '" + key + "': " + why);
-}
-
-Status readUnsigned(const toml::table& table, const std::string& path, const char* key,
-                    uint64_t min, uint64_t max, uint64_t* out) {
-  const toml::node* node = table.get(key);
-  if (node == nullptr) return Status::ok();
-  const auto value = node->value<int64_t>();
-  if (!node->is_integer() || !value) return keyError(path, key, "must be an integer");
-  if (*value < 0 || static_cast<uint64_t>(*value) < min || static_cast<uint64_t>(*value) > max) {
-    return keyError(path, key,
-                    "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
-  }
-  *out = static_cast<uint64_t>(*value);
-  return Status::ok();
-}
-
-}  // namespace
 
 Status parseListen(const std::string& text, std::string* host, uint16_t* port) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
-    return Status::invalidArgument("listen address '" + text + "' is not HOST:PORT");
-  }
-  unsigned value = 0;
-  const char* begin = text.data() + colon + 1;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(begin, end, value);
-  if (ec != std::errc() || ptr != end || value > 65535) {
-    return Status::invalidArgument("listen port in '" + text + "' is not a number 0..65535");
-  }
-  *host = text.substr(0, colon);
-  *port = static_cast<uint16_t>(value);
-  return Status::ok();
+  return parseHostPort(text, "listen address", "listen port", host, port);
 }
 
 Status applyConfigFile(const std::string& path, LedgerConfig* config) {
@@ -57,19 +24,19 @@ Status applyConfigFile(const std::string& path, LedgerConfig* config) {
       "tick_interval_ms", "checkpoint_log_rows", "log_level"};
   for (const auto& [key, node] : table) {
     if (!kKnown.contains(std::string(key.str()))) {
-      return keyError(path, std::string(key.str()), "unknown key");
+      return configKeyError(path, std::string(key.str()), "unknown key");
     }
   }
   if (const toml::node* node = table.get("listen")) {
     const auto text = node->value<std::string>();
-    if (!text) return keyError(path, "listen", "must be a string HOST:PORT");
+    if (!text) return configKeyError(path, "listen", "must be a string HOST:PORT");
     if (Status s = parseListen(*text, &config->listen_host, &config->listen_port); !s.isOk()) {
-      return keyError(path, "listen", s.message());
+      return configKeyError(path, "listen", s.message());
     }
   }
   if (const toml::node* node = table.get("log_level")) {
     const auto text = node->value<std::string>();
-    if (!text) return keyError(path, "log_level", "must be a string");
+    if (!text) return configKeyError(path, "log_level", "must be a string");
     config->log_level = *text;
   }
   if (Status s =

@@ -1,0 +1,44 @@
+#include "common/config_parse.h"
+
+#include <charconv>
+
+namespace tally {
+
+Status parseHostPort(const std::string& text, std::string_view what, std::string_view what_port,
+                     std::string* host, uint16_t* port) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    return Status::invalidArgument(std::string(what) + " '" + text + "' is not HOST:PORT");
+  }
+  unsigned value = 0;
+  const char* begin = text.data() + colon + 1;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(begin, end, value);
+  if (ec != std::errc() || ptr != end || value > 65535) {
+    return Status::invalidArgument(std::string(what_port) + " in '" + text +
+                                   "' is not a number 0..65535");
+  }
+  *host = text.substr(0, colon);
+  *port = static_cast<uint16_t>(value);
+  return Status::ok();
+}
+
+Status configKeyError(const std::string& path, const std::string& key, const std::string& why) {
+  return Status::invalidArgument(path + ": key '" + key + "': " + why);
+}
+
+Status readUnsigned(const toml::table& table, const std::string& path, const std::string& key,
+                    uint64_t min, uint64_t max, uint64_t* out) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return Status::ok();
+  const auto value = node->value<int64_t>();
+  if (!node->is_integer() || !value) return configKeyError(path, key, "must be an integer");
+  if (*value < 0 || static_cast<uint64_t>(*value) < min || static_cast<uint64_t>(*value) > max) {
+    return configKeyError(path, key,
+                          "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
+  }
+  *out = static_cast<uint64_t>(*value);
+  return Status::ok();
+}
+
+}  // namespace tally
