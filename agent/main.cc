@@ -21,6 +21,7 @@
 #include "agent/shard_keeper.h"
 #include "agent/shard_store.h"
 #include "central-client/ledger_link.h"
+#include "common/daemon_args.h"
 #include "common/identity.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
@@ -72,35 +73,15 @@ struct Command {
   bool json = false;  // identity --json
 };
 
-LogLevel parseLevel(const std::string& level) {
-  if (level == "debug") return LogLevel::kDebug;
-  if (level == "warn") return LogLevel::kWarn;
-  if (level == "error") return LogLevel::kError;
-  return LogLevel::kInfo;
-}
-
 // Returns kExitOk to continue, -1 to exit 0 (help/version), or an exit code.
 int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
   std::string config_file, ledger, socket, level, metrics, identity_file, gateway_name;
   std::vector<std::string> ledger_keys;
   bool metrics_given = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "tally-agent: %s needs a value\n%s", name, kUsage);
-        return nullptr;
-      }
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return -1;
-    }
-    if (arg == "--version") {
-      std::printf("tally-agent %s\n", kVersion);
-      return -1;
-    }
+  DaemonArgs args(argc, argv, "tally-agent", kUsage);
+  while (args.next()) {
+    const std::string_view arg = args.current();
+    if (args.printedHelpOrVersion(kVersion)) return -1;
     const char* v = nullptr;
     std::string* target = nullptr;
     if (arg == "--data-dir") {
@@ -121,7 +102,7 @@ int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
     } else if (arg == "--gateway-name") {
       target = &gateway_name;
     } else if (arg == "--ledger-public-key") {
-      if ((v = value("--ledger-public-key")) == nullptr) return kExitUsage;
+      if ((v = args.value()) == nullptr) return kExitUsage;
       ledger_keys.push_back(v);
       continue;
     } else if (arg == "identity") {
@@ -131,7 +112,7 @@ int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
       command->json = true;
       continue;
     } else if (arg == "--ready-fd") {
-      if ((v = value("--ready-fd")) == nullptr) return kExitUsage;
+      if ((v = args.value()) == nullptr) return kExitUsage;
       config->ready_fd = std::atoi(v);
       if (config->ready_fd <= 2) {
         std::fprintf(stderr, "tally-agent: --ready-fd must be a descriptor above 2\n");
@@ -139,10 +120,10 @@ int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
       }
       continue;
     } else {
-      std::fprintf(stderr, "tally-agent: unknown argument '%s'\n%s", argv[i], kUsage);
+      std::fprintf(stderr, "tally-agent: unknown argument '%s'\n%s", args.current(), kUsage);
       return kExitUsage;
     }
-    if ((v = value(argv[i])) == nullptr) return kExitUsage;
+    if ((v = args.value()) == nullptr) return kExitUsage;
     *target = v;
   }
   if (!config_file.empty()) {
@@ -361,7 +342,7 @@ void writeReady(const AgentConfig& config, uint16_t metrics_port, Logger* logger
 }
 
 int run(const AgentConfig& config) {
-  Logger logger("agent", parseLevel(config.log_level));
+  Logger logger("agent", parseLogLevel(config.log_level));
   ::signal(SIGPIPE, SIG_IGN);
 
   Result<std::unique_ptr<OutboxStore>> opened = OutboxStore::open(config.data_dir);

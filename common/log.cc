@@ -20,6 +20,13 @@ const char* levelName(LogLevel level) {
 
 }  // namespace
 
+LogLevel parseLogLevel(std::string_view level) {
+  if (level == "debug") return LogLevel::kDebug;
+  if (level == "warn") return LogLevel::kWarn;
+  if (level == "error") return LogLevel::kError;
+  return LogLevel::kInfo;
+}
+
 std::string logfmtValue(std::string_view value) {
   bool needs_quotes = value.empty();
   for (char ch : value) {

@@ -14,6 +14,9 @@ namespace tally {
 
 enum class LogLevel : uint8_t { kDebug = 0, kInfo, kWarn, kError };
 
+// "debug", "warn" or "error"; anything else is kInfo.
+LogLevel parseLogLevel(std::string_view level);
+
 struct LogField {
   std::string_view key;
   std::string value;

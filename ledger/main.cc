@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/daemon_args.h"
 #include "common/identity.h"
 #include "common/log.h"
 #include "common/wall_clock.h"
@@ -50,13 +51,6 @@ constexpr const char* kUsage =
     "(--ledger-public-key). Exit 0.\n"
     "Exit: 0 after SIGTERM/SIGINT drain, 1 startup failure, 2 usage, 74 storage failure.\n";
 
-LogLevel parseLevel(const std::string& level) {
-  if (level == "debug") return LogLevel::kDebug;
-  if (level == "warn") return LogLevel::kWarn;
-  if (level == "error") return LogLevel::kError;
-  return LogLevel::kInfo;
-}
-
 struct Command {
   bool identity = false;  // `identity`: print the signing key and exit
   bool json = false;
@@ -67,52 +61,39 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
   std::string config_file;
   std::string listen;
   std::string level;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "tally-ledger: %s needs a value\n%s", name, kUsage);
-        return nullptr;
-      }
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return -1;
-    }
-    if (arg == "--version") {
-      std::printf("tally-ledger %s\n", kVersion);
-      return -1;
-    }
+  DaemonArgs args(argc, argv, "tally-ledger", kUsage);
+  while (args.next()) {
+    const std::string_view arg = args.current();
+    if (args.printedHelpOrVersion(kVersion)) return -1;
     const char* v = nullptr;
     if (arg == "--data-dir") {
-      if ((v = value("--data-dir")) == nullptr) return kExitUsage;
+      if ((v = args.value()) == nullptr) return kExitUsage;
       config->data_dir = v;
     } else if (arg == "--listen") {
-      if ((v = value("--listen")) == nullptr) return kExitUsage;
+      if ((v = args.value()) == nullptr) return kExitUsage;
       listen = v;
     } else if (arg == "--config") {
-      if ((v = value("--config")) == nullptr) return kExitUsage;
+      if ((v = args.value()) == nullptr) return kExitUsage;
       config_file = v;
     } else if (arg == "--log-level") {
-      if ((v = value("--log-level")) == nullptr) return kExitUsage;
+      if ((v = args.value()) == nullptr) return kExitUsage;
       level = v;
     } else if (arg == "--signing-key-file") {
-      if ((v = value("--signing-key-file")) == nullptr) return kExitUsage;
+      if ((v = args.value()) == nullptr) return kExitUsage;
       config->signing_key_file = v;
     } else if (arg == "identity") {
       command->identity = true;
     } else if (arg == "--json" && command->identity) {
       command->json = true;
     } else if (arg == "--ready-fd") {
-      if ((v = value("--ready-fd")) == nullptr) return kExitUsage;
+      if ((v = args.value()) == nullptr) return kExitUsage;
       config->ready_fd = std::atoi(v);
       if (config->ready_fd <= 2) {
         std::fprintf(stderr, "tally-ledger: --ready-fd must be a descriptor above 2\n");
         return kExitUsage;
       }
     } else {
-      std::fprintf(stderr, "tally-ledger: unknown argument '%s'\n%s", argv[i], kUsage);
+      std::fprintf(stderr, "tally-ledger: unknown argument '%s'\n%s", args.current(), kUsage);
       return kExitUsage;
     }
   }
@@ -188,7 +169,7 @@ struct Signals {
 };
 
 int run(const LedgerConfig& config) {
-  Logger logger("ledger", parseLevel(config.log_level));
+  Logger logger("ledger", parseLogLevel(config.log_level));
   ::signal(SIGPIPE, SIG_IGN);
 
   Result<std::unique_ptr<SqliteStore>> opened = SqliteStore::open(
