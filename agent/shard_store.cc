@@ -12,17 +12,7 @@
 
 namespace tally::agent {
 
-using sqlite::bindBlob;
-using sqlite::bindInt64;
-using sqlite::bindText;
-using sqlite::columnBlob;
-using sqlite::columnText;
-using sqlite::execSql;
-using sqlite::queryInt;
-using sqlite::queryText;
-using sqlite::ResetOnExit;
-using sqlite::statusOf;
-using sqlite::stepDone;
+using namespace sqlite;  // the SQLite helpers: statusOf, bind*, stepDone, column*, ...
 
 namespace {
 
