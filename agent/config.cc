@@ -163,12 +163,6 @@ Status applyMetricsListen(const std::string& text, AgentConfig* config) {
 }
 
 Status applyConfigFile(const std::string& path, AgentConfig* config) {
-  toml::table table;
-  try {
-    table = toml::parse_file(path);
-  } catch (const toml::parse_error& error) {
-    return Status::invalidArgument(path + ": " + std::string(error.description()));
-  }
   static const std::set<std::string> kKnown = {
       "socket",           "socket_mode",        "allowed_uids",
       "allowed_gids",     "metrics_listen",     "request_timeout_ms",
@@ -176,11 +170,9 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
       "drain_timeout_ms", "frame_bytes_max",    "log_level",
       "gateway_name",     "identity_file",      "ledger_public_keys",
       "emergency"};
-  for (const auto& [key, node] : table) {
-    if (!kKnown.contains(std::string(key.str()))) {
-      return configKeyError(path, std::string(key.str()), "unknown key");
-    }
-  }
+  Result<toml::table> read = readConfigTable(path, kKnown);
+  if (!read.isOk()) return read.status();
+  const toml::table& table = read.value();
   if (const toml::node* node = table.get("socket")) {
     const auto text = node->value<std::string>();
     if (!node->is_string() || !text || text->empty()) {
@@ -190,8 +182,9 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
   }
   if (const toml::node* node = table.get("metrics_listen")) {
     const auto text = node->value<std::string>();
-    if (!node->is_string() || !text)
+    if (!node->is_string() || !text) {
       return configKeyError(path, "metrics_listen", "must be a string");
+    }
     if (Status s = applyMetricsListen(*text, config); !s.isOk()) {
       return configKeyError(path, "metrics_listen", s.message());
     }

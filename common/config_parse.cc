@@ -27,6 +27,21 @@ Status configKeyError(const std::string& path, const std::string& key, const std
   return Status::invalidArgument(path + ": key '" + key + "': " + why);
 }
 
+Result<toml::table> readConfigTable(const std::string& path, const std::set<std::string>& known) {
+  toml::table table;
+  try {
+    table = toml::parse_file(path);
+  } catch (const toml::parse_error& error) {
+    return Status::invalidArgument(path + ": " + std::string(error.description()));
+  }
+  for (const auto& [key, node] : table) {
+    if (!known.contains(std::string(key.str()))) {
+      return configKeyError(path, std::string(key.str()), "unknown key");
+    }
+  }
+  return table;
+}
+
 Status readUnsigned(const toml::table& table, const std::string& path, const std::string& key,
                     uint64_t min, uint64_t max, uint64_t* out) {
   const toml::node* node = table.get(key);

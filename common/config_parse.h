@@ -3,6 +3,7 @@
 #include <toml++/toml.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -17,6 +18,10 @@ namespace tally {
 // "listen address") and its port ("port", "listen port").
 Status parseHostPort(const std::string& text, std::string_view what, std::string_view what_port,
                      std::string* host, uint16_t* port);
+
+// Parses the TOML file `path`; kInvalidArgument for a syntax error or a top-level key not in
+// `known`.
+Result<toml::table> readConfigTable(const std::string& path, const std::set<std::string>& known);
 
 // kInvalidArgument "PATH: key 'KEY': WHY".
 Status configKeyError(const std::string& path, const std::string& key, const std::string& why);

@@ -13,20 +13,12 @@ Status parseListen(const std::string& text, std::string* host, uint16_t* port) {
 }
 
 Status applyConfigFile(const std::string& path, LedgerConfig* config) {
-  toml::table table;
-  try {
-    table = toml::parse_file(path);
-  } catch (const toml::parse_error& error) {
-    return Status::invalidArgument(path + ": " + std::string(error.description()));
-  }
   static const std::set<std::string> kKnown = {
       "listen",           "frame_bytes_max",     "retention_ms",
       "tick_interval_ms", "checkpoint_log_rows", "log_level"};
-  for (const auto& [key, node] : table) {
-    if (!kKnown.contains(std::string(key.str()))) {
-      return configKeyError(path, std::string(key.str()), "unknown key");
-    }
-  }
+  Result<toml::table> read = readConfigTable(path, kKnown);
+  if (!read.isOk()) return read.status();
+  const toml::table& table = read.value();
   if (const toml::node* node = table.get("listen")) {
     const auto text = node->value<std::string>();
     if (!text) return configKeyError(path, "listen", "must be a string HOST:PORT");
