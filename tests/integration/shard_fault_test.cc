@@ -108,6 +108,36 @@ class ShardFaultTest : public ShardFleetTest {
     proxy.blackhole(false);
     proxy.severAll();  // drop the blackholed connections: the agent reconnects now
   }
+
+  // Starts agent 0 behind `proxy` and waits until it holds a usable shard (in *shard).
+  void startAgentHoldingAShard(FaultProxy& proxy, ShardLedgerView* shard) {
+    ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
+    std::optional<ShardLedgerView> usable = waitUsableShard(0);
+    ASSERT_TRUE(usable.has_value());
+    *shard = std::move(usable).value();
+  }
+
+  // Cuts agent 0 off (partition()), then admits `count` reservations of `units` each, all from
+  // shard `shard_id`, and settles each at `actual`.
+  void spendShardWhileCutOff(FaultProxy& proxy, const std::string& shard_id,
+                             const std::string& prefix, size_t count, Units units, Units actual) {
+    ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
+    const Admissions admitted = reserveMany(0, prefix, count, units);
+    ASSERT_EQ(admitted.units_by_origin.at(shard_id), count * units);
+    ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted.admitted_ids, actual));
+  }
+
+  // The shard invariants hold, and generation `generation`'s account minted exactly what all
+  // shards reminted.
+  void expectMintedIsReminted(Generation generation) {
+    AuditReport report;
+    ASSERT_NO_FATAL_FAILURE(checkShardInvariants(&report));
+    Units reminted = 0;
+    for (const ShardLedgerView& v : report.shards) reminted += v.reminted_units;
+    const AccountView* account = accountOf(report, generation);
+    ASSERT_NE(account, nullptr);
+    EXPECT_EQ(account->balances.minted, reminted) << describe(report);
+  }
 };
 
 // --- 1. Ledger partition ----------------------------------------------------------------------
@@ -181,9 +211,8 @@ TEST_F(ShardFaultTest, FrozenLedgerAgentsAdmitWithinTheirShardsThenReconcile) {
 TEST_F(ShardFaultTest, LedgerKilledAndRestartedReconcilesShardsIssuedBeforeTheCrash) {
   ASSERT_NO_FATAL_FAILURE(startShardLedger());
   FaultProxy& proxy = addProxy();
-  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
-  std::optional<ShardLedgerView> shard = waitUsableShard(0);
-  ASSERT_TRUE(shard.has_value());
+  ShardLedgerView shard;
+  ASSERT_NO_FATAL_FAILURE(startAgentHoldingAShard(proxy, &shard));
   const std::vector<ShardLedgerView> held = ledgerShards(gatewayName(0));
 
   ledger_.kill9();
@@ -191,7 +220,7 @@ TEST_F(ShardFaultTest, LedgerKilledAndRestartedReconcilesShardsIssuedBeforeTheCr
   ASSERT_TRUE(waitCutOff(0)) << agentHealth(0);
   const Admissions admitted = reserveMany(0, "k", 15, 10);
   EXPECT_LE(admitted.shardUnits(), shardsAllocated(held));
-  EXPECT_EQ(admitted.shardUnits(), shard->grant.allocated_units);
+  EXPECT_EQ(admitted.shardUnits(), shard.grant.allocated_units);
   ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted.admitted_ids, 7));
 
   ASSERT_NO_FATAL_FAILURE(startLedger());
@@ -199,9 +228,9 @@ TEST_F(ShardFaultTest, LedgerKilledAndRestartedReconcilesShardsIssuedBeforeTheCr
   proxy.severAll();
   const Units spent = admitted.admitted_ids.size() * 7;
   std::optional<ShardLedgerView> view =
-      waitShard(shard->grant.shard_id,
+      waitShard(shard.grant.shard_id,
                 [](const ShardLedgerView& v) { return v.state == ShardState::kReconciled; });
-  ASSERT_TRUE(view.has_value()) << "the restarted ledger forgot " << shard->grant.shard_id;
+  ASSERT_TRUE(view.has_value()) << "the restarted ledger forgot " << shard.grant.shard_id;
   EXPECT_EQ(view->state, ShardState::kReconciled) << describe(*view);
   EXPECT_EQ(view->spent_units, spent) << describe(*view);
   EXPECT_EQ(view->reminted_units, view->grant.allocated_units - spent) << describe(*view);
@@ -215,10 +244,9 @@ TEST_F(ShardFaultTest, LedgerKilledAndRestartedReconcilesShardsIssuedBeforeTheCr
 TEST_F(ShardFaultTest, PipelinedReservesDuringAPartitionNeverOverAdmit) {
   ASSERT_NO_FATAL_FAILURE(startShardLedger());
   FaultProxy& proxy = addProxy();
-  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
-  std::optional<ShardLedgerView> shard = waitUsableShard(0);
-  ASSERT_TRUE(shard.has_value());
-  const std::string shard_id = shard->grant.shard_id;
+  ShardLedgerView shard;
+  ASSERT_NO_FATAL_FAILURE(startAgentHoldingAShard(proxy, &shard));
+  const std::string shard_id = shard.grant.shard_id;
   ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
 
   std::vector<std::vector<Result<AgentAnswer>>> answers(2);
@@ -264,7 +292,7 @@ TEST_F(ShardFaultTest, PipelinedReservesDuringAPartitionNeverOverAdmit) {
       }
     }
   }
-  EXPECT_EQ(admitted_units, shard->grant.allocated_units);
+  EXPECT_EQ(admitted_units, shard.grant.allocated_units);
   EXPECT_EQ(metric(0, "tally_agent_shard_available_units"), 0.0);
   ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted_ids, 1));
 
@@ -347,15 +375,11 @@ TEST_F(ShardFaultTest, OverspentShardBecomesDebtAndStopsAdmission) {
   Generation generation = 0;
   ASSERT_NO_FATAL_FAILURE(startShardLedger({}, &generation));
   FaultProxy& proxy = addProxy();
-  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
-  std::optional<ShardLedgerView> shard = waitUsableShard(0);
-  ASSERT_TRUE(shard.has_value());
-  const std::string shard_id = shard->grant.shard_id;
+  ShardLedgerView shard;
+  ASSERT_NO_FATAL_FAILURE(startAgentHoldingAShard(proxy, &shard));
+  const std::string shard_id = shard.grant.shard_id;
 
-  ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
-  const Admissions admitted = reserveMany(0, "o", 1, 50);
-  ASSERT_EQ(admitted.units_by_origin.at(shard_id), 50u);
-  ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted.admitted_ids, 180));
+  ASSERT_NO_FATAL_FAILURE(spendShardWhileCutOff(proxy, shard_id, "o", 1, 50, 180));
 
   ASSERT_NO_FATAL_FAILURE(reconnect(proxy));
   std::optional<ShardLedgerView> view = waitShard(
@@ -463,15 +487,11 @@ TEST_F(ShardFaultTest, RestartedAgentNeverReusesItsOldShardAndRemintWaitsForExpi
 TEST_F(ShardFaultTest, LostReportAnswerIsRetriedAndRemintsExactlyOnce) {
   ASSERT_NO_FATAL_FAILURE(startShardLedger());
   FaultProxy& proxy = addProxy();
-  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
-  std::optional<ShardLedgerView> shard = waitUsableShard(0);
-  ASSERT_TRUE(shard.has_value());
-  const std::string shard_id = shard->grant.shard_id;
+  ShardLedgerView shard;
+  ASSERT_NO_FATAL_FAILURE(startAgentHoldingAShard(proxy, &shard));
+  const std::string shard_id = shard.grant.shard_id;
 
-  ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
-  const Admissions admitted = reserveMany(0, "d", 3, 10);
-  ASSERT_EQ(admitted.units_by_origin.at(shard_id), 30u);
-  ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted.admitted_ids, 5));
+  ASSERT_NO_FATAL_FAILURE(spendShardWhileCutOff(proxy, shard_id, "d", 3, 10, 5));
 
   proxy.dropNextReplies(1, [shard_id](std::span<const uint8_t> payload) {
     Result<wire::Response> response = wire::decodeResponse(payload);
@@ -492,13 +512,7 @@ TEST_F(ShardFaultTest, LostReportAnswerIsRetriedAndRemintsExactlyOnce) {
   EXPECT_EQ(view->state, ShardState::kReconciled) << describe(*view);
   EXPECT_EQ(view->spent_units, 15u) << describe(*view);
   EXPECT_EQ(view->reminted_units, 85u) << describe(*view);
-  AuditReport report;
-  ASSERT_NO_FATAL_FAILURE(checkShardInvariants(&report));
-  Units reminted = 0;
-  for (const ShardLedgerView& v : report.shards) reminted += v.reminted_units;
-  const AccountView* account = accountOf(report, shard->grant.policy_generation);
-  ASSERT_NE(account, nullptr);
-  EXPECT_EQ(account->balances.minted, reminted) << describe(report);
+  ASSERT_NO_FATAL_FAILURE(expectMintedIsReminted(shard.grant.policy_generation));
 }
 
 // The agent is killed (-9) after its report reached the ledger but before the answer reached
@@ -507,15 +521,11 @@ TEST_F(ShardFaultTest, LostReportAnswerIsRetriedAndRemintsExactlyOnce) {
 TEST_F(ShardFaultTest, AgentKilledBetweenReportAndAnswerReportsAgainWithoutConflict) {
   ASSERT_NO_FATAL_FAILURE(startShardLedger());
   FaultProxy& proxy = addProxy();
-  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
-  std::optional<ShardLedgerView> shard = waitUsableShard(0);
-  ASSERT_TRUE(shard.has_value());
-  const std::string shard_id = shard->grant.shard_id;
+  ShardLedgerView shard;
+  ASSERT_NO_FATAL_FAILURE(startAgentHoldingAShard(proxy, &shard));
+  const std::string shard_id = shard.grant.shard_id;
 
-  ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
-  const Admissions admitted = reserveMany(0, "x", 4, 10);
-  ASSERT_EQ(admitted.units_by_origin.at(shard_id), 40u);
-  ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted.admitted_ids, 3));
+  ASSERT_NO_FATAL_FAILURE(spendShardWhileCutOff(proxy, shard_id, "x", 4, 10, 3));
 
   proxy.dropRepliesAfter(0, UINT64_MAX, [](std::span<const uint8_t> payload) {
     Result<wire::Response> response = wire::decodeResponse(payload);
@@ -545,13 +555,7 @@ TEST_F(ShardFaultTest, AgentKilledBetweenReportAndAnswerReportsAgainWithoutConfl
   EXPECT_EQ(view->spent_units, 12u) << describe(*view);
   EXPECT_EQ(view->reminted_units, 88u) << describe(*view);
   EXPECT_EQ(metric(0, "tally_agent_shard_events_total", {{"event", "conflict"}}), 0.0);
-  AuditReport report;
-  ASSERT_NO_FATAL_FAILURE(checkShardInvariants(&report));
-  Units reminted = 0;
-  for (const ShardLedgerView& v : report.shards) reminted += v.reminted_units;
-  const AccountView* account = accountOf(report, shard->grant.policy_generation);
-  ASSERT_NE(account, nullptr);
-  EXPECT_EQ(account->balances.minted, reminted) << describe(report);
+  ASSERT_NO_FATAL_FAILURE(expectMintedIsReminted(shard.grant.policy_generation));
 }
 
 // The ledger's answer to the agent's first shard issue request is lost: the shard was carved, the
@@ -597,10 +601,9 @@ TEST_F(ShardFaultTest, LostSettleAnswersAndLocalSettlesLandExactlyOnce) {
   Generation generation = 0;
   ASSERT_NO_FATAL_FAILURE(startShardLedger({}, &generation));
   FaultProxy& proxy = addProxy();
-  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
-  std::optional<ShardLedgerView> shard = waitUsableShard(0);
-  ASSERT_TRUE(shard.has_value());
-  const std::string shard_id = shard->grant.shard_id;
+  ShardLedgerView shard;
+  ASSERT_NO_FATAL_FAILURE(startAgentHoldingAShard(proxy, &shard));
+  const std::string shard_id = shard.grant.shard_id;
   std::unique_ptr<client::BlockingClient> gw = gateway(0);
   ASSERT_NE(gw, nullptr);
 
@@ -666,16 +669,12 @@ TEST_F(ShardFaultTest, GenerationSwitchDuringAPartitionRemintsIntoTheNewGenerati
   Generation old_generation = 0;
   ASSERT_NO_FATAL_FAILURE(startShardLedger({}, &old_generation));
   FaultProxy& proxy = addProxy();
-  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
-  std::optional<ShardLedgerView> shard = waitUsableShard(0);
-  ASSERT_TRUE(shard.has_value());
-  const std::string shard_id = shard->grant.shard_id;
-  ASSERT_EQ(shard->grant.policy_generation, old_generation);
+  ShardLedgerView shard;
+  ASSERT_NO_FATAL_FAILURE(startAgentHoldingAShard(proxy, &shard));
+  const std::string shard_id = shard.grant.shard_id;
+  ASSERT_EQ(shard.grant.policy_generation, old_generation);
 
-  ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
-  const Admissions admitted = reserveMany(0, "g", 4, 10);
-  ASSERT_EQ(admitted.units_by_origin.at(shard_id), 40u);
-  ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted.admitted_ids, 10));
+  ASSERT_NO_FATAL_FAILURE(spendShardWhileCutOff(proxy, shard_id, "g", 4, 10, 10));
   Generation new_generation = 0;
   ASSERT_NO_FATAL_FAILURE(publish({shardBudget({})}, &new_generation));
   ASSERT_GT(new_generation, old_generation);
@@ -721,15 +720,11 @@ TEST_F(ShardFaultTest, RollbackDuringAPartitionRemintsIntoTheActiveGeneration) {
   Generation first = 0;
   ASSERT_NO_FATAL_FAILURE(startShardLedger({}, &first));
   FaultProxy& proxy = addProxy();
-  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
-  std::optional<ShardLedgerView> shard = waitUsableShard(0);
-  ASSERT_TRUE(shard.has_value());
-  const std::string shard_id = shard->grant.shard_id;
+  ShardLedgerView shard;
+  ASSERT_NO_FATAL_FAILURE(startAgentHoldingAShard(proxy, &shard));
+  const std::string shard_id = shard.grant.shard_id;
 
-  ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
-  const Admissions admitted = reserveMany(0, "rb", 2, 10);
-  ASSERT_EQ(admitted.units_by_origin.at(shard_id), 20u);
-  ASSERT_NO_FATAL_FAILURE(settleAll(0, admitted.admitted_ids, 10));
+  ASSERT_NO_FATAL_FAILURE(spendShardWhileCutOff(proxy, shard_id, "rb", 2, 10, 10));
   Generation second = 0;
   ASSERT_NO_FATAL_FAILURE(publish({shardBudget({.burst = 800})}, &second));
   TALLY_ASSIGN_OR_FAIL(PolicyReply rolled_back, rollbackPolicy(*client_));
@@ -779,10 +774,9 @@ TEST_F(ShardFaultTest, RollbackDuringAPartitionRemintsIntoTheActiveGeneration) {
 TEST_F(ShardFaultTest, RevokeDuringAPartitionClosesTheShardAtReconnect) {
   ASSERT_NO_FATAL_FAILURE(startShardLedger());
   FaultProxy& proxy = addProxy();
-  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
-  std::optional<ShardLedgerView> shard = waitUsableShard(0);
-  ASSERT_TRUE(shard.has_value());
-  const std::string shard_id = shard->grant.shard_id;
+  ShardLedgerView shard;
+  ASSERT_NO_FATAL_FAILURE(startAgentHoldingAShard(proxy, &shard));
+  const std::string shard_id = shard.grant.shard_id;
 
   ASSERT_NO_FATAL_FAILURE(partition(proxy, 0));
   TALLY_ASSIGN_OR_FAIL(const std::string revoked, tallyctl({"shard", "revoke", "--id", shard_id}));
@@ -821,10 +815,9 @@ TEST_F(ShardFaultTest, RevokeDuringAPartitionClosesTheShardAtReconnect) {
 TEST_F(ShardFaultTest, TamperedGrantIsQuarantinedNeverUsedNeverReported) {
   ASSERT_NO_FATAL_FAILURE(startShardLedger());
   FaultProxy& proxy = addProxy();
-  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
-  std::optional<ShardLedgerView> shard = waitUsableShard(0);
-  ASSERT_TRUE(shard.has_value());
-  const std::string shard_id = shard->grant.shard_id;
+  ShardLedgerView shard;
+  ASSERT_NO_FATAL_FAILURE(startAgentHoldingAShard(proxy, &shard));
+  const std::string shard_id = shard.grant.shard_id;
   ASSERT_EQ(agents_[0]->terminate(), 0);
 
   {
@@ -839,7 +832,7 @@ TEST_F(ShardFaultTest, TamperedGrantIsQuarantinedNeverUsedNeverReported) {
     const auto* bytes = static_cast<const uint8_t*>(sqlite3_column_blob(select, 0));
     std::vector<uint8_t> blob(bytes, bytes + sqlite3_column_bytes(select, 0));
     sqlite3_finalize(select);
-    ASSERT_TRUE(flipSignatureByte(shard->grant.signature, &blob))
+    ASSERT_TRUE(flipSignatureByte(shard.grant.signature, &blob))
         << "the stored grant does not hold the ledger's signature";
     sqlite3_stmt* update = nullptr;
     ASSERT_EQ(sqlite3_prepare_v2(db, "UPDATE shards SET grant_blob = ?1 WHERE shard_id = ?2", -1,
