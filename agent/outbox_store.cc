@@ -200,17 +200,7 @@ Status OutboxStore::createOrCheckSchema() {
 
 template <typename F>
 Status OutboxStore::inTransaction(const char* what, F&& body) {
-  Status status = [&]() -> Status {
-    {
-      ResetOnExit reset((*connection_)[kBegin]);
-      TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db_, (*connection_)[kBegin], what));
-    }
-    TALLY_SQLITE_RETURN_IF_ERROR(body());
-    ResetOnExit reset((*connection_)[kCommit]);
-    return stepDone(db_, (*connection_)[kCommit], what);
-  }();
-  if (!status.isOk()) return connection_->rollbackIfOpen(std::move(status));
-  return status;
+  return sqlite::inTransaction(*connection_, kBegin, kCommit, what, std::forward<F>(body));
 }
 
 // --- Outbox -------------------------------------------------------------------------------------

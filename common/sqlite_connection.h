@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/sqlite_support.h"
 #include "core/status.h"
 
 // One SQLite store file opened the same way by the agent and the ledger: the connection, its
@@ -69,5 +70,24 @@ class Connection {
   sqlite3* db_ = nullptr;
   std::vector<sqlite3_stmt*> statements_;
 };
+
+// Runs `body` inside BEGIN (statement `begin`) ... COMMIT on `connection`; rolls back when it
+// fails.
+template <typename F>
+Status inTransaction(const Connection& connection, size_t begin, size_t commit, const char* what,
+                     F&& body) {
+  sqlite3* db = connection.db();
+  Status status = [&]() -> Status {
+    {
+      ResetOnExit reset(connection[begin]);
+      TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, connection[begin], what));
+    }
+    TALLY_SQLITE_RETURN_IF_ERROR(body());
+    ResetOnExit reset(connection[commit]);
+    return stepDone(db, connection[commit], what);
+  }();
+  if (!status.isOk()) return connection.rollbackIfOpen(status);
+  return status;
+}
 
 }  // namespace tally::sqlite

@@ -20,6 +20,7 @@
 namespace tally::ledger {
 
 using sqlite::Connection;
+using sqlite::inTransaction;
 using sqlite::ResetOnExit;
 using sqlite::stepDone;
 namespace files = store_files;
@@ -77,25 +78,6 @@ uint64_t elapsedUs(std::chrono::steady_clock::time_point since) {
 
 bool isSticky(const Status& status) {
   return status.code() == StatusCode::kIoError || status.code() == StatusCode::kCorruption;
-}
-
-// Runs `body` inside BEGIN (statement `begin`) ... COMMIT on `connection`; rolls back when it
-// fails.
-template <typename F>
-Status inTransaction(const Connection& connection, size_t begin, size_t commit, const char* what,
-                     F&& body) {
-  sqlite3* db = connection.db();
-  Status status = [&]() -> Status {
-    {
-      ResetOnExit reset(connection[begin]);
-      TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, connection[begin], what));
-    }
-    TALLY_SQLITE_RETURN_IF_ERROR(body());
-    ResetOnExit reset(connection[commit]);
-    return stepDone(db, connection[commit], what);
-  }();
-  if (!status.isOk()) return connection.rollbackIfOpen(status);
-  return status;
 }
 
 }  // namespace
