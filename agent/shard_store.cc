@@ -146,7 +146,7 @@ Status ShardStore::upsertShard(const std::string& shard_id, const ShardBook::Sha
   Statement stmt;
   TALLY_SQLITE_RETURN_IF_ERROR(stmt.prepare(db_, kUpsertShard));
   sqlite3_stmt* s = stmt.get();
-  const ShardRecord& record = shard.record;
+  const HeldShardRecord& record = shard.record;
   const ShardBalances& b = shard.account.balances();
   const std::vector<uint8_t> grant = encodeGrant(record.grant);
   TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, s, 1, shard_id, kOp));
@@ -285,7 +285,7 @@ Status ShardStore::loadShards(ShardBook* book) {
                                     .local_retired = v[4],
                                     .overspent = v[5]};
     stored.closed = v[6] != 0;
-    ShardRecord& record = stored.record;
+    HeldShardRecord& record = stored.record;
     record.close_reason = static_cast<ShardCloseReason>(v[7]);
     record.used = v[8] != 0;
     record.report_pending = v[9] != 0;

@@ -335,7 +335,7 @@ ShardAddCode ShardBook::addShard(const ShardGrant& grant, uint64_t now_ms) {
   if (shards_.size() >= options_.shards_max) return ShardAddCode::kResourceExhausted;
 
   auto [it, inserted] = shards_.emplace(
-      grant.shard_id, Shard{.record = ShardRecord{.grant = grant, .added_at_ms = now_ms},
+      grant.shard_id, Shard{.record = HeldShardRecord{.grant = grant, .added_at_ms = now_ms},
                             .account = ShardAccount::allocate(grant.allocated_units),
                             .reservation_ids = {},
                             .held_units = 0});
@@ -435,7 +435,7 @@ ShardAnswerOutcome ShardBook::onLedgerAnswer(const std::string& shard_id,
   Shard* shard = lookupShard(shard_id);
   if (shard == nullptr || shard->record.quarantined) return outcome;
   outcome.known = true;
-  ShardRecord& record = shard->record;
+  HeldShardRecord& record = shard->record;
   const bool was_final = record.ledger_known && isFinalShardState(record.ledger_state);
   record.ledger_known = true;
   record.ledger_state = view.state;
@@ -508,7 +508,7 @@ ShardTickOutcome ShardBook::tick(uint64_t now_ms) {
       closeShard(id, &shard, ShardCloseReason::kExpiry, now_ms);
       outcome.shards_closed.push_back(id);
     }
-    const ShardRecord& record = shard.record;
+    const HeldShardRecord& record = shard.record;
     if (record.ledger_known && isFinalShardState(record.ledger_state) && shard.held_units == 0 &&
         now_ms >= saturatingAdd(record.final_at_ms, options_.retention_ms)) {
       forgettable.push_back(id);

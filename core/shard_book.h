@@ -78,7 +78,7 @@ enum class ShardAddCode : uint8_t {
 const char* shardAddCodeName(ShardAddCode code);
 
 // The agent's durable record of one shard, beside its ShardAccount (balances, closed).
-struct ShardRecord {
+struct HeldShardRecord {
   ShardGrant grant;
   ShardCloseReason close_reason = ShardCloseReason::kNone;
   bool quarantined = false;     // recomputed at every restore; never persisted as trusted
@@ -93,7 +93,7 @@ struct ShardRecord {
   uint64_t closed_at_ms = 0;
   uint64_t final_at_ms = 0;  // when the ledger's state became final (RECONCILED and beyond)
 
-  bool operator==(const ShardRecord&) const = default;
+  bool operator==(const HeldShardRecord&) const = default;
 };
 
 // How long before its expiry an unused shard is closed and replaced: `refresh_before_ms`, but
@@ -107,7 +107,7 @@ bool isFinalShardState(ShardState state);
 struct StoredShard {
   std::string shard_id;        // the row's key
   bool grant_decoded = false;  // false: the grant blob did not even decode (quarantined)
-  ShardRecord record;
+  HeldShardRecord record;
   ShardBalances balances;
   bool closed = false;
 };
@@ -154,7 +154,7 @@ struct ShardBookFaults {
 class ShardBook {
  public:
   struct Shard {
-    ShardRecord record;
+    HeldShardRecord record;
     ShardAccount account;
     std::set<std::string> reservation_ids;
     Units held_units = 0;  // Σ units of its holding reservations; must equal local_reserved
