@@ -313,7 +313,7 @@ TEST_F(ShardFaultTest, PipelinedReservesDuringAPartitionNeverOverAdmit) {
 // When the ledger is back both report the shard: the ledger marks it CONFLICT, remints nothing
 // beyond what A's report alone proved (and nothing at all later), and records A's usage as spent.
 TEST_F(ShardFaultTest, CopiedDataDirNeverAdmitsAndTwoReportsMakeAConflict) {
-  ASSERT_NO_FATAL_FAILURE(startShardLedger({.shard_ttl_ms = 8'000}));
+  ASSERT_NO_FATAL_FAILURE(startShardLedger({.shard_ttl_ms = 15'000}));
   ASSERT_NO_FATAL_FAILURE(startShardAgent(0, ledgerAddress(), {.refresh_before_expiry_ms = 500}));
   std::optional<ShardLedgerView> shard = waitUsableShard(0);
   ASSERT_TRUE(shard.has_value());
@@ -418,7 +418,7 @@ TEST_F(ShardFaultTest, OverspentShardBecomesDebtAndStopsAdmission) {
 // one) record spent at once, keep the STARTED units retired, and defer the remint to the shard's
 // expiry.
 TEST_F(ShardFaultTest, RestartedAgentNeverReusesItsOldShardAndRemintWaitsForExpiry) {
-  ASSERT_NO_FATAL_FAILURE(startShardLedger({.shard_ttl_ms = 6'000}));
+  ASSERT_NO_FATAL_FAILURE(startShardLedger({.shard_ttl_ms = 10'000}));
   ASSERT_NO_FATAL_FAILURE(startShardAgent(0, ledgerAddress(), {.refresh_before_expiry_ms = 500}));
   std::optional<ShardLedgerView> shard = waitUsableShard(0);
   ASSERT_TRUE(shard.has_value());
