@@ -310,17 +310,7 @@ ReservationReply Ledger::start(const StartRequest& request, uint64_t now_ms) {
       reservation->started_at_ms = now_ms;
       transition(record, ReservationState::kStarted, now_ms);
       return answer(ReplyCode::kOk, *reservation);
-    case ReservationState::kStarted:
-    case ReservationState::kUsageUnknown:
-    case ReservationState::kSettled:
-    case ReservationState::kSettledWithDebt:
-      if (reservation->operation_id == request.operation_id) {
-        return answer(ReplyCode::kOk, *reservation, /*duplicate=*/true);
-      }
-      return answer(ReplyCode::kOperationConflict, *reservation);
-    case ReservationState::kExpiring:
-    case ReservationState::kExpired: return answer(ReplyCode::kExpired, *reservation);
-    default: return answer(ReplyCode::kInvalidState, *reservation);
+    default: return replies::startOfUnreserved(*reservation, request.operation_id);
   }
 }
 

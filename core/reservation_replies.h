@@ -19,4 +19,9 @@ ReservationReply notFound(const std::string& reservation_id, const char* what = 
 ReservationReply answer(ReplyCode code, const Reservation& receipt, bool duplicate = false,
                         Units refunded_units = 0);
 
+// The answer to a start of a reservation that is no longer RESERVED (the same for central and
+// shard reservations): a repeat of the winning start is a duplicate, another operation id lost
+// the CAS, an expiry that won is EXPIRED, anything else is INVALID_STATE.
+ReservationReply startOfUnreserved(const Reservation& reservation, const std::string& operation_id);
+
 }  // namespace tally::replies
