@@ -19,15 +19,15 @@
 #include "agent/metrics_server.h"
 #include "agent/outbox_store.h"
 #include "agent/shard_keeper.h"
-#include "agent/shard_store.h"
 #include "central-client/ledger_link.h"
 #include "common/daemon_args.h"
-#include "common/identity.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
 #include "common/wall_clock.h"
+#include "shard/crypto.h"
+#include "shard/identity.h"
+#include "shard/store.h"
 #include "tally/version.h"
-#include "wire/shard_crypto.h"
 
 namespace tally::agent {
 namespace {
@@ -352,8 +352,13 @@ int run(const AgentConfig& config) {
     return kExitStartup;
   }
   std::unique_ptr<OutboxStore> store = std::move(opened).value();
+  Result<std::unique_ptr<ShardStore>> shard_store = ShardStore::open(store->connection());
+  if (!shard_store.isOk()) {
+    logger.error("shard_store_open_failed", {{"error", shard_store.status().toString()}});
+    return kExitStartup;
+  }
   // Durably, before serving (SPEC §6 rule 3): a restart never inherits an emergency shard.
-  Result<uint64_t> epoch = store->incrementBootEpoch();
+  Result<uint64_t> epoch = shard_store.value()->incrementBootEpoch();
   if (!epoch.isOk()) {
     logger.error("boot_epoch_failed", {{"error", epoch.status().toString()}});
     return kExitStartup;
@@ -378,11 +383,6 @@ int run(const AgentConfig& config) {
                 {{"effect", "no shard grant verifies: emergency shards are never used"}});
   }
   const wire::WireShardCrypto crypto(std::nullopt, ledger_keys.value());
-  Result<std::unique_ptr<ShardStore>> shard_store = ShardStore::open(store.get());
-  if (!shard_store.isOk()) {
-    logger.error("shard_store_open_failed", {{"error", shard_store.status().toString()}});
-    return kExitStartup;
-  }
   const identity::KeyPair gateway_key = gateway.value().key;
   GatewaySigner signer{
       .gateway_name = gateway.value().name,

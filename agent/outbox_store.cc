@@ -28,7 +28,10 @@ constexpr size_t kMetaKeyBytesMax = 256;
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 constexpr const char* kMetaSchemaVersion = "schema_version";
-constexpr const char* kMetaBootEpoch = "boot_epoch";
+// schema_version 1 kept the boot epoch in meta; 2 keeps it in shard/store.h's gateway_state.
+// A version-1 file is upgraded at open: the version is raised here and the boot epoch moved by
+// ShardStore::open (a version-2 file still holding the meta row is one whose move is pending).
+constexpr int64_t kSchemaVersionBootEpochInMeta = 1;
 
 constexpr const char* kSchema[] = {
     "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) STRICT",
@@ -59,9 +62,6 @@ constexpr const char* kStatementSql[] = {
     "DELETE FROM outbox WHERE seq = ?1",
     "SELECT seq, kind, reservation_id, operation_id, actual_units, enqueued_at_ms, attempts,"
     " next_attempt_ms FROM outbox ORDER BY seq",
-    "SELECT value FROM meta WHERE key = ?1",
-    "INSERT INTO meta(key, value) VALUES(?1, ?2)"
-    " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
     "SELECT value FROM kv WHERE key = ?1",
     "INSERT INTO kv(key, value) VALUES(?1, ?2) ON CONFLICT(key) DO UPDATE SET value = "
     "excluded.value",
@@ -177,14 +177,18 @@ Status OutboxStore::createOrCheckSchema() {
       }
       for (const char* create : kSchema) TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, create, create));
       const std::string insert = std::string("INSERT INTO meta(key, value) VALUES('") +
-                                 kMetaSchemaVersion + "', " + std::to_string(kSchemaVersion) +
-                                 "), ('" + kMetaBootEpoch + "', 0)";
+                                 kMetaSchemaVersion + "', " + std::to_string(kSchemaVersion) + ")";
       return execSql(db_, insert.c_str(), "write schema_version");
     }
     std::optional<int64_t> version;
     TALLY_SQLITE_RETURN_IF_ERROR(queryInt(db_,
                                           "SELECT value FROM meta WHERE key = 'schema_version'",
                                           "read schema_version", &version));
+    if (version == kSchemaVersionBootEpochInMeta) {
+      const std::string upgrade = "UPDATE meta SET value = " + std::to_string(kSchemaVersion) +
+                                  " WHERE key = '" + kMetaSchemaVersion + "'";
+      return execSql(db_, upgrade.c_str(), "upgrade schema_version");
+    }
     if (version != kSchemaVersion) {
       return Status::failedPrecondition(
           path_ + " has schema_version " + (version ? std::to_string(*version) : "(none)") +
@@ -266,37 +270,6 @@ Result<std::vector<OutboxEntry>> OutboxStore::load() {
 }
 
 // --- Meta ---------------------------------------------------------------------------------------
-
-Result<uint64_t> OutboxStore::incrementBootEpoch() {
-  uint64_t epoch = 0;
-  Status status = inTransaction("increment boot epoch", [&]() -> Status {
-    constexpr const char* kOp = "increment boot epoch";
-    int64_t current = 0;
-    {
-      sqlite3_stmt* get = (*connection_)[kGetMeta];
-      ResetOnExit reset(get);
-      TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, get, 1, kMetaBootEpoch, kOp));
-      const int rc = sqlite3_step(get);
-      if (rc == SQLITE_ROW) {
-        current = sqlite3_column_int64(get, 0);
-      } else if (rc != SQLITE_DONE) {
-        return statusOf(db_, rc, kOp);
-      }
-    }
-    if (current < 0 || current == kInt64Max) {
-      return Status::corruption(path_ + ": boot_epoch " + std::to_string(current));
-    }
-    sqlite3_stmt* put = (*connection_)[kPutMeta];
-    ResetOnExit reset(put);
-    TALLY_SQLITE_RETURN_IF_ERROR(bindText(db_, put, 1, kMetaBootEpoch, kOp));
-    TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db_, put, 2, current + 1, kOp));
-    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db_, put, kOp));
-    epoch = static_cast<uint64_t>(current + 1);
-    return Status::ok();
-  });
-  if (!status.isOk()) return status;
-  return epoch;
-}
 
 Status OutboxStore::putMeta(const std::string& key, int64_t value) {
   if (key.empty() || key.size() > kMetaKeyBytesMax) {

@@ -16,15 +16,17 @@ class Connection;
 }
 
 // The agent's durable record (SPEC §7): the outbox of settle, release, mark-unknown and
-// operation receipts not yet delivered to the ledger, the boot epoch, and a few integers.
+// operation receipts not yet delivered to the ledger, and a few integers. The same file holds the
+// agent's boot epoch and shards (shard/store.h), on this store's connection.
 //
 // One SQLite file DIR/agent.db: WAL, synchronous=FULL, every pragma spelled out and the two that
 // matter read back. A write returns only once it is in the fsync'd WAL, so an entry whose
 // append() returned survives kill -9 and power loss. DIR/LOCK is flock'ed for the store's
 // lifetime: two agents never share a data dir.
 //
-// Schema: meta(key, value) holds schema_version (1; any other version is refused) and
-// boot_epoch; outbox holds one row per entry, by seq; kv holds putMeta()'s integers.
+// Schema: meta(key, value) holds schema_version (2; a version-1 file, whose meta also held the
+// boot epoch, is upgraded at open and its boot epoch moved by ShardStore::open; any other version
+// is refused); outbox holds one row per entry, by seq; kv holds putMeta()'s integers.
 //
 // Errors: kResourceExhausted "disk full" for SQLITE_FULL (or max_page_count), kCorruption for a
 // damaged file or a row this build cannot read, kInvalidArgument for an entry that cannot be
@@ -42,7 +44,7 @@ struct OutboxStoreOptions {
 
 class OutboxStore {
  public:
-  static constexpr int64_t kSchemaVersion = 1;
+  static constexpr int64_t kSchemaVersion = 2;
   static constexpr const char* kDatabaseFileName = "agent.db";
   static constexpr const char* kLockFileName = "LOCK";
 
@@ -59,15 +61,11 @@ class OutboxStore {
   Status remove(uint64_t seq);
   Result<std::vector<OutboxEntry>> load();  // every entry not removed, by seq
 
-  // The agent's boot epoch, incremented durably at every start before serving (SPEC §6 rule 3):
-  // returns the new value (1 on a new store).
-  Result<uint64_t> incrementBootEpoch();
-
   // Keys are 1..256 bytes (kInvalidArgument otherwise).
   Status putMeta(const std::string& key, int64_t value);
   Result<std::optional<int64_t>> getMeta(const std::string& key);
 
-  // The open connection, for the other tables of agent.db (agent/shard_store.h): same file,
+  // The open connection, for the other tables of agent.db (shard/store.h): same file,
   // pragmas, lock and thread. Valid while this store lives.
   sqlite3* connection() { return db_; }
 
@@ -84,8 +82,6 @@ class OutboxStore {
     kInsertEntry,
     kDeleteEntry,
     kSelectEntries,
-    kGetMeta,
-    kPutMeta,
     kGetKv,
     kPutKv,
     kStatementCount,

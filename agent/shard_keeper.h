@@ -13,10 +13,10 @@
 
 #include "agent/gateway_server.h"
 #include "agent/metrics.h"
-#include "agent/shard_store.h"
 #include "central-client/ledger_link.h"
 #include "common/log.h"
 #include "core/shard_book.h"
+#include "shard/store.h"
 #include "wire/codec.h"
 
 // The agent's emergency shards at run time (docs/SHARDS.md "Agent: when shards are used"): the

@@ -10,7 +10,7 @@
 namespace tally {
 namespace {
 
-// 1..kGatewayNameBytesMax bytes of [A-Za-z0-9._-], as common/identity.h creates them.
+// 1..kGatewayNameBytesMax bytes of [A-Za-z0-9._-], as shard/identity.h creates them.
 bool validGatewayName(const std::string& name) {
   if (name.empty() || name.size() > limits::kGatewayNameBytesMax) return false;
   for (char ch : name) {

@@ -110,8 +110,8 @@ struct GatewayRecord {
   bool operator==(const GatewayRecord&) const = default;
 };
 
-// Signs and verifies the three signed messages. The wire layer implements it over the canonical
-// Cap'n Proto encoding (wire/shard_crypto.h); core only calls it.
+// Signs and verifies the three signed messages. shard/ implements it over the canonical
+// Cap'n Proto encoding (shard/crypto.h); core only calls it.
 class ShardCrypto {
  public:
   virtual ~ShardCrypto() = default;

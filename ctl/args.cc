@@ -6,8 +6,8 @@
 #include <map>
 #include <vector>
 
-#include "common/identity.h"
 #include "core/limits.h"
+#include "shard/identity.h"
 #include "wire/codec.h"
 #include "wire/digest.h"
 

@@ -1,7 +1,7 @@
 #include "ctl/render_shards.h"
 
-#include "common/identity.h"
 #include "ctl/render.h"
+#include "shard/identity.h"
 
 namespace tally::ctl {
 namespace {

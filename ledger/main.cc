@@ -12,7 +12,6 @@
 #include <string_view>
 
 #include "common/daemon_args.h"
-#include "common/identity.h"
 #include "common/log.h"
 #include "common/wall_clock.h"
 #include "core/ledger.h"
@@ -20,8 +19,9 @@
 #include "ledger/restore.h"
 #include "ledger/server.h"
 #include "ledger/sqlite_store.h"
+#include "shard/crypto.h"
+#include "shard/identity.h"
 #include "tally/version.h"
-#include "wire/shard_crypto.h"
 
 namespace tally::ledger {
 namespace {

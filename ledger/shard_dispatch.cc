@@ -5,7 +5,7 @@
 #include <utility>
 #include <variant>
 
-#include "common/identity.h"
+#include "shard/identity.h"
 
 namespace tally::ledger {
 namespace {

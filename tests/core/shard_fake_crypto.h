@@ -5,7 +5,7 @@
 
 #include "core/shard_types.h"
 
-// A stand-in for wire/shard_crypto.h in core tests: a "signature" is a 64-bit FNV hash of a
+// A stand-in for shard/crypto.h in core tests: a "signature" is a 64-bit FNV hash of a
 // text form of every signed field (and of a per-signer secret: the ledger's or the gateway's
 // public key), repeated over 64 bytes. Tampering with any field or signing with another
 // gateway's key makes verification fail, which is all the registry relies on.

@@ -7,9 +7,9 @@
 #include <string_view>
 #include <vector>
 
-#include "common/identity.h"
 #include "ctl/json.h"
 #include "ctl/render.h"
+#include "shard/identity.h"
 #include "wire/digest.h"
 
 namespace tally::ctl {

@@ -12,7 +12,7 @@
 #include <variant>
 #include <vector>
 
-#include "common/identity.h"
+#include "shard/identity.h"
 #include "tests/integration/agent_harness.h"
 
 namespace tally::testing {

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "common/identity.h"
+#include "shard/crypto.h"
+#include "shard/identity.h"
 #include "tests/integration/ledger_fixture.h"
 #include "tests/support/process.h"
-#include "wire/shard_crypto.h"
 
 namespace tally::testing {
 namespace {

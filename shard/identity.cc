@@ -1,4 +1,4 @@
-#include "common/identity.h"
+#include "shard/identity.h"
 
 #include <fcntl.h>
 #include <sodium.h>

@@ -1,12 +1,14 @@
-#include "agent/shard_store.h"
+#include "shard/store.h"
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string_view>
 
-#include "agent/shard_codec.h"
+#include "shard/codec.h"
 #include "common/sqlite_support.h"
 #include "core/assert.h"
 
@@ -19,6 +21,9 @@ namespace {
 constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 
 constexpr const char* kSchema[] = {
+    "CREATE TABLE IF NOT EXISTS gateway_state ("
+    " key TEXT PRIMARY KEY NOT NULL,"
+    " value INTEGER NOT NULL) STRICT",
     "CREATE TABLE IF NOT EXISTS shards ("
     " shard_id TEXT PRIMARY KEY NOT NULL,"
     " grant_blob BLOB NOT NULL,"
@@ -89,6 +94,14 @@ constexpr const char* kUpsertFence =
     " ON CONFLICT(subject, route) DO UPDATE SET fence = max(fence, excluded.fence)";
 constexpr const char* kSelectFences = "SELECT subject, route, fence FROM shard_fences";
 
+constexpr const char* kSelectBootEpoch = "SELECT value FROM gateway_state WHERE key = 'boot_epoch'";
+constexpr const char* kPutBootEpoch =
+    "INSERT INTO gateway_state(key, value) VALUES('boot_epoch', ?1)"
+    " ON CONFLICT(key) DO UPDATE SET value = excluded.value";
+// Up to agent.db schema_version 1 the boot epoch was a row of the outbox store's meta table.
+constexpr const char* kSelectLegacyBootEpoch = "SELECT value FROM meta WHERE key = 'boot_epoch'";
+constexpr const char* kDeleteLegacyBootEpoch = "DELETE FROM meta WHERE key = 'boot_epoch'";
+
 // A prepared statement for one use, finalized when the scope ends.
 class Statement {
  public:
@@ -123,20 +136,80 @@ bool columnUnsigned(sqlite3_stmt* stmt, int column, uint64_t* value) {
   return true;
 }
 
+// BEGIN IMMEDIATE, `body`, COMMIT; rolls back when anything fails. With synchronous=FULL, COMMIT
+// returns once the WAL holding the rows is fsync'd.
+template <typename F>
+Status inTransaction(sqlite3* db, const char* what, F&& body) {
+  TALLY_SQLITE_RETURN_IF_ERROR(execSql(db, "BEGIN IMMEDIATE", what));
+  Status status = body();
+  if (status.isOk()) status = execSql(db, "COMMIT", what);
+  if (!status.isOk() && sqlite3_get_autocommit(db) == 0) {
+    (void)execSql(db, "ROLLBACK", what);  // `status` names the cause
+  }
+  return status;
+}
+
+Status putBootEpoch(sqlite3* db, int64_t epoch, const char* op) {
+  Statement stmt;
+  TALLY_SQLITE_RETURN_IF_ERROR(stmt.prepare(db, kPutBootEpoch));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db, stmt.get(), 1, epoch, op));
+  return stepDone(db, stmt.get(), op);
+}
+
+Status checkBootEpoch(int64_t epoch, const char* where) {
+  if (epoch < 0 || epoch == kInt64Max) {
+    return Status::corruption(std::string(where) + ": boot_epoch " + std::to_string(epoch));
+  }
+  return Status::ok();
+}
+
+// Moves a boot epoch of the older layout (the outbox's meta table) into gateway_state, keeping
+// the larger value if both are present (a lower epoch would reuse an old one). Part of open()'s
+// schema transaction: the row is moved, not copied, so the move happens once.
+Status migrateLegacyBootEpoch(sqlite3* db) {
+  constexpr const char* kOp = "migrate boot epoch";
+  std::optional<int64_t> has_meta;
+  TALLY_SQLITE_RETURN_IF_ERROR(
+      queryInt(db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+               kOp, &has_meta));
+  if (has_meta.value_or(0) == 0) return Status::ok();
+  std::optional<int64_t> legacy;
+  TALLY_SQLITE_RETURN_IF_ERROR(queryInt(db, kSelectLegacyBootEpoch, kOp, &legacy));
+  if (!legacy) return Status::ok();
+  TALLY_SQLITE_RETURN_IF_ERROR(checkBootEpoch(*legacy, "meta"));
+  std::optional<int64_t> current;
+  TALLY_SQLITE_RETURN_IF_ERROR(queryInt(db, kSelectBootEpoch, kOp, &current));
+  if (current) TALLY_SQLITE_RETURN_IF_ERROR(checkBootEpoch(*current, "gateway_state"));
+  TALLY_SQLITE_RETURN_IF_ERROR(putBootEpoch(db, std::max(*legacy, current.value_or(0)), kOp));
+  return execSql(db, kDeleteLegacyBootEpoch, kOp);
+}
+
 }  // namespace
 
-Result<std::unique_ptr<ShardStore>> ShardStore::open(OutboxStore* outbox) {
-  sqlite3* db = outbox->connection();
+Result<std::unique_ptr<ShardStore>> ShardStore::open(sqlite3* db) {
   TALLY_ASSERT(db != nullptr);
-  TALLY_SQLITE_RETURN_IF_ERROR(execSql(db, "BEGIN IMMEDIATE", "begin shard schema setup"));
-  for (const char* create : kSchema) {
-    if (Status status = execSql(db, create, "create shard tables"); !status.isOk()) {
-      (void)execSql(db, "ROLLBACK", "rollback shard schema setup");  // the error says enough
-      return status;
+  TALLY_SQLITE_RETURN_IF_ERROR(inTransaction(db, "shard schema setup", [&]() -> Status {
+    for (const char* create : kSchema) {
+      TALLY_SQLITE_RETURN_IF_ERROR(execSql(db, create, "create shard tables"));
     }
-  }
-  TALLY_SQLITE_RETURN_IF_ERROR(execSql(db, "COMMIT", "commit shard schema setup"));
+    return migrateLegacyBootEpoch(db);
+  }));
   return std::make_unique<ShardStore>(Key{}, db);
+}
+
+// --- boot epoch ----------------------------------------------------------------------------------
+
+Result<uint64_t> ShardStore::incrementBootEpoch() {
+  constexpr const char* kOp = "increment boot epoch";
+  int64_t next = 0;
+  TALLY_SQLITE_RETURN_IF_ERROR(inTransaction(db_, kOp, [&]() -> Status {
+    std::optional<int64_t> current;
+    TALLY_SQLITE_RETURN_IF_ERROR(queryInt(db_, kSelectBootEpoch, kOp, &current));
+    if (current) TALLY_SQLITE_RETURN_IF_ERROR(checkBootEpoch(*current, "gateway_state"));
+    next = current.value_or(0) + 1;
+    return putBootEpoch(db_, next, kOp);
+  }));
+  return static_cast<uint64_t>(next);
 }
 
 // --- writes --------------------------------------------------------------------------------------
@@ -207,8 +280,7 @@ Status ShardStore::upsertFence(const SubjectRoute& subject_route, uint64_t fence
 
 Status ShardStore::commit(const ShardBook& book, const ShardBookChanges& changes) {
   if (changes.empty()) return Status::ok();
-  TALLY_SQLITE_RETURN_IF_ERROR(execSql(db_, "BEGIN IMMEDIATE", "begin shard commit"));
-  Status status = [&]() -> Status {
+  return inTransaction(db_, "commit shard changes", [&]() -> Status {
     // A row named as upserted that the book no longer holds was forgotten since (changes kept
     // from a failed commit and merged with later ones): it is deleted.
     for (const std::string& id : changes.shards_upserted) {
@@ -232,13 +304,8 @@ Status ShardStore::commit(const ShardBook& book, const ShardBookChanges& changes
     for (const SubjectRoute& subject_route : changes.fences) {
       TALLY_SQLITE_RETURN_IF_ERROR(upsertFence(subject_route, book.highestFence(subject_route)));
     }
-    // With synchronous=FULL, COMMIT returns once the WAL holding these rows is fsync'd.
-    return execSql(db_, "COMMIT", "commit shard changes");
-  }();
-  if (!status.isOk() && sqlite3_get_autocommit(db_) == 0) {
-    (void)execSql(db_, "ROLLBACK", "rollback shard changes");  // `status` names the cause
-  }
-  return status;
+    return Status::ok();
+  });
 }
 
 // --- restore -------------------------------------------------------------------------------------

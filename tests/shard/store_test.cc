@@ -1,4 +1,4 @@
-#include "agent/shard_store.h"
+#include "shard/store.h"
 
 #include <sqlite3.h>
 
@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,12 +37,12 @@ class ShardStoreTest : public ::testing::Test {
     Result<std::unique_ptr<OutboxStore>> outbox = OutboxStore::open(dir_.path());
     ASSERT_TRUE(outbox.isOk()) << outbox.status().toString();
     outbox_ = std::move(outbox).value();
-    Result<uint64_t> epoch = outbox_->incrementBootEpoch();
-    ASSERT_TRUE(epoch.isOk());
-    boot_epoch_ = epoch.value();
-    Result<std::unique_ptr<ShardStore>> shards = ShardStore::open(outbox_.get());
+    Result<std::unique_ptr<ShardStore>> shards = ShardStore::open(outbox_->connection());
     ASSERT_TRUE(shards.isOk()) << shards.status().toString();
     shards_ = std::move(shards).value();
+    Result<uint64_t> epoch = shards_->incrementBootEpoch();
+    ASSERT_TRUE(epoch.isOk()) << epoch.status().toString();
+    boot_epoch_ = epoch.value();
     book_ = std::make_unique<ShardBook>(
         ShardBookOptions{.gateway_id = ourKey(), .boot_epoch = boot_epoch_, .crypto = &crypto_});
     Result<ShardRestoreReport> report = shards_->restore(book_.get(), kNowMs);
@@ -120,6 +121,102 @@ TEST_F(ShardStoreTest, RoundTripsShardsReservationsAndFencesAcrossARestart) {
   EXPECT_TRUE(book_->findShard("shard-1")->account.closed());
   EXPECT_EQ(book_->findShard("shard-1")->record.close_reason, ShardCloseReason::kBootEpoch);
   EXPECT_TRUE(book_->audit().empty());
+}
+
+TEST_F(ShardStoreTest, TheBootEpochIncrementsAtEveryOpen) {
+  for (uint64_t expected = 1; expected <= 3; ++expected) {
+    boot();
+    EXPECT_EQ(boot_epoch_, expected);
+  }
+}
+
+// agent.db as an agent of schema_version 1 wrote it: the boot epoch was a row of the outbox's
+// meta table, next to one undelivered outbox entry and one kv integer.
+void writeVersion1AgentDb(const std::string& dir, int64_t boot_epoch) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir + "/agent.db").c_str(), &db), SQLITE_OK);
+  const std::string sql =
+      "PRAGMA journal_mode=WAL;"
+      "CREATE TABLE meta (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) STRICT;"
+      "CREATE TABLE outbox (seq INTEGER PRIMARY KEY NOT NULL, kind INTEGER NOT NULL,"
+      " reservation_id TEXT NOT NULL, operation_id TEXT NOT NULL, actual_units INTEGER NOT NULL,"
+      " enqueued_at_ms INTEGER NOT NULL, attempts INTEGER NOT NULL,"
+      " next_attempt_ms INTEGER NOT NULL) STRICT;"
+      "CREATE TABLE kv (key TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL) STRICT;"
+      "INSERT INTO meta(key, value) VALUES('schema_version', 1), ('boot_epoch', " +
+      std::to_string(boot_epoch) +
+      ");"
+      "INSERT INTO outbox VALUES(5, 0, 'r-old', '', 12, 1000, 0, 1000);"
+      "INSERT INTO kv VALUES('policy_generation', 4);";
+  char* error = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+  EXPECT_EQ(rc, SQLITE_OK) << (error != nullptr ? error : "");
+  sqlite3_free(error);
+  ASSERT_EQ(sqlite3_close(db), SQLITE_OK);
+}
+
+std::optional<int64_t> queryValue(const std::string& dir, const std::string& sql) {
+  sqlite3* db = nullptr;
+  std::optional<int64_t> value;
+  EXPECT_EQ(sqlite3_open((dir + "/agent.db").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr), SQLITE_OK) << sql;
+  if (sqlite3_step(stmt) == SQLITE_ROW) value = sqlite3_column_int64(stmt, 0);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return value;
+}
+
+TEST_F(ShardStoreTest, AnAgentDbOfTheOlderLayoutKeepsItsBootEpochAndNeverGoesLower) {
+  writeVersion1AgentDb(dir_.path(), 41);
+  boot();
+  EXPECT_EQ(boot_epoch_, 42u);
+  // The rest of the file is untouched: the undelivered entry and the kv integer survive.
+  Result<std::vector<OutboxEntry>> entries = outbox_->load();
+  ASSERT_TRUE(entries.isOk());
+  ASSERT_EQ(entries.value().size(), 1u);
+  EXPECT_EQ(entries.value()[0].reservation_id, "r-old");
+  Result<std::optional<int64_t>> generation = outbox_->getMeta("policy_generation");
+  ASSERT_TRUE(generation.isOk());
+  EXPECT_EQ(generation.value(), std::optional<int64_t>(4));
+  book_.reset();  // close the file before reading it directly
+  shards_.reset();
+  outbox_.reset();
+  // Moved, not copied: the old row is gone and the file says so (an older build refuses it
+  // rather than start again from epoch 1).
+  EXPECT_EQ(queryValue(dir_.path(), "SELECT count(*) FROM meta WHERE key = 'boot_epoch'"), 0);
+  EXPECT_EQ(queryValue(dir_.path(), "SELECT value FROM meta WHERE key = 'schema_version'"), 2);
+  boot();
+  EXPECT_EQ(boot_epoch_, 43u);
+}
+
+TEST_F(ShardStoreTest, AnInterruptedMoveKeepsTheLargerBootEpoch) {
+  // Both rows present (the move never committed, or a file edited by hand): the larger wins.
+  writeVersion1AgentDb(dir_.path(), 9);
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((dir_.path() + "/agent.db").c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db,
+                           "CREATE TABLE gateway_state (key TEXT PRIMARY KEY NOT NULL,"
+                           " value INTEGER NOT NULL) STRICT;"
+                           "INSERT INTO gateway_state VALUES('boot_epoch', 20);"
+                           "UPDATE meta SET value = 2 WHERE key = 'schema_version';",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    ASSERT_EQ(sqlite3_close(db), SQLITE_OK);
+  }
+  boot();
+  EXPECT_EQ(boot_epoch_, 21u);
+}
+
+TEST_F(ShardStoreTest, ADamagedBootEpochIsCorruption) {
+  boot();
+  ASSERT_EQ(sqlite3_exec(outbox_->connection(),
+                         "UPDATE gateway_state SET value = -1 WHERE key = 'boot_epoch'", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  Result<uint64_t> epoch = shards_->incrementBootEpoch();
+  EXPECT_EQ(epoch.status().code(), StatusCode::kCorruption);
 }
 
 TEST_F(ShardStoreTest, ForgottenShardsAndReservationsAreDeleted) {

@@ -1,6 +1,6 @@
-// common/identity: tested in the wire test binary (the wire layer is its main user).
+// shard/identity: key files, public keys, key ids, signatures and gateway names.
 
-#include "common/identity.h"
+#include "shard/identity.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

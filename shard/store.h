@@ -6,39 +6,49 @@
 #include <utility>
 #include <vector>
 
-#include "agent/outbox_store.h"
 #include "core/shard_book.h"
 #include "core/status.h"
 
 struct sqlite3;
 
-// The durable half of the agent's shard book (docs/SHARDS.md): three tables in the same
-// DIR/agent.db as the outbox, on the outbox store's connection — so the same pragmas (WAL,
-// synchronous=FULL), the same data-dir lock and the same fsync'd commit path. One file keeps
-// the boot epoch, the outbox and the shards in one crash-consistent place: a restart that sees
-// a new boot epoch also sees every shard the previous process held.
+// The agent's durable identity and shard state (docs/SHARDS.md): its boot epoch and the durable
+// half of its shard book, four tables in the same DIR/agent.db as the outbox, on the outbox
+// store's connection — so the same pragmas (WAL, synchronous=FULL), the same data-dir lock and
+// the same fsync'd commit path. One file keeps the boot epoch, the outbox and the shards in one
+// crash-consistent place: a restart that sees a new boot epoch also sees every shard the previous
+// process held.
 //
+//   gateway_state(key, value)   'boot_epoch': the agent's boot epoch
 //   shards(shard_id, grant BLOB, balances…, closed, close_reason, used, report_pending,
 //          ledger state…, times)   grant: EmergencyShardV1 as the ledger signed it, written
 //                                  once at insert and never rewritten
 //   shard_reservations(reservation_id, shard_id, reservation BLOB)   LimitReservationV1
 //   shard_fences(subject, route, fence)                             highest fence seen
 //
+// The boot epoch lived in the outbox's meta table up to agent.db schema_version 1; open() moves
+// it here (the larger of the two if both exist) and deletes the old row, in one transaction, so an
+// older data dir keeps its epoch and never boots with a lower one.
+//
 // commit() writes everything one ShardBookChanges names in one transaction; it returns once
 // the WAL is fsync'd, so the shell replies only after it. restore() feeds a ShardBook at boot.
 //
-// Borrows `outbox`'s connection (the OutboxStore must outlive this). Not thread-safe: the
-// agent's loop thread only.
+// Borrows `db`, the open agent.db (agent::OutboxStore::connection()), which must outlive this.
+// Not thread-safe: the agent's loop thread only.
 
 namespace tally::agent {
 
 class ShardStore {
  public:
-  // Creates the tables if missing (IF NOT EXISTS: an agent.db of an older build gains them).
-  static Result<std::unique_ptr<ShardStore>> open(OutboxStore* outbox);
+  // Creates the tables if missing (IF NOT EXISTS: an agent.db of an older build gains them) and
+  // moves a boot epoch of the older layout into gateway_state.
+  static Result<std::unique_ptr<ShardStore>> open(sqlite3* db);
   ~ShardStore() = default;
   ShardStore(const ShardStore&) = delete;
   ShardStore& operator=(const ShardStore&) = delete;
+
+  // The agent's boot epoch, incremented durably at every start before serving (SPEC §6 rule 3):
+  // returns the new value (1 on a new store). kCorruption if the stored value is out of range.
+  Result<uint64_t> incrementBootEpoch();
 
   // Every row `changes` names, as `book` holds it now; one transaction, durable on return.
   Status commit(const ShardBook& book, const ShardBookChanges& changes);

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/identity.h"
+#include "shard/identity.h"
 #include "core/shard_types.h"
 
 // Ed25519 signatures of the three signed shard messages (docs/SHARDS.md "Signatures"), over

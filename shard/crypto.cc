@@ -1,4 +1,4 @@
-#include "wire/shard_crypto.h"
+#include "shard/crypto.h"
 
 #include <capnp/message.h>
 

@@ -1,4 +1,4 @@
-#include "agent/shard_codec.h"
+#include "shard/codec.h"
 
 #include <algorithm>
 #include <string>
