@@ -244,55 +244,63 @@ Status setOnce(std::optional<std::string>* slot, std::string_view name, std::str
   return Status::ok();
 }
 
+// One flag at args[*i] (advanced past its value, if it takes one).
+Status scanFlag(std::span<const std::string_view> args, size_t* i, Scanned* out) {
+  const std::string_view arg = args[*i];
+  if (arg == "-h") {
+    out->help = true;
+    return Status::ok();
+  }
+  if (!arg.starts_with("--")) return usage("unknown flag '" + std::string(arg) + "'");
+  const size_t equals = arg.find('=');
+  const std::string_view name =
+      arg.substr(2, equals == std::string_view::npos ? arg.npos : equals - 2);
+  const bool has_inline = equals != std::string_view::npos;
+  if (name == "help" || name == "version" || name == "json") {
+    if (has_inline) return usage("--" + std::string(name) + " takes no value");
+    (name == "help" ? out->help : name == "version" ? out->version : out->json) = true;
+    return Status::ok();
+  }
+  const FlagName* command_flag = commandFlag(name);
+  if (!isGlobalValueFlag(name) && command_flag == nullptr) {
+    return usage("unknown flag '--" + std::string(name) + "'");
+  }
+  std::string value;
+  if (has_inline) {
+    value = std::string(arg.substr(equals + 1));
+  } else if (*i + 1 < args.size()) {
+    value = std::string(args[++*i]);
+  } else {
+    return usage("--" + std::string(name) + " needs a value");
+  }
+  if (name == "ledger") {
+    if (Status s = setOnce(&out->ledger, name, value); !s.isOk()) return s;
+  } else if (name == "agent") {
+    if (Status s = setOnce(&out->agent, name, value); !s.isOk()) return s;
+  } else if (name == "timeout-ms") {
+    if (Status s = setOnce(&out->timeout_ms, name, value); !s.isOk()) return s;
+  } else {
+    out->flags.emplace_back(command_flag->flag, std::move(value));
+  }
+  return Status::ok();
+}
+
+// Reads the whole line even past a mistake (so that a --json after it still counts) and returns
+// the first mistake.
 Status scan(std::span<const std::string_view> args, Scanned* out) {
+  Status first_error;
   bool only_positionals = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string_view arg = args[i];
     if (only_positionals || arg == "-" || arg.empty() || arg.front() != '-') {
       out->positionals.emplace_back(arg);
-      continue;
-    }
-    if (arg == "--") {
+    } else if (arg == "--") {
       only_positionals = true;
-      continue;
-    }
-    if (arg == "-h") {
-      out->help = true;
-      continue;
-    }
-    if (!arg.starts_with("--")) return usage("unknown flag '" + std::string(arg) + "'");
-    const size_t equals = arg.find('=');
-    const std::string_view name =
-        arg.substr(2, equals == std::string_view::npos ? arg.npos : equals - 2);
-    const bool has_inline = equals != std::string_view::npos;
-    if (name == "help" || name == "version" || name == "json") {
-      if (has_inline) return usage("--" + std::string(name) + " takes no value");
-      (name == "help" ? out->help : name == "version" ? out->version : out->json) = true;
-      continue;
-    }
-    const FlagName* command_flag = commandFlag(name);
-    if (!isGlobalValueFlag(name) && command_flag == nullptr) {
-      return usage("unknown flag '--" + std::string(name) + "'");
-    }
-    std::string value;
-    if (has_inline) {
-      value = std::string(arg.substr(equals + 1));
-    } else if (i + 1 < args.size()) {
-      value = std::string(args[++i]);
-    } else {
-      return usage("--" + std::string(name) + " needs a value");
-    }
-    if (name == "ledger") {
-      if (Status s = setOnce(&out->ledger, name, value); !s.isOk()) return s;
-    } else if (name == "agent") {
-      if (Status s = setOnce(&out->agent, name, value); !s.isOk()) return s;
-    } else if (name == "timeout-ms") {
-      if (Status s = setOnce(&out->timeout_ms, name, value); !s.isOk()) return s;
-    } else {
-      out->flags.emplace_back(command_flag->flag, std::move(value));
+    } else if (Status s = scanFlag(args, &i, out); !s.isOk() && first_error.isOk()) {
+      first_error = std::move(s);
     }
   }
-  return Status::ok();
+  return first_error;
 }
 
 Status applyGlobals(const Scanned& scanned, Invocation* inv) {
@@ -435,8 +443,15 @@ const char* commandName(Command command) {
   return "?";
 }
 
+bool jsonRequested(std::span<const std::string_view> args) {
+  Scanned scanned;
+  (void)scan(args, &scanned);  // a mistake elsewhere on the line does not hide --json
+  return scanned.json;
+}
+
 Result<Invocation> parseArgs(std::span<const std::string_view> args) {
   Invocation inv;
+  inv.json = jsonRequested(args);
   // --help and --version win over everything else on the line, even a mistake.
   for (std::string_view arg : args) {
     if (arg == "--") break;
@@ -503,7 +518,8 @@ Gateways and emergency shards (ledger only; an agent refuses these):
 Global flags (before or after the command):
   --ledger HOST:PORT  the ledger to talk to (default 127.0.0.1:7411; [IPv6]:PORT works)
   --agent SOCKET      talk to a tally-agent on this Unix socket instead
-  --json              print exactly one JSON object on stdout
+  --json              print exactly one JSON object on stdout, whatever the outcome
+                      (usage errors included); it may stand anywhere on the line
   --timeout-ms N      give up after N ms, connecting included (default 5000)
   --help, --version
 Flags take their value as the next argument or after '=' (--units=600).
@@ -531,7 +547,9 @@ JSON fields:
                local (the agent's last report: available, reserved, spent, retired,
                overspent) when reported)
                audit adds shards[] with the same fields but fence/currentFence/times/keys
-  errors       error: true, code, message
+  errors       error: true, code, message; code is USAGE for a bad command line or policy
+               file (exit 2, nothing sent), else the status or peer error constant
+  help/version usage (this text) / version
 Times are RFC 3339 UTC strings (e.g. "2026-07-19T14:00:00Z") plus *Ms Unix milliseconds,
 except in gateway and shard objects, where they are Unix milliseconds only.
 

@@ -77,6 +77,10 @@ struct Invocation {
 // kInvalidArgument with a message fit for stderr.
 Result<Invocation> parseArgs(std::span<const std::string_view> args);
 
+// Whether --json stands anywhere among the flags (not as another flag's value, not after "--"),
+// even on a line parseArgs() refuses: how a usage error is to be printed.
+bool jsonRequested(std::span<const std::string_view> args);
+
 // The text `tallyctl --help` prints: synopsis, commands, flags, JSON fields, exit codes.
 std::string usageText();
 

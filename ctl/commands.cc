@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "ctl/json.h"
 #include "ctl/policy_toml.h"
 #include "ctl/render.h"
 #include "tally/version.h"
@@ -9,6 +10,18 @@
 
 namespace tally::ctl {
 namespace {
+
+// The JSON error code of a bad command line or policy file (exit 2; nothing was sent).
+constexpr std::string_view kUsageErrorCode = "USAGE";
+
+// {"NAME":"TEXT"} and a newline.
+std::string jsonObject(std::string_view name, std::string_view text) {
+  JsonWriter w;
+  w.beginObject();
+  w.field(name, text);
+  w.endObject();
+  return w.take() + "\n";
+}
 
 CommandOutput failure(const Invocation& inv, int exit_code, std::string_view code,
                       const std::string& message) {
@@ -171,18 +184,26 @@ CommandOutput renderAnswer(const Invocation& inv, const Result<wire::Response>& 
 }
 
 CommandOutput runCommand(const Invocation& inv, const CallFn& call) {
-  if (inv.command == Command::kHelp) return {.exit_code = kExitOk, .out = usageText()};
+  if (inv.command == Command::kHelp) {
+    return {.exit_code = kExitOk, .out = inv.json ? jsonObject("usage", usageText()) : usageText()};
+  }
   if (inv.command == Command::kVersion) {
-    return {.exit_code = kExitOk, .out = std::string("tallyctl ") + kVersion + "\n"};
+    return {.exit_code = kExitOk,
+            .out = inv.json ? jsonObject("version", kVersion)
+                            : std::string("tallyctl ") + kVersion + "\n"};
   }
   Result<wire::RequestBody> request = buildRequest(inv);
   if (!request.isOk()) {
     // Only usage-level problems get here (a bad policy file); nothing was sent.
-    return {.exit_code = kExitUsage,
-            .err = "tallyctl: " + std::string(commandName(inv.command)) + ": " +
-                   request.status().message() + "\n"};
+    return failure(inv, kExitUsage, kUsageErrorCode, request.status().message());
   }
   return renderAnswer(inv, call(request.value()));
+}
+
+CommandOutput renderUsageError(const Status& status, bool json) {
+  return {.exit_code = kExitUsage,
+          .out = renderError(kUsageErrorCode, status.message(), json),
+          .err = "tallyctl: " + status.message() + "\nTry 'tallyctl --help'.\n"};
 }
 
 }  // namespace tally::ctl

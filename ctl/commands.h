@@ -32,6 +32,11 @@ Result<wire::RequestBody> buildRequest(const Invocation& invocation);
 CommandOutput renderAnswer(const Invocation& invocation, const Result<wire::Response>& answer);
 
 // The whole command: help/version locally; otherwise buildRequest(), `call`, renderAnswer().
+// With --json every outcome, help and version included, is exactly one JSON object on stdout.
 CommandOutput runCommand(const Invocation& invocation, const CallFn& call);
+
+// A command line parseArgs() refused (`status`): exit 2, the message on stderr and, with `json`
+// (jsonRequested()), {"error":true,"code":"USAGE","message":…} on stdout.
+CommandOutput renderUsageError(const Status& status, bool json);
 
 }  // namespace tally::ctl

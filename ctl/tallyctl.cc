@@ -25,8 +25,12 @@ int main(int argc, char** argv) {
   const std::vector<std::string_view> args(argv + 1, argv + argc);
   Result<ctl::Invocation> parsed = ctl::parseArgs(args);
   if (!parsed.isOk()) {
-    write(stderr, "tallyctl: " + parsed.status().message() + "\nTry 'tallyctl --help'.\n");
-    return ctl::kExitUsage;
+    const ctl::CommandOutput output =
+        ctl::renderUsageError(parsed.status(), ctl::jsonRequested(args));
+    write(stdout, output.out);
+    write(stderr, output.err);
+    (void)std::fflush(stdout);  // the exit code already says the command failed
+    return output.exit_code;
   }
   const ctl::Invocation& invocation = parsed.value();
 

@@ -10,6 +10,7 @@
 #include "ctl/json.h"
 #include "ctl/render.h"
 #include "shard/identity.h"
+#include "tally/version.h"
 #include "wire/digest.h"
 
 namespace tally::ctl {
@@ -358,6 +359,39 @@ TEST(CommandsTest, PolicyShowPrintsToml) {
   EXPECT_CONTAINS(out.out, "generation 2");
   out = run(peer, {"--json", "policy", "show"});
   EXPECT_CONTAINS(out.out, R"("budgets":[{"subject":"tenant-7")");
+}
+
+TEST(CommandsTest, UsageErrorsAreOneJsonObjectWithJson) {
+  const CommandOutput json = renderUsageError(Status::invalidArgument("unknown command 'x'"), true);
+  EXPECT_EQ(json.exit_code, kExitUsage);
+  EXPECT_EQ(json.out, R"({"error":true,"code":"USAGE","message":"unknown command 'x'"})"
+                      "\n");
+  EXPECT_EQ(json.err, "tallyctl: unknown command 'x'\nTry 'tallyctl --help'.\n");
+  const CommandOutput text =
+      renderUsageError(Status::invalidArgument("unknown command 'x'"), false);
+  EXPECT_EQ(text.exit_code, kExitUsage);
+  EXPECT_EQ(text.out, "");
+  EXPECT_EQ(text.err, json.err);
+}
+
+TEST(CommandsTest, ABadPolicyFileIsAJsonUsageErrorAndSendsNothing) {
+  FakePeer peer;
+  const CommandOutput out = run(peer, {"policy", "publish", "/nonexistent/policy.toml", "--json"});
+  EXPECT_EQ(out.exit_code, kExitUsage);
+  EXPECT_CONTAINS(out.out, R"({"error":true,"code":"USAGE","message":")");
+  EXPECT_CONTAINS(out.err, "tallyctl: policy publish: ");
+  EXPECT_FALSE(peer.request.has_value());
+  EXPECT_EQ(run(peer, {"policy", "publish", "/nonexistent/policy.toml"}).out, "");
+}
+
+TEST(CommandsTest, HelpAndVersionAreJsonWithJson) {
+  FakePeer peer;
+  CommandOutput out = run(peer, {"--json", "--help"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  EXPECT_EQ(out.out, "{\"usage\":" + jsonQuote(usageText()) + "}\n");
+  out = run(peer, {"version", "--json"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  EXPECT_EQ(out.out, std::string(R"({"version":")") + kVersion + "\"}\n");
 }
 
 TEST(CommandsTest, HelpAndVersionNeedNoPeer) {

@@ -166,6 +166,25 @@ TEST(TallyctlArgsTest, UnknownCommandsAndFlags) {
   EXPECT_CONTAINS(usageError({"--json=yes", "health"}), "--json takes no value");
 }
 
+TEST(TallyctlArgsTest, JsonIsSeenAnywhereEvenOnARefusedLine) {
+  using Args = std::vector<std::string_view>;
+  EXPECT_TRUE(jsonRequested(Args{"--json", "frobnicate"}));
+  EXPECT_TRUE(jsonRequested(Args{"frobnicate", "--json"}));
+  // After the mistake: the scan does not stop at the first error.
+  EXPECT_TRUE(jsonRequested(Args{"--bogus", "health", "--json"}));
+  EXPECT_TRUE(jsonRequested(Args{"reserve", "--units", "-5", "--json"}));
+  EXPECT_TRUE(jsonRequested(Args{"health", "-x", "--timeout-ms", "0", "--json"}));
+  EXPECT_FALSE(jsonRequested(Args{"--bogus", "health"}));
+  // Another flag's value, or after "--", is not the flag.
+  EXPECT_FALSE(jsonRequested(Args{"query", "--id", "--json"}));
+  EXPECT_FALSE(jsonRequested(Args{"query", "--", "--json"}));
+  EXPECT_TRUE(ok({"health", "--json"}).json);
+  EXPECT_TRUE(ok({"--help", "--json"}).json);
+  EXPECT_TRUE(ok({"--json", "--version"}).json);
+  // The first mistake is the one reported, whatever follows it.
+  EXPECT_CONTAINS(usageError({"--bogus", "--other", "health"}), "unknown flag '--bogus'");
+}
+
 TEST(TallyctlArgsTest, FlagNotTakenByCommand) {
   EXPECT_CONTAINS(usageError({"start", "--id", "r", "--operation", "o", "--units", "5"}),
                   "'start' takes no --units");
