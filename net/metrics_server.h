@@ -16,9 +16,12 @@
 // `render` returns; any other request → 404 (405 for other methods); a request head above
 // kRequestBytesMax → 431. One request per connection, closed after the response.
 //
-// Owns its handles; borrows `loop` and `logger`. Single-threaded (the loop thread).
+// Serves tally-agent's and tally-ledger's /metrics. It does not sit on net::FramedStream: an
+// HTTP request head is not a length-prefixed frame, and one request per connection needs no
+// write queue or back-pressure (the response is one buffer, written once, then the connection
+// closes). Owns its handles; borrows `loop` and `logger`. Single-threaded (the loop thread).
 
-namespace tally::agent {
+namespace tally::net {
 
 // Pure: the full HTTP response for a complete request head.
 std::string httpResponseFor(std::string_view request_head, const std::string& metrics_body);
@@ -59,4 +62,4 @@ class MetricsServer {
   std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
 };
 
-}  // namespace tally::agent
+}  // namespace tally::net
