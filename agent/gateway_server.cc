@@ -230,13 +230,12 @@ void GatewayServer::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
   connection->addPending(1, 0);
   // The handler may answer synchronously; the connection outlives this call (it is freed only
   // by its close callback, in a later loop phase).
-  handler_(std::move(decoded.body).value(),
-           [this, connection_id = connection->id(), request_id,
-            answered = false](wire::ResponseBody body) mutable {
-             TALLY_ASSERT(!answered);
-             answered = true;
-             answer(connection_id, request_id, std::move(body));
-           });
+  handler_(std::move(decoded.body).value(), [this, connection_id = connection->id(), request_id,
+                                             answered = false](wire::ResponseBody body) mutable {
+    TALLY_ASSERT(!answered);
+    answered = true;
+    answer(connection_id, request_id, std::move(body));
+  });
 }
 
 void GatewayServer::onBadFrame(net::FramedStream* stream, const Status& status) {
@@ -246,16 +245,17 @@ void GatewayServer::onBadFrame(net::FramedStream* stream, const Status& status) 
     return;
   }
   // Framing is lost (the stream has stopped reading): answer once, then close this connection.
-  logger_->warn("bad_frame", {{"connection", connection->id()},
-                              {"uid", connection->uid_},
-                              {"error", status.toString()}});
+  logger_->warn(
+      "bad_frame",
+      {{"connection", connection->id()}, {"uid", connection->uid_}, {"error", status.toString()}});
   queueReply(connection, wire::Response{.request_id = 0, .body = wire::errorReplyFor(status)});
   connection->close_after_flush_ = true;
 }
 
 void GatewayServer::onLost(net::FramedStream* stream, const Status& status) {
   if (status.code() != StatusCode::kUnavailable) {  // unavailable: the peer closed
-    logger_->debug("connection_error", {{"connection", stream->id()}, {"error", status.toString()}});
+    logger_->debug("connection_error",
+                   {{"connection", stream->id()}, {"error", status.toString()}});
   }
 }
 

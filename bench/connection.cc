@@ -28,8 +28,8 @@ Connection::~Connection() { TALLY_ASSERT(closed()); }
 
 Status Connection::openStream(net::StreamKind kind) {
   net::StreamHandler* handler = this;  // a private base: converted here, not in make_unique
-  stream_ = std::make_unique<net::FramedStream>(
-      loop_, kind, handler, net::StreamLimits{.backpressure = false}, index_);
+  stream_ = std::make_unique<net::FramedStream>(loop_, kind, handler,
+                                                net::StreamLimits{.backpressure = false}, index_);
   if (Status s = stream_->init(); !s.isOk()) return Status::unavailable(s.message());
   ++open_handles_;
   return Status::ok();

@@ -41,8 +41,8 @@ class ConnectionListener {
 //
 // send() encodes a request under a fresh request id (1, 2, …), appends it to the output buffer
 // and remembers `tag` for the response; the prepare handle flushes everything queued once per
-// loop iteration, just before the loop polls, so the requests a burst of replies triggers go out together, as a
-// pipelining client's do, and requests queued outside any callback go out too.
+// loop iteration, just before the loop polls, so the requests a burst of replies triggers go out
+// together, as a pipelining client's do, and requests queued outside any callback go out too.
 //
 // Lifetime: close() closes both handles; the object may be destroyed only once closed() (both
 // close callbacks ran) or if connect() was never called. Non-copyable, non-movable: libuv

@@ -20,8 +20,7 @@ class LedgerLink::Connection final : public net::StreamHandler {
   Connection(LedgerLink* link, uint64_t id, uint64_t frame_bytes_max)
       : link_(link),
         stream_(link->loop_, net::StreamKind::kTcp, this,
-                net::StreamLimits{.frame_bytes_max = frame_bytes_max, .backpressure = false},
-                id) {}
+                net::StreamLimits{.frame_bytes_max = frame_bytes_max, .backpressure = false}, id) {}
 
   void onFrame(net::FramedStream*, wire::Frame&& frame) override {
     if (link_->connection_.get() == this) (void)link_->onFrame(this, frame);
@@ -409,10 +408,9 @@ void LedgerLink::call(wire::RequestBody body, std::function<void(LinkResult)> do
   }
   const uint64_t id = next_request_id_++;
   // Encoded straight into the write buffer (unchanged when the request is too large).
-  if (Status s =
-          wire::encodeRequestFrameInto(wire::Request{.request_id = id, .body = std::move(body)},
-                                       connection_->stream_.output(), options_.frame_bytes_max,
-                                       &scratch_);
+  if (Status s = wire::encodeRequestFrameInto(
+          wire::Request{.request_id = id, .body = std::move(body)}, connection_->stream_.output(),
+          options_.frame_bytes_max, &scratch_);
       !s.isOk()) {
     ++stats_.failed_exhausted;
     defer(std::move(done), LinkResult{.status = std::move(s)});

@@ -24,9 +24,8 @@ Status applyMetricsListen(const std::string& text, LedgerConfig* config) {
 
 Status applyConfigFile(const std::string& path, LedgerConfig* config) {
   static const std::set<std::string> kKnown = {
-      "listen",           "frame_bytes_max",     "retention_ms",
-      "tick_interval_ms", "checkpoint_log_rows", "log_level",
-      "metrics"};
+      "listen",    "frame_bytes_max", "retention_ms", "tick_interval_ms", "checkpoint_log_rows",
+      "log_level", "metrics"};
   Result<toml::table> read = readConfigTable(path, kKnown);
   if (!read.isOk()) return read.status();
   const toml::table& table = read.value();

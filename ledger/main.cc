@@ -8,9 +8,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <string_view>
-#include <filesystem>
 #include <system_error>
 
 #include "common/daemon_args.h"
@@ -248,14 +248,14 @@ int run(const LedgerConfig& config) {
   }
   LedgerMetrics metrics;
   const Server* serving = nullptr;
-  net::MetricsServer metrics_server(
-      &loop, &logger, config.metrics_host, config.metrics_port,
-      [&ledger, &metrics, &clock, &config, &serving] {
-        LedgerGauges gauges = ledgerGauges(ledger, clock.nowMs());
-        gauges.store_bytes = storeBytes(config.data_dir);
-        gauges.connections = serving != nullptr ? serving->connections() : 0;
-        return metrics.render(gauges);
-      });
+  net::MetricsServer metrics_server(&loop, &logger, config.metrics_host, config.metrics_port,
+                                    [&ledger, &metrics, &clock, &config, &serving] {
+                                      LedgerGauges gauges = ledgerGauges(ledger, clock.nowMs());
+                                      gauges.store_bytes = storeBytes(config.data_dir);
+                                      gauges.connections =
+                                          serving != nullptr ? serving->connections() : 0;
+                                      return metrics.render(gauges);
+                                    });
   bool metrics_started = false;
   Signals signals;
   auto close_signals = [&signals, &metrics_server, &metrics_started] {
@@ -310,8 +310,8 @@ int run(const LedgerConfig& config) {
                           {"signing_key_id", key_id},
                           {"active_generation", ledger.accounts().activeGeneration()}});
     if (config.ready_fd > 2) {
-      const std::string line = "ready " + std::to_string(server.port()) + " " +
-                               std::to_string(metrics_port) + "\n";
+      const std::string line =
+          "ready " + std::to_string(server.port()) + " " + std::to_string(metrics_port) + "\n";
       if (::write(config.ready_fd, line.data(), line.size()) < 0) {
         logger.warn("ready_fd_write_failed", {{"error", std::strerror(errno)}});
       }

@@ -11,12 +11,12 @@ namespace {
 
 // By the index of wire::RequestBody's alternatives.
 constexpr const char* kOpNames[] = {
-    "unknown",         "reserve",       "start",         "settle",
-    "release",         "query",         "mark_unknown",  "report_operation",
-    "audit",           "health",        "publish_policy", "rollback_policy",
-    "show_policy",     "enroll_gateway", "list_gateways", "set_gateway_enabled",
-    "shard_issue",     "shard_report",  "shard_status",  "list_shards",
-    "revoke_shards",   "write_off_shard"};
+    "unknown",       "reserve",        "start",          "settle",
+    "release",       "query",          "mark_unknown",   "report_operation",
+    "audit",         "health",         "publish_policy", "rollback_policy",
+    "show_policy",   "enroll_gateway", "list_gateways",  "set_gateway_enabled",
+    "shard_issue",   "shard_report",   "shard_status",   "list_shards",
+    "revoke_shards", "write_off_shard"};
 static_assert(std::size(kOpNames) == std::variant_size_v<wire::RequestBody>);
 
 std::string outcomeOf(const wire::ResponseBody& response) {
@@ -121,10 +121,10 @@ std::string LedgerMetrics::render(const LedgerGauges& g) const {
   promHeader(&out, "tally_ledger_reservations", "gauge",
              "Reservations kept, by state (terminal ones until compacted after retention).");
   for (int state = 0; state < kReservationStateCount; ++state) {
-    promSample(&out, "tally_ledger_reservations",
-               std::string("state=\"") +
-                   reservationStateName(static_cast<ReservationState>(state)) + "\"",
-               count(g.reservations[static_cast<size_t>(state)]));
+    promSample(
+        &out, "tally_ledger_reservations",
+        std::string("state=\"") + reservationStateName(static_cast<ReservationState>(state)) + "\"",
+        count(g.reservations[static_cast<size_t>(state)]));
   }
   promHeader(&out, "tally_ledger_shards", "gauge", "Emergency shards, by state.");
   for (int state = 0; state < kShardStateCount; ++state) {

@@ -39,8 +39,8 @@ LedgerGauges ledgerGauges(const Ledger& ledger, uint64_t now_ms);
 class LedgerMetrics {
  public:
   // Requests per committed batch.
-  static constexpr std::array<uint64_t, 12> kBatchBuckets = {1,   2,   4,    8,    16,   32,
-                                                             64,  128, 256,  512,  1024, 4096};
+  static constexpr std::array<uint64_t, 12> kBatchBuckets = {1,  2,   4,   8,   16,   32,
+                                                             64, 128, 256, 512, 1024, 4096};
 
   // One answer: by op and outcome; a rejected reserve also by its limiting dimension.
   void countRequest(const wire::RequestBody& request, const wire::ResponseBody& response);
@@ -61,8 +61,7 @@ class LedgerMetrics {
   net::PromHistogram<kBatchBuckets.size()> batch_requests_{.bounds = kBatchBuckets};
   net::PromHistogram<net::kLatencyBucketsUs.size()> commit_latency_{.bounds =
                                                                         net::kLatencyBucketsUs};
-  net::PromHistogram<net::kLatencyBucketsUs.size()> store_commit_{.bounds =
-                                                                      net::kLatencyBucketsUs};
+  net::PromHistogram<net::kLatencyBucketsUs.size()> store_commit_{.bounds = net::kLatencyBucketsUs};
   uint64_t audits_ = 0;
   bool audit_conserved_ = true;
   uint64_t audit_violations_ = 0;

@@ -165,8 +165,8 @@ void Server::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
     response.body = dispatch(decoded.body.value(), clock_->nowMs());
   }
   if (options_.metrics != nullptr) {
-    options_.metrics->countRequest(
-        decoded.body.isOk() ? decoded.body.value() : wire::RequestBody{}, response.body);
+    options_.metrics->countRequest(decoded.body.isOk() ? decoded.body.value() : wire::RequestBody{},
+                                   response.body);
   }
   enqueueReply(connection, response);
 }
@@ -184,7 +184,8 @@ void Server::onBadFrame(net::FramedStream* stream, const Status& status) {
 
 void Server::onLost(net::FramedStream* stream, const Status& status) {
   if (status.code() != StatusCode::kUnavailable) {  // unavailable: the client closed
-    logger_->debug("connection_error", {{"connection", stream->id()}, {"error", status.toString()}});
+    logger_->debug("connection_error",
+                   {{"connection", stream->id()}, {"error", status.toString()}});
   }
 }
 

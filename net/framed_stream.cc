@@ -58,7 +58,8 @@ uv_stream_t* FramedStream::stream() {
 
 Status FramedStream::init() {
   TALLY_ASSERT(!initialized_);
-  const int rc = kind_ == StreamKind::kTcp ? uv_tcp_init(loop_, &tcp_) : uv_pipe_init(loop_, &pipe_, 0);
+  const int rc =
+      kind_ == StreamKind::kTcp ? uv_tcp_init(loop_, &tcp_) : uv_pipe_init(loop_, &pipe_, 0);
   if (rc != 0) return uvStatus(kind_ == StreamKind::kTcp ? "uv_tcp_init" : "uv_pipe_init", rc);
   initialized_ = true;
   return Status::ok();
@@ -115,10 +116,10 @@ void FramedStream::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* bu
   }
   if (nread == 0 || self->closing_) return;
   self->decoded_.clear();
-  const Status status = self->decoder_.feed(
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(buf->base),
-                               static_cast<size_t>(nread)),
-      &self->decoded_);
+  const Status status =
+      self->decoder_.feed(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(buf->base),
+                                                   static_cast<size_t>(nread)),
+                          &self->decoded_);
   for (wire::Frame& frame : self->decoded_) self->held_.push_back(std::move(frame));
   if (!status.isOk()) {
     self->framing_lost_ = true;

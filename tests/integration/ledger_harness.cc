@@ -105,12 +105,11 @@ Status LedgerInstance::start() {
     return Status::failedPrecondition("ledger already running");
   }
   ++starts_;
-  process_ =
-      std::make_unique<Process>(binaryPath("tally-ledger"),
-                                std::vector<std::string>{"--data-dir", data_dir_, "--listen",
-                                                         "127.0.0.1:0", "--metrics", "127.0.0.1:0",
-                                                         "--log-level", "info"},
-                                log_path_);
+  process_ = std::make_unique<Process>(
+      binaryPath("tally-ledger"),
+      std::vector<std::string>{"--data-dir", data_dir_, "--listen", "127.0.0.1:0", "--metrics",
+                               "127.0.0.1:0", "--log-level", "info"},
+      log_path_);
   const int port = process_->waitReady(kReadyTimeoutMs);
   if (port <= 0) {
     process_->kill9();

@@ -42,19 +42,17 @@ TEST_F(LedgerServiceTest, MetricsEndpointCountsRequestsCommitsDebtAndTheAudit) {
   EXPECT_EQ(call(makeReserve({.id = "small", .units = 100})).code, ReplyCode::kOk);
   EXPECT_EQ(call(StartRequest{.reservation_id = "small", .operation_id = "op-small"}).code,
             ReplyCode::kOk);
-  EXPECT_EQ(call(SettleRequest{.reservation_id = "small",
-                               .operation_id = "op-small",
-                               .actual_units = 60})
-                .receipt.state,
-            ReservationState::kSettled);
+  EXPECT_EQ(
+      call(SettleRequest{.reservation_id = "small", .operation_id = "op-small", .actual_units = 60})
+          .receipt.state,
+      ReservationState::kSettled);
   EXPECT_EQ(call(makeReserve({.id = "rest", .units = 940})).code, ReplyCode::kOk);
   EXPECT_EQ(call(StartRequest{.reservation_id = "rest", .operation_id = "op-rest"}).code,
             ReplyCode::kOk);
-  EXPECT_EQ(call(SettleRequest{.reservation_id = "rest",
-                               .operation_id = "op-rest",
-                               .actual_units = 1000})
-                .receipt.state,
-            ReservationState::kSettledWithDebt);
+  EXPECT_EQ(
+      call(SettleRequest{.reservation_id = "rest", .operation_id = "op-rest", .actual_units = 1000})
+          .receipt.state,
+      ReservationState::kSettledWithDebt);
   const ReservationReply refused = call(makeReserve({.id = "refused", .units = 1}));
   EXPECT_EQ(refused.receipt.state, ReservationState::kRejected);
   EXPECT_EQ(refused.receipt.limiting_dimension, LimitingDimension::kDebt);
