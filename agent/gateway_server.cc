@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -15,48 +14,21 @@
 
 namespace tally::agent {
 
-// One gateway connection. Lives in GatewayServer::connections_ from accept to its close callback.
-class GatewayServer::Connection {
+// One gateway connection: a framed pipe stream and its peer's credentials. Lives in
+// GatewayServer::connections_ from accept to its close callback.
+class GatewayServer::Connection final : public net::FramedStream {
  public:
-  Connection(GatewayServer* server, uint64_t id, uint64_t frame_bytes_max)
-      : server_(server), id_(id), decoder_({.frame_bytes_max = frame_bytes_max}) {
-    pipe_.data = this;
-  }
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
+  using FramedStream::FramedStream;
 
-  uv_stream_t* stream() { return reinterpret_cast<uv_stream_t*>(&pipe_); }
-
-  GatewayServer* server_;
-  uint64_t id_;
-  uv_pipe_t pipe_{};
-  wire::FrameDecoder decoder_;
-  std::vector<uint8_t> out_;  // framed replies not yet handed to uv_write
-  uint64_t unanswered_ = 0;   // requests handed to the handler, not answered yet
-  bool reading_ = false;
-  bool closing_ = false;
-  bool shutting_down_ = false;
-  bool close_after_flush_ = false;
-  std::string refusal_;  // non-empty: the peer is not allowed
+  bool dirty_ = false;              // listed in dirty_: has reply bytes to flush
+  bool close_after_flush_ = false;  // shut down once the queued replies are flushed
+  std::string refusal_;             // non-empty: the peer is not allowed
   uint32_t uid_ = 0;
   uint32_t gid_ = 0;
   int32_t pid_ = 0;
 };
 
 namespace {
-
-struct WriteRequest {
-  uv_write_t req{};
-  std::vector<uint8_t> bytes;
-  GatewayServer* server = nullptr;
-  uint64_t connection_id = 0;
-};
-
-constexpr size_t kReadBufferBytes = 64 * 1024;
-std::array<char, kReadBufferBytes>& readBuffer() {
-  static std::array<char, kReadBufferBytes> buffer;
-  return buffer;
-}
 
 // Whether some process accepts connections on the socket file at `path`.
 bool someoneListens(const std::string& path) {
@@ -167,40 +139,46 @@ void GatewayServer::onConnection(uv_stream_t* listener, int status) {
 
 void GatewayServer::accept() {
   const uint64_t id = next_connection_id_++;
-  auto connection = std::make_unique<Connection>(this, id, options_.frame_bytes_max);
-  if (int rc = uv_pipe_init(loop_, &connection->pipe_, 0); rc != 0) {
-    logger_->error("accept_failed", {{"error", uv_strerror(rc)}});
+  net::StreamHandler* handler = this;  // a private base: converted here, not in make_unique
+  auto connection = std::make_unique<Connection>(
+      loop_, net::StreamKind::kPipe, handler,
+      net::StreamLimits{.frame_bytes_max = options_.frame_bytes_max,
+                        .write_queue_bytes_max = options_.write_queue_bytes_max,
+                        .pending_replies_max = options_.pending_replies_per_connection_max},
+      id);
+  if (Status s = connection->init(); !s.isOk()) {
+    logger_->error("accept_failed", {{"error", s.toString()}});
     return;
   }
   Connection* raw = connection.get();
   connections_.emplace(id, std::move(connection));
   ++open_handles_;
-  if (int rc = uv_accept(reinterpret_cast<uv_stream_t*>(&listener_), raw->stream()); rc != 0) {
-    logger_->warn("accept_failed", {{"error", uv_strerror(rc)}});
-    closeConnection(raw);
+  if (Status s = raw->accept(reinterpret_cast<uv_stream_t*>(&listener_)); !s.isOk()) {
+    logger_->warn("accept_failed", {{"error", s.toString()}});
+    raw->close();
     return;
   }
   if (stopping_ || connections_.size() > options_.connections_max) {
     logger_->warn("connection_refused", {{"reason", stopping_ ? "stopping" : "connections_max"},
                                          {"connections_max", options_.connections_max}});
-    closeConnection(raw);
+    raw->close();
     return;
   }
   if (!checkPeer(raw)) return;  // refused: reading only to answer with the refusal
   logger_->debug("connection_opened",
                  {{"connection", id}, {"uid", raw->uid_}, {"gid", raw->gid_}, {"pid", raw->pid_}});
-  startReading(raw);
+  raw->startReading();
 }
 
 bool GatewayServer::checkPeer(Connection* connection) {
   uv_os_fd_t fd = -1;
   ucred credentials{};
   socklen_t length = sizeof(credentials);
-  if (uv_fileno(reinterpret_cast<uv_handle_t*>(&connection->pipe_), &fd) != 0 ||
+  if (uv_fileno(connection->handle(), &fd) != 0 ||
       ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) != 0) {
     logger_->warn("peer_credentials_unavailable",
-                  {{"connection", connection->id_}, {"error", std::strerror(errno)}});
-    closeConnection(connection);
+                  {{"connection", connection->id()}, {"error", std::strerror(errno)}});
+    connection->close();
     return false;
   }
   connection->uid_ = credentials.uid;
@@ -211,7 +189,7 @@ bool GatewayServer::checkPeer(Connection* connection) {
   }
   const std::string message = "peer uid " + std::to_string(credentials.uid) + " gid " +
                               std::to_string(credentials.gid) + " not allowed";
-  logger_->warn("peer_refused", {{"connection", connection->id_},
+  logger_->warn("peer_refused", {{"connection", connection->id()},
                                  {"uid", connection->uid_},
                                  {"gid", connection->gid_},
                                  {"pid", connection->pid_},
@@ -219,133 +197,103 @@ bool GatewayServer::checkPeer(Connection* connection) {
   // Answered at its first request (under that request's id, so the client sees a clean
   // error rather than a reset), then closed; nothing it sends is dispatched.
   connection->refusal_ = message;
-  startReading(connection);
+  if (!stopping_) connection->startReading();
   return false;
 }
 
-void GatewayServer::startReading(Connection* connection) {
-  if (connection->reading_ || connection->closing_ || connection->shutting_down_ ||
-      connection->close_after_flush_ || stopping_) {
-    return;
-  }
-  auto on_alloc = [](uv_handle_t*, size_t, uv_buf_t* buf) {
-    buf->base = readBuffer().data();
-    buf->len = readBuffer().size();
-  };
-  auto on_read = [](uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
-    auto* conn = static_cast<Connection*>(stream->data);
-    GatewayServer* server = conn->server_;
-    if (nread < 0) {
-      if (nread != UV_EOF) {
-        server->logger_->debug("connection_error",
-                               {{"connection", conn->id_}, {"error", uv_strerror(nread)}});
-      }
-      server->closeConnection(conn);
-      return;
-    }
-    if (nread == 0) return;
-    if (!conn->refusal_.empty()) {
-      server->refuse(conn, buf, nread);
-      return;
-    }
-    std::vector<wire::Frame> frames;
-    const Status status =
-        conn->decoder_.feed(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(buf->base),
-                                                     static_cast<size_t>(nread)),
-                            &frames);
-    server->onFrames(conn, &frames);
-    if (!status.isOk() && !conn->closing_) {
-      // Framing is lost: answer once, then close this connection only.
-      server->logger_->warn(
-          "bad_frame",
-          {{"connection", conn->id_}, {"uid", conn->uid_}, {"error", status.toString()}});
-      server->queueReply(conn,
-                         wire::Response{.request_id = 0, .body = wire::errorReplyFor(status)});
-      (void)uv_read_stop(stream);
-      conn->reading_ = false;
-      conn->close_after_flush_ = true;
-    }
-  };
-  if (int rc = uv_read_start(connection->stream(), on_alloc, on_read); rc != 0) {
-    logger_->warn("read_start_failed", {{"error", uv_strerror(rc)}});
-    closeConnection(connection);
-    return;
-  }
-  connection->reading_ = true;
-}
-
-void GatewayServer::refuse(Connection* connection, const uv_buf_t* buf, ssize_t nread) {
-  std::vector<wire::Frame> frames;
-  (void)connection->decoder_.feed(
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(buf->base),
-                               static_cast<size_t>(nread)),
-      &frames);
-  uint64_t request_id = 0;
-  if (!frames.empty()) request_id = wire::decodeRequest(frames.front()).request_id.value_or(0);
+void GatewayServer::refuse(Connection* connection, uint64_t request_id) {
   queueReply(connection,
              wire::Response{.request_id = request_id,
                             .body = wire::ErrorReply{.code = wire::ErrorCode::kPermissionDenied,
                                                      .message = connection->refusal_}});
-  (void)uv_read_stop(connection->stream());
-  connection->reading_ = false;
+  connection->stopReading();
   connection->close_after_flush_ = true;
 }
 
-void GatewayServer::onFrames(Connection* connection, std::vector<wire::Frame>* frames) {
-  const uint64_t connection_id = connection->id_;
-  for (const wire::Frame& frame : *frames) {
-    wire::DecodedRequest decoded = wire::decodeRequest(frame);
-    const uint64_t request_id = decoded.request_id.value_or(0);
-    if (!decoded.body.isOk()) {
-      logger_->warn("bad_request", {{"connection", connection_id},
-                                    {"uid", connection->uid_},
-                                    {"error", decoded.body.status().toString()}});
-      queueReply(connection, wire::Response{.request_id = request_id,
-                                            .body = wire::errorReplyFor(decoded.body.status())});
-      continue;
-    }
-    ++in_flight_;
-    ++connection->unanswered_;
-    // The handler may answer synchronously; the connection outlives this loop (it is closed
-    // only from callbacks of later loop phases).
-    handler_(std::move(decoded.body).value(),
-             [this, connection_id, request_id, answered = false](wire::ResponseBody body) mutable {
-               TALLY_ASSERT(!answered);
-               answered = true;
-               answer(connection_id, request_id, std::move(body));
-             });
+void GatewayServer::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
+  auto* connection = static_cast<Connection*>(stream);
+  wire::DecodedRequest decoded = wire::decodeRequest(frame);
+  const uint64_t request_id = decoded.request_id.value_or(0);
+  if (!connection->refusal_.empty()) {
+    refuse(connection, request_id);  // nothing a refused peer sends is dispatched
+    return;
   }
-  if (connection->unanswered_ >= options_.pending_replies_per_connection_max &&
-      connection->reading_) {
-    (void)uv_read_stop(connection->stream());  // push back until answers drain
-    connection->reading_ = false;
+  if (!decoded.body.isOk()) {
+    logger_->warn("bad_request", {{"connection", connection->id()},
+                                  {"uid", connection->uid_},
+                                  {"error", decoded.body.status().toString()}});
+    queueReply(connection, wire::Response{.request_id = request_id,
+                                          .body = wire::errorReplyFor(decoded.body.status())});
+    return;
   }
+  ++in_flight_;
+  connection->addPending(1, 0);
+  // The handler may answer synchronously; the connection outlives this call (it is freed only
+  // by its close callback, in a later loop phase).
+  handler_(std::move(decoded.body).value(), [this, connection_id = connection->id(), request_id,
+                                             answered = false](wire::ResponseBody body) mutable {
+    TALLY_ASSERT(!answered);
+    answered = true;
+    answer(connection_id, request_id, std::move(body));
+  });
+}
+
+void GatewayServer::onBadFrame(net::FramedStream* stream, const Status& status) {
+  auto* connection = static_cast<Connection*>(stream);
+  if (!connection->refusal_.empty()) {
+    refuse(connection, 0);
+    return;
+  }
+  // Framing is lost (the stream has stopped reading): answer once, then close this connection.
+  logger_->warn(
+      "bad_frame",
+      {{"connection", connection->id()}, {"uid", connection->uid_}, {"error", status.toString()}});
+  queueReply(connection, wire::Response{.request_id = 0, .body = wire::errorReplyFor(status)});
+  connection->close_after_flush_ = true;
+}
+
+void GatewayServer::onLost(net::FramedStream* stream, const Status& status) {
+  if (status.code() != StatusCode::kUnavailable) {  // unavailable: the peer closed
+    logger_->debug("connection_error",
+                   {{"connection", stream->id()}, {"error", status.toString()}});
+  }
+}
+
+void GatewayServer::onClosed(net::FramedStream* stream) {
+  logger_->debug("connection_closed", {{"connection", stream->id()}});
+  --open_handles_;
+  std::erase(dirty_, stream->id());
+  connections_.erase(stream->id());  // frees the stream
+  maybeFinishStop();
 }
 
 void GatewayServer::answer(uint64_t connection_id, uint64_t request_id, wire::ResponseBody body) {
   TALLY_ASSERT(in_flight_ > 0);
   --in_flight_;
   auto it = connections_.find(connection_id);
-  if (it != connections_.end() && !it->second->closing_) {
+  if (it != connections_.end() && !it->second->closing()) {
     Connection* connection = it->second.get();
-    TALLY_ASSERT(connection->unanswered_ > 0);
-    --connection->unanswered_;
+    TALLY_ASSERT(connection->pendingReplies() > 0);
     queueReply(connection, wire::Response{.request_id = request_id, .body = std::move(body)});
+    connection->settlePending(1, 0);  // after queueing: the reply's bytes count from now on
   }
   if (stopping_) maybeFinishStop();
 }
 
 void GatewayServer::queueReply(Connection* connection, const wire::Response& response) {
-  if (connection->out_.empty()) dirty_.push_back(connection->id_);
+  if (!connection->dirty_) {
+    connection->dirty_ = true;
+    dirty_.push_back(connection->id());
+  }
   // Encoded straight into the connection's buffer (unchanged if the reply is too large).
-  const Status status = wire::encodeResponseFrameInto(response, &connection->out_,
+  const Status status = wire::encodeResponseFrameInto(response, connection->output(),
                                                       limits::kFrameBytesMaxDefault, &scratch_);
   if (!status.isOk()) {
     const Status fallback = wire::encodeResponseFrameInto(
         wire::Response{.request_id = response.request_id,
                        .body = wire::ErrorReply{.code = wire::ErrorCode::kInternal,
                                                 .message = "reply too large: " + status.message()}},
-        &connection->out_, limits::kFrameBytesMaxDefault, &scratch_);
+        connection->output(), limits::kFrameBytesMaxDefault, &scratch_);
     TALLY_ASSERT(fallback.isOk());
   }
 }
@@ -368,98 +316,10 @@ void GatewayServer::flushAll() {
 }
 
 void GatewayServer::flush(Connection* connection) {
-  if (connection->closing_) return;
-  if (!connection->out_.empty()) {
-    // Straight to the socket when nothing is queued before it: no write request, no callback
-    // and no epoll_ctl in the next iteration. What does not fit goes through uv_write.
-    uv_buf_t direct = uv_buf_init(reinterpret_cast<char*>(connection->out_.data()),
-                                  static_cast<unsigned>(connection->out_.size()));
-    const int written = uv_try_write(connection->stream(), &direct, 1);
-    if (written < 0 && written != UV_EAGAIN) {
-      closeConnection(connection);
-      return;
-    }
-    if (written > 0) {
-      connection->out_.erase(connection->out_.begin(), connection->out_.begin() + written);
-    }
-  }
-  if (connection->out_.empty()) {
-    maybeResume(connection);
-  } else {
-    auto request = std::make_unique<WriteRequest>();
-    request->bytes = std::exchange(connection->out_, {});
-    request->server = this;
-    request->connection_id = connection->id_;
-    request->req.data = request.get();
-    uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(request->bytes.data()),
-                               static_cast<unsigned>(request->bytes.size()));
-    auto on_written = [](uv_write_t* req, int status) {
-      std::unique_ptr<WriteRequest> owned(static_cast<WriteRequest*>(req->data));
-      GatewayServer* server = owned->server;
-      auto found = server->connections_.find(owned->connection_id);
-      if (found == server->connections_.end()) return;
-      Connection* conn = found->second.get();
-      if (status != 0) {
-        server->closeConnection(conn);
-        return;
-      }
-      server->maybeResume(conn);
-    };
-    if (int rc = uv_write(&request->req, connection->stream(), &buf, 1, on_written); rc != 0) {
-      closeConnection(connection);
-      return;
-    }
-    request.release();  // owned by the write callback now
-    if (uv_stream_get_write_queue_size(connection->stream()) >= options_.write_queue_bytes_max &&
-        connection->reading_) {
-      (void)uv_read_stop(connection->stream());
-      connection->reading_ = false;
-    }
-  }
-  if (connection->close_after_flush_) shutdownThenClose(connection);
-}
-
-void GatewayServer::maybeResume(Connection* connection) {
-  if (!connection->reading_ && !connection->closing_ &&
-      connection->unanswered_ < options_.pending_replies_per_connection_max &&
-      uv_stream_get_write_queue_size(connection->stream()) < options_.write_queue_bytes_max) {
-    startReading(connection);
-  }
-}
-
-void GatewayServer::closeConnection(Connection* connection) {
-  if (connection->closing_) return;
-  connection->closing_ = true;
-  connection->reading_ = false;
-  uv_close(reinterpret_cast<uv_handle_t*>(&connection->pipe_), [](uv_handle_t* handle) {
-    auto* conn = static_cast<Connection*>(handle->data);
-    GatewayServer* server = conn->server_;
-    server->logger_->debug("connection_closed", {{"connection", conn->id_}});
-    --server->open_handles_;
-    server->connections_.erase(conn->id_);  // frees conn
-    server->maybeFinishStop();
-  });
-}
-
-void GatewayServer::shutdownThenClose(Connection* connection) {
-  if (connection->closing_ || connection->shutting_down_) return;
-  connection->shutting_down_ = true;
-  if (connection->reading_) {
-    (void)uv_read_stop(connection->stream());
-    connection->reading_ = false;
-  }
-  auto shutdown = std::make_unique<uv_shutdown_t>();
-  shutdown->data = connection;
-  const int rc = uv_shutdown(shutdown.get(), connection->stream(), [](uv_shutdown_t* req, int) {
-    std::unique_ptr<uv_shutdown_t> owned(req);
-    auto* conn = static_cast<Connection*>(owned->data);
-    conn->server_->closeConnection(conn);
-  });
-  if (rc != 0) {
-    closeConnection(connection);
-    return;
-  }
-  (void)shutdown.release();  // owned by the shutdown callback now
+  connection->dirty_ = false;
+  if (connection->closing()) return;
+  connection->flush();
+  if (connection->close_after_flush_) connection->shutdownThenClose();
 }
 
 void GatewayServer::closeHandle(uv_handle_t* handle) {
@@ -482,12 +342,7 @@ void GatewayServer::stop(std::function<void()> on_stopped) {
       bound_path_ = false;
     }
   }
-  for (auto& [id, connection] : connections_) {
-    if (connection->reading_) {
-      (void)uv_read_stop(connection->stream());
-      connection->reading_ = false;
-    }
-  }
+  for (auto& [id, connection] : connections_) connection->stopReading();
   if (drain_timer_open_) {
     (void)uv_timer_start(&drain_timer_, onDrainDeadline, options_.drain_timeout_ms, 0);
   }
@@ -504,7 +359,7 @@ void GatewayServer::onDrainDeadline(uv_timer_t* timer) {
   server->closing_connections_ = true;
   std::vector<Connection*> open;
   for (auto& [id, connection] : server->connections_) open.push_back(connection.get());
-  for (Connection* connection : open) server->closeConnection(connection);
+  for (Connection* connection : open) connection->close();
   server->maybeFinishStop();
 }
 
@@ -516,7 +371,7 @@ void GatewayServer::maybeFinishStop() {
     flushAll();
     std::vector<Connection*> open;
     for (auto& [id, connection] : connections_) open.push_back(connection.get());
-    for (Connection* connection : open) shutdownThenClose(connection);
+    for (Connection* connection : open) connection->shutdownThenClose();
   }
   if (!connections_.empty()) return;
   finishStop();

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "core/limits.h"
 #include "core/status.h"
+#include "net/framed_stream.h"
 #include "wire/codec.h"
 #include "wire/frame.h"
 
@@ -25,8 +26,9 @@
 //  * Frames are decoded as in the ledger server: pipelined requests, each answered under its
 //    own id (answers may come back in any order); a request that does not decode gets an
 //    ErrorReply; a framing error gets one ErrorReply and the connection is closed after it.
-//  * Back-pressure: a connection with pending_replies_per_connection_max unanswered requests,
-//    or more than write_queue_bytes_max unsent reply bytes, is not read until it drains.
+//  * Back-pressure (net/framed_stream.h): a connection with pending_replies_per_connection_max
+//    unanswered requests, or more than write_queue_bytes_max unsent reply bytes, is neither read
+//    nor served until it drains.
 //
 // Every decoded request is handed to the RequestHandler with a Respond callback that must be
 // called exactly once, on the loop thread, possibly later; answering a connection that has gone
@@ -42,9 +44,9 @@ struct GatewayServerOptions {
   std::vector<uint32_t> allowed_uids;
   std::vector<uint32_t> allowed_gids;
   uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
-  uint64_t connections_max = 4096;
+  uint64_t connections_max = limits::kConnectionsPerServerMax;
   uint64_t pending_replies_per_connection_max = limits::kRequestsInFlightPerConnectionMax;
-  uint64_t write_queue_bytes_max = 16u << 20;
+  uint64_t write_queue_bytes_max = limits::kWriteQueueBytesPerConnectionMax;
   uint64_t drain_timeout_ms = 5'000;  // on stop, connections get this long for their answers
 };
 
@@ -55,7 +57,7 @@ using RequestHandler = std::function<void(wire::RequestBody body, Respond respon
 bool peerAllowed(uint32_t uid, uint32_t gid, const std::vector<uint32_t>& allowed_uids,
                  const std::vector<uint32_t>& allowed_gids);
 
-class GatewayServer {
+class GatewayServer : private net::StreamHandler {
  public:
   GatewayServer(uv_loop_t* loop, Logger* logger, GatewayServerOptions options,
                 RequestHandler handler);
@@ -82,16 +84,16 @@ class GatewayServer {
   Status listenOnPath();
   void accept();
   bool checkPeer(Connection* connection);
-  void startReading(Connection* connection);
-  void onFrames(Connection* connection, std::vector<wire::Frame>* frames);
-  void refuse(Connection* connection, const uv_buf_t* buf, ssize_t nread);
+  // net::StreamHandler, for every connection.
+  void onFrame(net::FramedStream* stream, wire::Frame&& frame) override;
+  void onBadFrame(net::FramedStream* stream, const Status& status) override;
+  void onLost(net::FramedStream* stream, const Status& status) override;
+  void onClosed(net::FramedStream* stream) override;
+  void refuse(Connection* connection, uint64_t request_id);
   void answer(uint64_t connection_id, uint64_t request_id, wire::ResponseBody body);
   void queueReply(Connection* connection, const wire::Response& response);
   void flushAll();
   void flush(Connection* connection);
-  void maybeResume(Connection* connection);
-  void closeConnection(Connection* connection);
-  void shutdownThenClose(Connection* connection);
   void closeHandle(uv_handle_t* handle);
   void maybeFinishStop();
   void finishStop();

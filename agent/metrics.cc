@@ -1,34 +1,23 @@
 #include "agent/metrics.h"
 
-#include <cctype>
-#include <cstdio>
 #include <type_traits>
 #include <variant>
 
 namespace tally::agent {
 namespace {
 
-std::string seconds(uint64_t us) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), "%.6g", static_cast<double>(us) / 1e6);
-  return buffer;
-}
+using net::promHeader;
+using net::promSample;
+using net::promSeconds;
 
 void header(std::string* out, const char* name, const char* type, const char* help) {
-  *out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  promHeader(out, name, type, help);
 }
-
 void sample(std::string* out, const std::string& name, const std::string& labels,
             const std::string& value) {
-  *out += name;
-  if (!labels.empty()) *out += "{" + labels + "}";
-  *out += " " + value + "\n";
+  promSample(out, name, labels, value);
 }
-
-std::string lower(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
+std::string seconds(uint64_t us) { return promSeconds(us); }
 
 }  // namespace
 
@@ -64,33 +53,11 @@ Op opFor(const wire::RequestBody& body) {
       body);
 }
 
-std::string outcomeLabel(const wire::ResponseBody& body) {
-  if (const auto* reply = std::get_if<ReservationReply>(&body)) {
-    if (reply->code == ReplyCode::kOk && reply->receipt.state == ReservationState::kRejected) {
-      return "rejected";
-    }
-    return lower(replyCodeName(reply->code));
-  }
-  if (const auto* error = std::get_if<wire::ErrorReply>(&body)) {
-    return std::string("error_") + wire::errorCodeName(error->code);
-  }
-  if (const auto* policy = std::get_if<wire::PolicyAnswer>(&body)) {
-    return lower(replyCodeName(policy->reply.code));
-  }
-  return "ok";
-}
-
 void AgentMetrics::countRequest(Op op, const std::string& outcome, uint64_t duration_us) {
   ++requests_[{opName(op), outcome}];
   Histogram& histogram = durations_[static_cast<size_t>(op)];
-  ++histogram.count;
-  histogram.sum_us += duration_us;
-  for (size_t i = 0; i < kBucketsUs.size(); ++i) {
-    if (duration_us <= kBucketsUs[i]) {
-      ++histogram.buckets[i];
-      break;
-    }
-  }
+  if (histogram.count == 0) histogram.bounds = kBucketsUs;
+  histogram.observe(duration_us);
 }
 
 void AgentMetrics::countRejection(LimitingDimension dimension) {
@@ -165,20 +132,8 @@ std::string AgentMetrics::render(const GaugeSnapshot& g) const {
   for (size_t op = 0; op < kOpCount; ++op) {
     const Histogram& h = durations_[op];
     if (h.count == 0) continue;
-    const std::string name = opName(static_cast<Op>(op));
-    uint64_t cumulative = 0;
-    for (size_t i = 0; i < kBucketsUs.size(); ++i) {
-      cumulative += h.buckets[i];
-      sample(&out, "tally_agent_request_duration_seconds_bucket",
-             "op=\"" + name + "\",le=\"" + seconds(kBucketsUs[i]) + "\"",
-             std::to_string(cumulative));
-    }
-    sample(&out, "tally_agent_request_duration_seconds_bucket", "op=\"" + name + "\",le=\"+Inf\"",
-           std::to_string(h.count));
-    sample(&out, "tally_agent_request_duration_seconds_sum", "op=\"" + name + "\"",
-           seconds(h.sum_us));
-    sample(&out, "tally_agent_request_duration_seconds_count", "op=\"" + name + "\"",
-           std::to_string(h.count));
+    h.render(&out, "tally_agent_request_duration_seconds",
+             "op=\"" + std::string(opName(static_cast<Op>(op))) + "\"", true);
   }
   header(&out, "tally_agent_ledger_health", "gauge",
          "Link to the ledger: 0 HEALTHY, 1 DEGRADED, 2 PARTITIONED (or not connected).");

@@ -9,6 +9,7 @@
 
 #include "core/link_health.h"
 #include "core/types.h"
+#include "net/prometheus.h"
 #include "wire/codec.h"
 
 // tally-agent's metrics, rendered in the Prometheus text exposition format (version 0.0.4).
@@ -32,9 +33,8 @@ inline constexpr size_t kOpCount = 9;
 const char* opName(Op op);
 Op opFor(const wire::RequestBody& body);
 
-// The outcome label of one answer: the reply code ("ok", "rejected", "queued", …) or
-// "error_<code>" for an ErrorReply.
-std::string outcomeLabel(const wire::ResponseBody& body);
+// The outcome label of one answer (net/prometheus.h, shared with tally-ledger).
+using net::outcomeLabel;
 
 struct GaugeSnapshot {
   LinkHealth health = LinkHealth::kHealthy;
@@ -58,9 +58,7 @@ struct GaugeSnapshot {
 class AgentMetrics {
  public:
   // Upper bounds of the request-duration histogram buckets, in microseconds.
-  static constexpr std::array<uint64_t, 15> kBucketsUs = {
-      100,    250,     500,     1'000,   2'500,     5'000,     10'000,   25'000,
-      50'000, 100'000, 250'000, 500'000, 1'000'000, 2'500'000, 5'000'000};
+  static constexpr std::array<uint64_t, 15> kBucketsUs = net::kLatencyBucketsUs;
 
   void countRequest(Op op, const std::string& outcome, uint64_t duration_us);
   void countRejection(LimitingDimension dimension);
@@ -86,11 +84,7 @@ class AgentMetrics {
  private:
   void renderShards(std::string* out, const GaugeSnapshot& gauges) const;
 
-  struct Histogram {
-    std::array<uint64_t, kBucketsUs.size()> buckets{};  // non-cumulative
-    uint64_t count = 0;
-    uint64_t sum_us = 0;
-  };
+  using Histogram = net::PromHistogram<kBucketsUs.size()>;
 
   std::map<std::pair<std::string, std::string>, uint64_t> requests_;  // (op, outcome)
   std::map<std::string, uint64_t> rejections_;                        // dimension

@@ -13,13 +13,6 @@
 
 namespace tally::bench {
 
-// One uv_write: the bytes live here until the write callback.
-struct Connection::WriteRequest {
-  uv_write_t request{};
-  std::vector<uint8_t> bytes;
-  Connection* connection = nullptr;
-};
-
 namespace {
 
 Status uvError(const std::string& what, int rc) {
@@ -33,20 +26,22 @@ Connection::Connection(uv_loop_t* loop, ConnectionListener* listener, uint64_t i
 
 Connection::~Connection() { TALLY_ASSERT(closed()); }
 
-uv_stream_t* Connection::stream() {
-  return kind_ == Endpoint::Kind::kTcp ? reinterpret_cast<uv_stream_t*>(&tcp_)
-                                       : reinterpret_cast<uv_stream_t*>(&pipe_);
+Status Connection::openStream(net::StreamKind kind) {
+  net::StreamHandler* handler = this;  // a private base: converted here, not in make_unique
+  stream_ = std::make_unique<net::FramedStream>(loop_, kind, handler,
+                                                net::StreamLimits{.backpressure = false}, index_);
+  if (Status s = stream_->init(); !s.isOk()) return Status::unavailable(s.message());
+  ++open_handles_;
+  return Status::ok();
 }
 
 Status Connection::connect(const Endpoint& endpoint) {
   TALLY_ASSERT(!initialized_);
-  kind_ = endpoint.kind;
-  connect_request_.data = this;
   if (int rc = uv_prepare_init(loop_, &prepare_); rc != 0) return uvError("uv_prepare_init", rc);
   initialized_ = true;
   ++open_handles_;
   prepare_.data = this;
-  if (kind_ == Endpoint::Kind::kTcp) return connectTcp(endpoint);
+  if (endpoint.kind == Endpoint::Kind::kTcp) return connectTcp(endpoint);
   connectUnix(endpoint);
   return failure_;
 }
@@ -71,15 +66,13 @@ Status Connection::connectTcp(const Endpoint& endpoint) {
     close();
     return failure_;
   }
-  if (int rc = uv_tcp_init(loop_, &tcp_); rc != 0) {
-    failure_ = uvError("uv_tcp_init", rc);
+  if (Status s = openStream(net::StreamKind::kTcp); !s.isOk()) {
+    failure_ = std::move(s);
     close();
     return failure_;
   }
-  ++open_handles_;
-  tcp_.data = this;
-  if (int rc = uv_tcp_connect(&connect_request_, &tcp_, addresses->ai_addr, onConnect); rc != 0) {
-    failure_ = uvError("connect " + endpoint.name(), rc);
+  if (Status s = stream_->connect(addresses->ai_addr); !s.isOk()) {
+    failure_ = Status::unavailable(s.message() + " (" + endpoint.name() + ")");
     close();
     return failure_;
   }
@@ -87,39 +80,33 @@ Status Connection::connectTcp(const Endpoint& endpoint) {
 }
 
 void Connection::connectUnix(const Endpoint& endpoint) {
-  if (int rc = uv_pipe_init(loop_, &pipe_, 0); rc != 0) {
-    failure_ = uvError("uv_pipe_init", rc);
+  if (Status s = openStream(net::StreamKind::kPipe); !s.isOk()) {
+    failure_ = std::move(s);
     close();
     return;
   }
-  ++open_handles_;
-  pipe_.data = this;
-  // libuv 1.44: uv_pipe_connect reports every failure through the callback.
-  uv_pipe_connect(&connect_request_, &pipe_, endpoint.path.c_str(), onConnect);
+  stream_->connectPipe(endpoint.path.c_str());  // every failure comes through onConnected
 }
 
-void Connection::onConnect(uv_connect_t* request, int status) {
-  auto* self = static_cast<Connection*>(request->data);
-  if (self->closing_) return;  // closed while connecting (UV_ECANCELED)
-  if (status != 0) {
-    self->fail(uvError("connect", status));
+void Connection::onConnected(net::FramedStream*, const Status& status) {
+  if (closing_) return;
+  if (!status.isOk()) {
+    fail(Status::unavailable(status.message()));
     return;
   }
-  if (self->kind_ == Endpoint::Kind::kTcp) {
-    if (int rc = uv_tcp_nodelay(&self->tcp_, 1); rc != 0) {
-      self->fail(uvError("uv_tcp_nodelay", rc));
+  if (stream_->handle()->type == UV_TCP) {
+    if (int rc = uv_tcp_nodelay(stream_->tcp(), 1); rc != 0) {
+      fail(uvError("uv_tcp_nodelay", rc));
       return;
     }
   }
-  if (int rc = uv_read_start(self->stream(), onAlloc, onRead); rc != 0) {
-    self->fail(uvError("uv_read_start", rc));
+  stream_->startReading();  // a failure comes back through onLost
+  if (closing_) return;
+  if (int rc = uv_prepare_start(&prepare_, onPrepare); rc != 0) {
+    fail(uvError("uv_prepare_start", rc));
     return;
   }
-  if (int rc = uv_prepare_start(&self->prepare_, onPrepare); rc != 0) {
-    self->fail(uvError("uv_prepare_start", rc));
-    return;
-  }
-  self->connected_ = true;
+  connected_ = true;
 }
 
 Status Connection::send(wire::RequestBody body, uint64_t tag) {
@@ -129,88 +116,57 @@ Status Connection::send(wire::RequestBody body, uint64_t tag) {
   if (pending_.size() >= limits::kRequestsInFlightPerConnectionMax) {
     return Status::resourceExhausted("too many requests in flight on one connection");
   }
-  if (output_.size() + uv_stream_get_write_queue_size(stream()) >= limits::kWriteQueueBytesMax) {
+  if (stream_->queuedBytes() >= limits::kWriteQueueBytesMax) {
     return Status::resourceExhausted("write queue full");
   }
   const uint64_t request_id = next_request_id_++;
   Result<std::vector<uint8_t>> frame =
       wire::encodeRequestFrame(wire::Request{.request_id = request_id, .body = std::move(body)});
   if (!frame.isOk()) return frame.status();
-  output_.insert(output_.end(), frame.value().begin(), frame.value().end());
+  stream_->write(std::move(frame).value());
   pending_.emplace(request_id, tag);
   return Status::ok();
 }
 
 void Connection::onPrepare(uv_prepare_t* prepare) {
   auto* self = static_cast<Connection*>(prepare->data);
-  if (!self->output_.empty() && !self->closing_) self->flush();
+  if (!self->closing_) self->stream_->flush();  // a write error comes back through onLost
 }
 
-void Connection::flush() {
-  auto write = std::make_unique<WriteRequest>();
-  write->bytes.swap(output_);
-  write->connection = this;
-  write->request.data = write.get();
-  uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(write->bytes.data()),
-                             static_cast<unsigned>(write->bytes.size()));
-  if (int rc = uv_write(&write->request, stream(), &buf, 1, onWrite); rc != 0) {
-    fail(uvError("write", rc));
+void Connection::onFrame(net::FramedStream*, wire::Frame&& frame) {
+  if (closing_) return;
+  Result<wire::Response> response = wire::decodeResponse(frame);
+  if (!response.isOk()) {
+    fail(response.status());
     return;
   }
-  write.release();  // owned by onWrite now
-}
-
-void Connection::onWrite(uv_write_t* request, int status) {
-  std::unique_ptr<WriteRequest> write(static_cast<WriteRequest*>(request->data));
-  if (status != 0 && status != UV_ECANCELED) write->connection->fail(uvError("write", status));
-}
-
-void Connection::onAlloc(uv_handle_t* handle, size_t, uv_buf_t* buf) {
-  auto* self = static_cast<Connection*>(handle->data);
-  buf->base = self->read_buffer_.data();
-  buf->len = self->read_buffer_.size();
-}
-
-void Connection::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
-  auto* self = static_cast<Connection*>(stream->data);
-  if (nread < 0) {
-    self->fail(nread == UV_EOF ? Status::unavailable("the server closed the connection")
-                               : uvError("read", static_cast<int>(nread)));
+  auto it = pending_.find(response.value().request_id);
+  if (it == pending_.end()) {
+    // The server answers a request it could not read under id 0, then closes.
+    const auto* error = std::get_if<wire::ErrorReply>(&response.value().body);
+    fail(Status::corruption(
+        "response to unknown request id " + std::to_string(response.value().request_id) +
+        (error != nullptr
+             ? std::string(": ") + wire::errorCodeName(error->code) + " " + error->message
+             : std::string())));
     return;
   }
-  if (nread == 0 || self->closing_) return;
-  self->frames_.clear();
-  const Status status =
-      self->decoder_.feed(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(buf->base),
-                                                   static_cast<size_t>(nread)),
-                          &self->frames_);
-  self->deliver(&self->frames_);
-  if (!status.isOk()) self->fail(status);
+  const uint64_t tag = it->second;
+  pending_.erase(it);
+  listener_->onResponse(this, tag, std::move(response).value());
 }
 
-void Connection::deliver(std::vector<wire::Frame>* frames) {
-  for (const wire::Frame& frame : *frames) {
-    if (closing_) return;
-    Result<wire::Response> response = wire::decodeResponse(frame);
-    if (!response.isOk()) {
-      fail(response.status());
-      return;
-    }
-    auto it = pending_.find(response.value().request_id);
-    if (it == pending_.end()) {
-      // The server answers a request it could not read under id 0, then closes.
-      const auto* error = std::get_if<wire::ErrorReply>(&response.value().body);
-      fail(Status::corruption(
-          "response to unknown request id " + std::to_string(response.value().request_id) +
-          (error != nullptr
-               ? std::string(": ") + wire::errorCodeName(error->code) + " " + error->message
-               : std::string())));
-      return;
-    }
-    const uint64_t tag = it->second;
-    pending_.erase(it);
-    listener_->onResponse(this, tag, std::move(response).value());
-  }
+void Connection::onBadFrame(net::FramedStream*, const Status& status) { fail(status); }
+
+void Connection::onLost(net::FramedStream*, const Status& status) {
+  fail(status.code() == StatusCode::kUnavailable
+           ? Status::unavailable("the server closed the connection")
+           : Status::unavailable(status.message()));
+}
+
+void Connection::onClosed(net::FramedStream*) {
+  TALLY_ASSERT(open_handles_ > 0);
+  --open_handles_;
 }
 
 void Connection::fail(Status status) {
@@ -220,7 +176,6 @@ void Connection::fail(Status status) {
   lost.reserve(pending_.size());
   for (const auto& [request_id, tag] : pending_) lost.push_back(tag);
   pending_.clear();
-  output_.clear();
   close();
   listener_->onFailed(this, failure_, lost);
 }
@@ -231,7 +186,7 @@ void Connection::close() {
   connected_ = false;
   if (!initialized_) return;
   // Handles are counted as they are initialized: prepare_ first, then the stream.
-  if (open_handles_ == 2) uv_close(reinterpret_cast<uv_handle_t*>(stream()), onClose);
+  if (stream_ != nullptr) stream_->close();  // a no-op if it never initialized
   uv_close(reinterpret_cast<uv_handle_t*>(&prepare_), onClose);
 }
 

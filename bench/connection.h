@@ -2,14 +2,15 @@
 
 #include <uv.h>
 
-#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "bench/options.h"
 #include "core/status.h"
+#include "net/framed_stream.h"
 #include "wire/codec.h"
 #include "wire/frame.h"
 
@@ -34,20 +35,19 @@ class ConnectionListener {
   ~ConnectionListener() = default;
 };
 
-// Connection owns one stream handle (uv_tcp_t or uv_pipe_t), the uv_prepare_t that flushes its
-// output once per loop iteration, its connect request, its read buffer and its frame decoder.
+// Connection owns one client stream (net::FramedStream over TCP or a Unix socket: reading,
+// framing, writing) and the uv_prepare_t that flushes its output once per loop iteration.
 // It borrows `loop` and the listener, which must outlive it. Belongs to one loop thread.
 //
 // send() encodes a request under a fresh request id (1, 2, …), appends it to the output buffer
-// and remembers `tag` for the response; the prepare handle writes everything queued in one
-// uv_write per loop iteration, just before the loop polls (the buffer lives in the write request
-// until its callback), so the requests a burst of replies triggers go out together, as a
-// pipelining client's do, and requests queued outside any callback go out too.
+// and remembers `tag` for the response; the prepare handle flushes everything queued once per
+// loop iteration, just before the loop polls, so the requests a burst of replies triggers go out
+// together, as a pipelining client's do, and requests queued outside any callback go out too.
 //
 // Lifetime: close() closes both handles; the object may be destroyed only once closed() (both
 // close callbacks ran) or if connect() was never called. Non-copyable, non-movable: libuv
 // holds pointers into it.
-class Connection {
+class Connection : private net::StreamHandler {
  public:
   Connection(uv_loop_t* loop, ConnectionListener* listener, uint64_t index);
   ~Connection();
@@ -73,31 +73,27 @@ class Connection {
   size_t inFlight() const { return pending_.size(); }
 
  private:
-  struct WriteRequest;
+  // net::StreamHandler.
+  void onFrame(net::FramedStream* stream, wire::Frame&& frame) override;
+  void onBadFrame(net::FramedStream* stream, const Status& status) override;
+  void onLost(net::FramedStream* stream, const Status& status) override;
+  void onConnected(net::FramedStream* stream, const Status& status) override;
+  void onClosed(net::FramedStream* stream) override;
 
-  static void onConnect(uv_connect_t* request, int status);
   static void onPrepare(uv_prepare_t* prepare);
-  static void onAlloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
-  static void onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
-  static void onWrite(uv_write_t* request, int status);
   static void onClose(uv_handle_t* handle);
 
+  Status openStream(net::StreamKind kind);
   Status connectTcp(const Endpoint& endpoint);
   void connectUnix(const Endpoint& endpoint);
-  void flush();
-  void deliver(std::vector<wire::Frame>* frames);
   // Records the first failure, tells the listener which requests are lost, and closes.
   void fail(Status status);
-  uv_stream_t* stream();
 
   uv_loop_t* loop_;
   ConnectionListener* listener_;
   uint64_t index_;
-  Endpoint::Kind kind_ = Endpoint::Kind::kTcp;
-  uv_tcp_t tcp_{};
-  uv_pipe_t pipe_{};
+  std::unique_ptr<net::FramedStream> stream_;  // from connect()
   uv_prepare_t prepare_{};
-  uv_connect_t connect_request_{};
   int open_handles_ = 0;
   bool initialized_ = false;
   bool connected_ = false;
@@ -106,10 +102,6 @@ class Connection {
 
   uint64_t next_request_id_ = 1;
   std::unordered_map<uint64_t, uint64_t> pending_;  // request id -> tag
-  std::vector<uint8_t> output_;                     // queued, not yet handed to uv_write
-  wire::FrameDecoder decoder_;
-  std::vector<wire::Frame> frames_;  // reused between reads
-  std::array<char, 64 * 1024> read_buffer_{};
 };
 
 }  // namespace tally::bench

@@ -30,7 +30,7 @@ for S in 1000 1; do
     "$BIN/tally-ledger" --data-dir "$data" --listen 127.0.0.1:0 --log-level warn --ready-fd 3 \
       3>"$fifo" 2>>"$OUT/ledger.log" &
     ledger=$!
-    read -r -t 10 word port <"$fifo"
+    read -r -t 10 word port _ <"$fifo"
     [[ "$word" == ready ]]
     timeout 120 "$BIN/tally-bench" --ledger "127.0.0.1:$port" -K "$K" -S "$S" -d 10 -w 2 \
       --label "tally-durable-S$S-run$run" >>"$OUT/tally.txt" 2>&1 || echo "run failed" >>"$OUT/tally.txt"

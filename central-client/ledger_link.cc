@@ -7,38 +7,51 @@
 #include <span>
 
 #include "core/assert.h"
+#include "net/framed_stream.h"
 
 namespace tally::central {
 
-// One TCP connection to the ledger, from connect until its close callback. The link holds the
-// current one in connection_ and closing ones in closing_; write and connect callbacks, which
-// libuv runs before the close callback, may still use it.
-class LedgerLink::Connection {
+// One TCP connection to the ledger (a client FramedStream: always read, never pushed back),
+// from connect until its close callback. The link holds the current one in connection_ and
+// closing ones in closing_; write and connect callbacks, which libuv runs before the close
+// callback, may still use it. It forwards what its stream reports to the link.
+class LedgerLink::Connection final : public net::StreamHandler {
  public:
   Connection(LedgerLink* link, uint64_t id, uint64_t frame_bytes_max)
-      : link_(link), id_(id), decoder_({.frame_bytes_max = frame_bytes_max}) {
-    tcp_.data = this;
-    connect_req_.data = this;
+      : link_(link),
+        stream_(link->loop_, net::StreamKind::kTcp, this,
+                net::StreamLimits{.frame_bytes_max = frame_bytes_max, .backpressure = false}, id) {}
+
+  void onFrame(net::FramedStream*, wire::Frame&& frame) override {
+    if (link_->connection_.get() == this) (void)link_->onFrame(this, frame);
   }
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
+  void onBadFrame(net::FramedStream*, const Status& status) override {
+    if (link_->connection_.get() == this) link_->protocolError("bad frame: " + status.toString());
+  }
+  void onLost(net::FramedStream*, const Status& status) override {
+    if (link_->connection_.get() != this) return;
+    link_->dropConnection(status.code() == StatusCode::kUnavailable
+                              ? std::string("the ledger closed the connection")
+                              : status.message());
+  }
+  void onConnected(net::FramedStream*, const Status& status) override {
+    link_->onConnect(this, status);
+  }
+  void onClosed(net::FramedStream*) override {
+    LedgerLink* link = link_;
+    std::erase_if(link->closing_, [this](const auto& c) { return c.get() == this; });  // frees
+    --link->open_handles_;
+    link->maybeFinishStop();
+  }
+
+  uint64_t id() const { return stream_.id(); }
 
   LedgerLink* link_;
-  uint64_t id_;
-  uv_tcp_t tcp_{};
-  uv_connect_t connect_req_{};
-  wire::FrameDecoder decoder_;
+  net::FramedStream stream_;
   bool connected_ = false;
 };
 
 namespace {
-
-// One batch of framed requests on its way to the socket; freed by the write callback.
-struct WriteRequest {
-  uv_write_t req{};
-  std::vector<uint8_t> bytes;
-  LedgerLink::Connection* connection = nullptr;
-};
 
 constexpr unsigned kKeepAliveDelaySeconds = 30;
 constexpr uint32_t kBackoffShiftMax = 30;
@@ -165,7 +178,6 @@ void LedgerLink::stop(std::function<void()> on_closed) {
     (void)uv_cancel(reinterpret_cast<uv_req_t*>(&resolve_req_));
   }
   if (connection_ != nullptr) closeConnection();
-  out_.clear();
   for (uv_handle_t* handle : handles_) closeHandle(handle);
   handles_.clear();
   failAllPending("stopping");
@@ -247,53 +259,42 @@ void LedgerLink::onResolved(uv_getaddrinfo_t* req, int status, addrinfo* result)
 void LedgerLink::connectTo(const sockaddr* address) {
   auto connection =
       std::make_unique<Connection>(this, next_connection_id_++, options_.frame_bytes_max);
-  if (int rc = uv_tcp_init(loop_, &connection->tcp_); rc != 0) {
-    connectFailed(uvError("uv_tcp_init", rc));
+  if (Status s = connection->stream_.init(); !s.isOk()) {
+    connectFailed(s.message());
     return;
   }
   ++open_handles_;
   connection_ = std::move(connection);
   state_ = State::kConnecting;
-  if (int rc = uv_tcp_connect(&connection_->connect_req_, &connection_->tcp_, address, onConnect);
-      rc != 0) {
-    connectFailed(uvError("connect", rc));
+  if (Status s = connection_->stream_.connect(address); !s.isOk()) {
+    connectFailed(s.message());
     return;
   }
   const int rc = uv_timer_start(&connect_timer_, onConnectTimer, options_.connect_timeout_ms, 0);
   TALLY_ASSERT(rc == 0);  // fails only on a closing handle, and we are not stopping
 }
 
-void LedgerLink::onConnect(uv_connect_t* req, int status) {
-  auto* connection = static_cast<Connection*>(req->data);
-  LedgerLink* link = connection->link_;
-  // Cancelled (closed by a timeout or stop) or superseded: nothing to do.
-  if (status == UV_ECANCELED || connection != link->connection_.get()) return;
-  if (status != 0) {
-    link->connectFailed(uvError("connect", status));
+void LedgerLink::onConnect(Connection* connection, const Status& status) {
+  // Closed by a timeout or stop (the stream then reports nothing), or superseded.
+  if (connection != connection_.get()) return;
+  if (!status.isOk()) {
+    connectFailed(status.message());
     return;
   }
-  (void)uv_timer_stop(&link->connect_timer_);
+  (void)uv_timer_stop(&connect_timer_);
   // Both are optimizations: a failure leaves a working, if slower, connection.
-  (void)uv_tcp_nodelay(&connection->tcp_, 1);
-  (void)uv_tcp_keepalive(&connection->tcp_, 1, kKeepAliveDelaySeconds);
-  auto on_alloc = [](uv_handle_t* handle, size_t, uv_buf_t* buf) {
-    LedgerLink* owner = static_cast<Connection*>(handle->data)->link_;
-    *buf =
-        uv_buf_init(owner->read_buffer_.data(), static_cast<unsigned>(owner->read_buffer_.size()));
-  };
-  if (int rc = uv_read_start(reinterpret_cast<uv_stream_t*>(&connection->tcp_), on_alloc, onRead);
-      rc != 0) {
-    link->connectFailed(uvError("read start", rc));
-    return;
-  }
+  (void)uv_tcp_nodelay(connection->stream_.tcp(), 1);
+  (void)uv_tcp_keepalive(connection->stream_.tcp(), 1, kKeepAliveDelaySeconds);
   connection->connected_ = true;
-  link->state_ = State::kConnected;
-  link->backoff_attempt_ = 0;
-  ++link->stats_.connects;
-  link->logger_->info("ledger_link_connected",
-                      {{"ledger", link->options_.host + ":" + std::to_string(link->options_.port)},
-                       {"connection", connection->id_}});
-  if (link->on_connected_) link->on_connected_();
+  state_ = State::kConnected;
+  connection->stream_.startReading();  // a failure is reported as a lost connection
+  if (connection != connection_.get()) return;
+  backoff_attempt_ = 0;
+  ++stats_.connects;
+  logger_->info("ledger_link_connected",
+                {{"ledger", options_.host + ":" + std::to_string(options_.port)},
+                 {"connection", connection->id()}});
+  if (on_connected_) on_connected_();
 }
 
 void LedgerLink::onConnectTimer(uv_timer_t* timer) {
@@ -346,20 +347,13 @@ void LedgerLink::closeConnection() {
   connection->connected_ = false;
   closing_.push_back(std::move(connection_));
   (void)uv_timer_stop(&connect_timer_);
-  uv_close(reinterpret_cast<uv_handle_t*>(&connection->tcp_), [](uv_handle_t* handle) {
-    auto* closed = static_cast<Connection*>(handle->data);
-    LedgerLink* link = closed->link_;
-    std::erase_if(link->closing_, [closed](const auto& c) { return c.get() == closed; });
-    --link->open_handles_;
-    link->maybeFinishStop();
-  });
+  connection->stream_.close();  // its close callback frees it
 }
 
 void LedgerLink::dropConnection(const std::string& reason) {
   if (connection_ == nullptr) return;
-  const uint64_t id = connection_->id_;
+  const uint64_t id = connection_->id();
   closeConnection();
-  out_.clear();
   ++stats_.connections_lost;
   monitor_.onFailure(nowMs());
   logger_->warn(
@@ -414,9 +408,9 @@ void LedgerLink::call(wire::RequestBody body, std::function<void(LinkResult)> do
   }
   const uint64_t id = next_request_id_++;
   // Encoded straight into the write buffer (unchanged when the request is too large).
-  if (Status s =
-          wire::encodeRequestFrameInto(wire::Request{.request_id = id, .body = std::move(body)},
-                                       &out_, options_.frame_bytes_max, &scratch_);
+  if (Status s = wire::encodeRequestFrameInto(
+          wire::Request{.request_id = id, .body = std::move(body)}, connection_->stream_.output(),
+          options_.frame_bytes_max, &scratch_);
       !s.isOk()) {
     ++stats_.failed_exhausted;
     defer(std::move(done), LinkResult{.status = std::move(s)});
@@ -431,60 +425,8 @@ void LedgerLink::call(wire::RequestBody body, std::function<void(LinkResult)> do
 void LedgerLink::onFlush(uv_handle_t* handle) { static_cast<LedgerLink*>(handle->data)->flush(); }
 
 void LedgerLink::flush() {
-  if (out_.empty() || connection_ == nullptr || !connection_->connected_) return;
-  // Straight to the socket when nothing is queued before it: no write request, no callback and
-  // no epoll_ctl in the next iteration. What does not fit goes through uv_write.
-  uv_buf_t direct =
-      uv_buf_init(reinterpret_cast<char*>(out_.data()), static_cast<unsigned>(out_.size()));
-  const int written = uv_try_write(reinterpret_cast<uv_stream_t*>(&connection_->tcp_), &direct, 1);
-  if (written < 0 && written != UV_EAGAIN) {
-    dropConnection(uvError("write", written));
-    return;
-  }
-  if (written > 0) out_.erase(out_.begin(), out_.begin() + written);
-  if (out_.empty()) return;
-  auto request = std::make_unique<WriteRequest>();
-  request->bytes = std::exchange(out_, {});
-  request->connection = connection_.get();
-  request->req.data = request.get();
-  uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(request->bytes.data()),
-                             static_cast<unsigned>(request->bytes.size()));
-  auto on_written = [](uv_write_t* req, int status) {
-    std::unique_ptr<WriteRequest> owned(static_cast<WriteRequest*>(req->data));
-    if (status == 0 || status == UV_ECANCELED) return;
-    LedgerLink* link = owned->connection->link_;
-    if (owned->connection == link->connection_.get()) {
-      link->dropConnection(uvError("write", status));
-    }
-  };
-  if (int rc = uv_write(&request->req, reinterpret_cast<uv_stream_t*>(&connection_->tcp_), &buf, 1,
-                        on_written);
-      rc != 0) {
-    dropConnection(uvError("write", rc));
-    return;
-  }
-  request.release();  // owned by the write callback now
-}
-
-void LedgerLink::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
-  auto* connection = static_cast<Connection*>(stream->data);
-  LedgerLink* link = connection->link_;
-  if (connection != link->connection_.get()) return;
-  if (nread < 0) {
-    link->dropConnection(nread == UV_EOF ? std::string("the ledger closed the connection")
-                                         : uvError("read", static_cast<int>(nread)));
-    return;
-  }
-  if (nread == 0) return;
-  std::vector<wire::Frame> frames;
-  const Status status = connection->decoder_.feed(
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(buf->base),
-                               static_cast<size_t>(nread)),
-      &frames);
-  for (const wire::Frame& frame : frames) {
-    if (!link->onFrame(connection, frame)) return;
-  }
-  if (!status.isOk()) link->protocolError("bad frame: " + status.toString());
+  if (connection_ == nullptr || !connection_->connected_) return;
+  connection_->stream_.flush();  // a write error is reported as a lost connection
 }
 
 bool LedgerLink::onFrame(Connection* connection, const wire::Frame& frame) {

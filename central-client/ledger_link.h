@@ -137,13 +137,12 @@ class LedgerLink {
   void beginConnect();
   static void onResolved(uv_getaddrinfo_t* req, int status, addrinfo* result);
   void connectTo(const sockaddr* address);
-  static void onConnect(uv_connect_t* req, int status);
+  void onConnect(Connection* connection, const Status& status);
   static void onConnectTimer(uv_timer_t* timer);
   void connectFailed(const std::string& error);
   void scheduleReconnect();
   uint64_t nextBackoffMs();
 
-  static void onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
   // Handles one answer; false when the connection is gone or the link is stopping.
   bool onFrame(Connection* connection, const wire::Frame& frame);
   void protocolError(const std::string& error);
@@ -197,15 +196,12 @@ class LedgerLink {
   // By request id. Ids grow with loop time and the timeout is one constant, so the first entry
   // always has the earliest deadline.
   std::map<uint64_t, Pending> pending_;
-  std::vector<uint8_t> out_;     // framed requests not yet handed to uv_write
   wire::EncodeScratch scratch_;  // first segment of every request's encoding
   std::deque<std::pair<std::function<void(LinkResult)>, LinkResult>> deferred_;
 
   std::function<void(LinkHealth, LinkHealth)> on_health_change_;
   std::function<void()> on_connected_;
   std::vector<std::function<void()>> on_closed_;
-
-  std::array<char, 64 * 1024> read_buffer_{};
 };
 
 }  // namespace tally::central

@@ -151,6 +151,12 @@ class Ledger {
   const ShardRegistry& shards() const { return shards_; }
   const Reservation* findReservation(const std::string& reservation_id) const;
   size_t reservationCount() const { return reservations_.size(); }
+  // Calls fn(const Reservation&) for every reservation kept, terminal ones included until
+  // compaction (the ledger's metrics; O(reservations)).
+  template <typename F>
+  void forEachReservation(F&& fn) const {
+    reservations_.forEach([&fn](const auto& record) { fn(record.reservation); });
+  }
 
   // What changed since the last take (either form): every reservation upserted or deleted and
   // every account whose durable state changed.

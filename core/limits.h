@@ -36,6 +36,10 @@ inline constexpr uint64_t kShardsPerGatewayAccountMax = 4;  // live (ISSUED, REV
 // Wire.
 inline constexpr uint64_t kFrameBytesMaxDefault = 1 << 20;
 inline constexpr uint64_t kRequestsInFlightPerConnectionMax = 4096;
+// Bytes a server may owe one peer (replies promised, buffered and queued) before it stops
+// reading and serving that peer until it drains (net/framed_stream.h).
+inline constexpr uint64_t kWriteQueueBytesPerConnectionMax = uint64_t{16} << 20;
+inline constexpr uint64_t kConnectionsPerServerMax = 4096;
 
 // Emergency shards (SPEC §6): identities and reports.
 inline constexpr uint64_t kGatewayNameBytesMax = 128;  // [A-Za-z0-9._-], at least one byte

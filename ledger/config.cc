@@ -12,10 +12,20 @@ Status parseListen(const std::string& text, std::string* host, uint16_t* port) {
   return parseHostPort(text, "listen address", "listen port", host, port);
 }
 
+Status applyMetricsListen(const std::string& text, LedgerConfig* config) {
+  if (text.empty()) {
+    config->metrics_enabled = false;
+    return Status::ok();
+  }
+  config->metrics_enabled = true;
+  return parseHostPort(text, "metrics address", "metrics port", &config->metrics_host,
+                       &config->metrics_port);
+}
+
 Status applyConfigFile(const std::string& path, LedgerConfig* config) {
   static const std::set<std::string> kKnown = {
-      "listen",           "frame_bytes_max",     "retention_ms",
-      "tick_interval_ms", "checkpoint_log_rows", "log_level"};
+      "listen",    "frame_bytes_max", "retention_ms", "tick_interval_ms", "checkpoint_log_rows",
+      "log_level", "metrics"};
   Result<toml::table> read = readConfigTable(path, kKnown);
   if (!read.isOk()) return read.status();
   const toml::table& table = read.value();
@@ -24,6 +34,13 @@ Status applyConfigFile(const std::string& path, LedgerConfig* config) {
     if (!text) return configKeyError(path, "listen", "must be a string HOST:PORT");
     if (Status s = parseListen(*text, &config->listen_host, &config->listen_port); !s.isOk()) {
       return configKeyError(path, "listen", s.message());
+    }
+  }
+  if (const toml::node* node = table.get("metrics")) {
+    const auto text = node->value<std::string>();
+    if (!text) return configKeyError(path, "metrics", "must be a string HOST:PORT or \"\"");
+    if (Status s = applyMetricsListen(*text, config); !s.isOk()) {
+      return configKeyError(path, "metrics", s.message());
     }
   }
   if (const toml::node* node = table.get("log_level")) {

@@ -14,6 +14,7 @@
 //   tick_interval_ms = 10            # expiry / hard-limit / compaction pulse
 //   checkpoint_log_rows = 1024       # fold thread: fold the log into tables.db at this many rows
 //   log_level = "info"               # debug | info | warn | error
+//   metrics = "127.0.0.1:9465"       # Prometheus endpoint; "" disables
 //
 // Unknown keys, wrong types and impossible values are errors naming the key.
 
@@ -28,7 +29,10 @@ struct LedgerConfig {
   uint64_t tick_interval_ms = 10;
   uint64_t checkpoint_log_rows = 1024;
   std::string log_level = "info";
-  int ready_fd = -1;  // write "ready PORT\n" here once serving, then close it
+  bool metrics_enabled = true;  // GET /metrics on metrics_host:metrics_port (port 0: pick one)
+  std::string metrics_host = "127.0.0.1";
+  uint16_t metrics_port = 9465;
+  int ready_fd = -1;  // write "ready PORT METRICS_PORT\n" here once serving, then close it
   // The ledger's Ed25519 signing key for shard grants; empty: DIR/ledger.key. Created (0600) at
   // first start if absent.
   std::string signing_key_file;
@@ -39,6 +43,8 @@ std::string signingKeyPath(const LedgerConfig& config);
 
 // "HOST:PORT" with a numeric port (0 allowed: pick a free one).
 Status parseListen(const std::string& text, std::string* host, uint16_t* port);
+// The metrics endpoint's "HOST:PORT", or "" to disable it.
+Status applyMetricsListen(const std::string& text, LedgerConfig* config);
 Status applyConfigFile(const std::string& path, LedgerConfig* config);
 Status validateConfig(const LedgerConfig& config);
 

@@ -8,17 +8,21 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <string_view>
+#include <system_error>
 
 #include "common/daemon_args.h"
 #include "common/log.h"
 #include "common/wall_clock.h"
 #include "core/ledger.h"
 #include "ledger/config.h"
+#include "ledger/metrics.h"
 #include "ledger/restore.h"
 #include "ledger/server.h"
 #include "ledger/sqlite_store.h"
+#include "net/metrics_server.h"
 #include "shard/crypto.h"
 #include "shard/identity.h"
 #include "tally/version.h"
@@ -33,7 +37,8 @@ constexpr int kExitIoError = 74;  // EX_IOERR: a commit failed; restart rebuilds
 
 constexpr const char* kUsage =
     "usage: tally-ledger --data-dir DIR [--listen HOST:PORT] [--config FILE]\n"
-    "                    [--log-level debug|info|warn|error] [--ready-fd FD]\n"
+    "                    [--log-level debug|info|warn|error] [--metrics HOST:PORT]\n"
+    "                    [--ready-fd FD]"
     "                    [--signing-key-file PATH]\n"
     "       tally-ledger --data-dir DIR [--signing-key-file PATH] identity [--json]\n"
     "       tally-ledger --version | --help\n"
@@ -42,7 +47,10 @@ constexpr const char* kUsage =
     "(DIR/ledger.db: the commit log; DIR/tables.db: the log folded into tables by a background\n"
     "thread; WAL, synchronous=FULL) as the durable record; no reply leaves before its change\n"
     "is on disk. Default listen address 127.0.0.1:7411 (port 0 picks one).\n"
-    "--ready-fd FD: write \"ready PORT\\n\" to FD once serving, then close it.\n"
+    "--metrics HOST:PORT: Prometheus endpoint, GET /metrics (default 127.0.0.1:9465; port 0\n"
+    "picks one; \"\" disables).\n"
+    "--ready-fd FD: write \"ready PORT METRICS_PORT\\n\" to FD once serving (METRICS_PORT 0 when\n"
+    "metrics are disabled), then close it.\n"
     "--signing-key-file PATH: the Ed25519 key that signs emergency shard grants (default\n"
     "DIR/ledger.key, created with mode 0600 at first start if absent).\n"
     "identity: print the signing key's id and public key (creating the key if absent), as\n"
@@ -61,6 +69,8 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
   std::string config_file;
   std::string listen;
   std::string level;
+  std::string metrics;
+  bool metrics_given = false;
   DaemonArgs args(argc, argv, "tally-ledger", kUsage);
   while (args.next()) {
     const std::string_view arg = args.current();
@@ -78,6 +88,10 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
     } else if (arg == "--log-level") {
       if ((v = args.value()) == nullptr) return kExitUsage;
       level = v;
+    } else if (arg == "--metrics") {
+      if ((v = args.value()) == nullptr) return kExitUsage;
+      metrics = v;
+      metrics_given = true;
     } else if (arg == "--signing-key-file") {
       if ((v = args.value()) == nullptr) return kExitUsage;
       config->signing_key_file = v;
@@ -107,6 +121,12 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
   if (!listen.empty()) {
     if (Status s = parseListen(listen, &config->listen_host, &config->listen_port); !s.isOk()) {
       std::fprintf(stderr, "tally-ledger: --listen: %s\n", s.message().c_str());
+      return kExitUsage;
+    }
+  }
+  if (metrics_given) {
+    if (Status s = applyMetricsListen(metrics, config); !s.isOk()) {
+      std::fprintf(stderr, "tally-ledger: --metrics: %s\n", s.message().c_str());
       return kExitUsage;
     }
   }
@@ -163,6 +183,19 @@ int printIdentity(const LedgerConfig& config, bool json) {
   return kExitOk;
 }
 
+// What the durable record occupies: every regular file directly in the data directory.
+uint64_t storeBytes(const std::string& data_dir) {
+  uint64_t total = 0;
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(data_dir, error), end; !error && it != end;
+       it.increment(error)) {
+    std::error_code size_error;
+    const uintmax_t size = it->is_regular_file(size_error) ? it->file_size(size_error) : 0;
+    if (!size_error) total += size;
+  }
+  return total;
+}
+
 struct Signals {
   uv_signal_t term{};
   uv_signal_t interrupt{};
@@ -213,20 +246,34 @@ int run(const LedgerConfig& config) {
     logger.error("loop_init_failed", {{"error", uv_strerror(rc)}});
     return kExitStartup;
   }
+  LedgerMetrics metrics;
+  const Server* serving = nullptr;
+  net::MetricsServer metrics_server(&loop, &logger, config.metrics_host, config.metrics_port,
+                                    [&ledger, &metrics, &clock, &config, &serving] {
+                                      LedgerGauges gauges = ledgerGauges(ledger, clock.nowMs());
+                                      gauges.store_bytes = storeBytes(config.data_dir);
+                                      gauges.connections =
+                                          serving != nullptr ? serving->connections() : 0;
+                                      return metrics.render(gauges);
+                                    });
+  bool metrics_started = false;
   Signals signals;
-  auto close_signals = [&signals] {
+  auto close_signals = [&signals, &metrics_server, &metrics_started] {
     for (uv_signal_t* handle : {&signals.term, &signals.interrupt}) {
       if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(handle))) {
         uv_close(reinterpret_cast<uv_handle_t*>(handle), nullptr);
       }
     }
+    if (metrics_started) metrics_server.stop();
   };
   Server server(&loop, &ledger, store.get(), &clock, &logger,
                 ServerOptions{.listen_host = config.listen_host,
                               .listen_port = config.listen_port,
-                              .frame_bytes_max = config.frame_bytes_max,
+                              .stream = {.frame_bytes_max = config.frame_bytes_max},
                               .tick_interval_ms = config.tick_interval_ms,
-                              .on_stopped = close_signals});
+                              .on_stopped = close_signals,
+                              .metrics = &metrics});
+  serving = &server;
   auto on_signal = [](uv_signal_t* handle, int signum) {
     auto* srv = static_cast<Server*>(handle->data);
     (void)signum;
@@ -240,19 +287,31 @@ int run(const LedgerConfig& config) {
   (void)uv_signal_start(&signals.interrupt, on_signal, SIGINT);
 
   int exit_code = kExitOk;
-  if (Status status = server.start(); !status.isOk()) {
+  Status status = server.start();
+  if (!status.isOk()) {
     logger.error("listen_failed", {{"error", status.toString()}});
+  } else if (config.metrics_enabled) {
+    metrics_started = true;
+    status = metrics_server.start();
+    if (!status.isOk()) logger.error("metrics_listen_failed", {{"error", status.toString()}});
+  }
+  if (!status.isOk()) {
     exit_code = kExitStartup;
     server.stop();
   } else {
+    const uint16_t metrics_port = config.metrics_enabled ? metrics_server.port() : 0;
     const std::string addr = config.listen_host + ":" + std::to_string(server.port());
     logger.info("ready", {{"listen", addr},
                           {"data_dir", config.data_dir},
+                          {"metrics", config.metrics_enabled
+                                          ? config.metrics_host + ":" + std::to_string(metrics_port)
+                                          : std::string("off")},
                           {"version", kVersion},
                           {"signing_key_id", key_id},
                           {"active_generation", ledger.accounts().activeGeneration()}});
     if (config.ready_fd > 2) {
-      const std::string line = "ready " + std::to_string(server.port()) + "\n";
+      const std::string line =
+          "ready " + std::to_string(server.port()) + " " + std::to_string(metrics_port) + "\n";
       if (::write(config.ready_fd, line.data(), line.size()) < 0) {
         logger.warn("ready_fd_write_failed", {{"error", std::strerror(errno)}});
       }

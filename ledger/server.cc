@@ -3,7 +3,6 @@
 #include <arpa/inet.h>
 
 #include <algorithm>
-#include <array>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -16,46 +15,18 @@
 
 namespace tally::ledger {
 
-// One client connection. Lives in Server::connections_ from accept until its close callback.
-class Server::Connection {
+// One client connection: a framed TCP stream and the peer's name for logs. Lives in
+// Server::connections_ from accept until its close callback.
+class Server::Connection final : public net::FramedStream {
  public:
-  Connection(Server* server, uint64_t id, uint64_t frame_bytes_max)
-      : server_(server), id_(id), decoder_({.frame_bytes_max = frame_bytes_max}) {
-    tcp_.data = this;
-  }
-  Connection(const Connection&) = delete;
-  Connection& operator=(const Connection&) = delete;
-
-  Server* server_;
-  uint64_t id_;
-  uv_tcp_t tcp_{};
-  wire::FrameDecoder decoder_;
-  uint64_t pending_replies_ = 0;  // answered, waiting for their batch to commit
-  bool reading_ = false;
-  bool closing_ = false;
-  bool shutting_down_ = false;
+  using FramedStream::FramedStream;
   std::string peer_;
 };
 
 namespace {
 
-// One reply buffer on its way to the socket; freed by the write callback.
-struct WriteRequest {
-  uv_write_t req{};
-  std::vector<uint8_t> bytes;
-  Server* server = nullptr;
-  uint64_t connection_id = 0;
-};
-
 // A connection's reply buffer starts with room for a few dozen reservation replies.
 constexpr size_t kReplyBufferBytesInitial = 16 * 1024;
-
-// The read buffer is reused: reads are consumed synchronously on the loop thread.
-constexpr size_t kReadBufferBytes = 64 * 1024;
-std::array<char, kReadBufferBytes>& readBuffer() {
-  static std::array<char, kReadBufferBytes> buffer;
-  return buffer;
-}
 
 std::string peerName(uv_tcp_t* tcp) {
   sockaddr_storage address{};
@@ -154,102 +125,76 @@ void Server::onConnection(uv_stream_t* listener, int status) {
 
 void Server::accept() {
   const uint64_t id = next_connection_id_++;
-  auto connection = std::make_unique<Connection>(this, id, options_.frame_bytes_max);
-  if (int rc = uv_tcp_init(loop_, &connection->tcp_); rc != 0) {
-    logger_->error("accept_failed", {{"error", uv_strerror(rc)}});
+  net::StreamHandler* handler = this;  // a private base: converted here, not in make_unique
+  auto connection =
+      std::make_unique<Connection>(loop_, net::StreamKind::kTcp, handler, options_.stream, id);
+  if (Status s = connection->init(); !s.isOk()) {
+    logger_->error("accept_failed", {{"error", s.toString()}});
     return;
   }
   Connection* raw = connection.get();
   connections_.emplace(id, std::move(connection));
   ++open_handles_;
-  if (int rc = uv_accept(reinterpret_cast<uv_stream_t*>(&listener_),
-                         reinterpret_cast<uv_stream_t*>(&raw->tcp_));
-      rc != 0) {
-    logger_->warn("accept_failed", {{"error", uv_strerror(rc)}});
-    closeConnection(raw);
+  if (Status s = raw->accept(reinterpret_cast<uv_stream_t*>(&listener_)); !s.isOk()) {
+    logger_->warn("accept_failed", {{"error", s.toString()}});
+    raw->close();
     return;
   }
   if (stopping_ || connections_.size() > options_.connections_max) {
     logger_->warn("connection_refused", {{"reason", stopping_ ? "stopping" : "connections_max"},
                                          {"connections_max", options_.connections_max}});
-    closeConnection(raw);
+    raw->close();
     return;
   }
-  (void)uv_tcp_nodelay(&raw->tcp_, 1);
-  raw->peer_ = peerName(&raw->tcp_);
+  (void)uv_tcp_nodelay(raw->tcp(), 1);
+  raw->peer_ = peerName(raw->tcp());
   logger_->debug("connection_opened", {{"connection", id}, {"peer", raw->peer_}});
-  onConnectionReadable(raw);
+  raw->startReading();
 }
 
-void Server::onConnectionReadable(Connection* connection) {
-  if (connection->reading_ || connection->closing_ || connection->shutting_down_ || stopping_) {
-    return;
+void Server::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
+  auto* connection = static_cast<Connection*>(stream);
+  wire::DecodedRequest decoded = wire::decodeRequest(frame);
+  wire::Response response{.request_id = decoded.request_id.value_or(0)};
+  if (!decoded.body.isOk()) {
+    logger_->warn("bad_request", {{"connection", connection->id()},
+                                  {"peer", connection->peer_},
+                                  {"error", decoded.body.status().toString()}});
+    response.body = wire::errorReplyFor(decoded.body.status());
+  } else {
+    response.body = dispatch(decoded.body.value(), clock_->nowMs());
   }
-  auto on_alloc = [](uv_handle_t*, size_t, uv_buf_t* buf) {
-    buf->base = readBuffer().data();
-    buf->len = readBuffer().size();
-  };
-  auto on_read = [](uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
-    auto* conn = static_cast<Connection*>(stream->data);
-    Server* server = conn->server_;
-    if (nread < 0) {
-      if (nread != UV_EOF) {
-        server->logger_->debug("connection_error",
-                               {{"connection", conn->id_}, {"error", uv_strerror(nread)}});
-      }
-      server->closeConnection(conn);
-      return;
-    }
-    if (nread == 0) return;
-    std::vector<wire::Frame> frames;
-    const Status status =
-        conn->decoder_.feed(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(buf->base),
-                                                     static_cast<size_t>(nread)),
-                            &frames);
-    server->onFrames(conn, &frames);
-    if (!status.isOk()) {
-      // Framing is lost: answer once, then close this connection only.
-      server->logger_->warn(
-          "bad_frame",
-          {{"connection", conn->id_}, {"peer", conn->peer_}, {"error", status.toString()}});
-      server->enqueueReply(conn,
-                           wire::Response{.request_id = 0, .body = wire::errorReplyFor(status)});
-      (void)uv_read_stop(stream);
-      conn->reading_ = false;
-      server->open_.close_after_flush.push_back(conn->id_);
-    }
-  };
-  if (int rc = uv_read_start(reinterpret_cast<uv_stream_t*>(&connection->tcp_), on_alloc, on_read);
-      rc != 0) {
-    logger_->warn("read_start_failed", {{"error", uv_strerror(rc)}});
-    closeConnection(connection);
-    return;
+  if (options_.metrics != nullptr) {
+    options_.metrics->countRequest(decoded.body.isOk() ? decoded.body.value() : wire::RequestBody{},
+                                   response.body);
   }
-  connection->reading_ = true;
+  enqueueReply(connection, response);
 }
 
-void Server::onFrames(Connection* connection, std::vector<wire::Frame>* frames) {
-  if (frames->empty()) return;
-  const uint64_t now_ms = clock_->nowMs();
-  for (const wire::Frame& frame : *frames) {
-    wire::DecodedRequest decoded = wire::decodeRequest(frame);
-    wire::Response response{.request_id = decoded.request_id.value_or(0)};
-    if (!decoded.body.isOk()) {
-      logger_->warn("bad_request", {{"connection", connection->id_},
-                                    {"peer", connection->peer_},
-                                    {"error", decoded.body.status().toString()}});
-      response.body = wire::errorReplyFor(decoded.body.status());
-    } else {
-      response.body = dispatch(decoded.body.value(), now_ms);
-    }
-    enqueueReply(connection, response);
+void Server::onBadFrame(net::FramedStream* stream, const Status& status) {
+  // Framing is lost (the stream has stopped reading): answer once, then close this connection
+  // only, after the replies before it.
+  auto* connection = static_cast<Connection*>(stream);
+  logger_->warn("bad_frame", {{"connection", connection->id()},
+                              {"peer", connection->peer_},
+                              {"error", status.toString()}});
+  enqueueReply(connection, wire::Response{.request_id = 0, .body = wire::errorReplyFor(status)});
+  open_.close_after_flush.push_back(connection->id());
+}
+
+void Server::onLost(net::FramedStream* stream, const Status& status) {
+  if (status.code() != StatusCode::kUnavailable) {  // unavailable: the client closed
+    logger_->debug("connection_error",
+                   {{"connection", stream->id()}, {"error", status.toString()}});
   }
-  if (connection->pending_replies_ >= options_.pending_replies_per_connection_max &&
-      connection->reading_) {
-    // Push back: stop reading this client until its answers are flushed.
-    (void)uv_read_stop(reinterpret_cast<uv_stream_t*>(&connection->tcp_));
-    connection->reading_ = false;
-  }
+}
+
+void Server::onClosed(net::FramedStream* stream) {
+  logger_->debug("connection_closed", {{"connection", stream->id()}});
+  --open_handles_;
+  connections_.erase(stream->id());  // frees the stream
+  maybeFinishStop();
+  closeTimerIfDrained();
 }
 
 wire::ResponseBody Server::dispatch(const wire::RequestBody& body, uint64_t now_ms) {
@@ -272,6 +217,7 @@ wire::ResponseBody Server::dispatch(const wire::RequestBody& body, uint64_t now_
           return ledger_->query(request);
         } else if constexpr (std::is_same_v<T, wire::AuditRequest>) {
           AuditReport report = ledger_->audit(now_ms);
+          if (options_.metrics != nullptr) options_.metrics->observeAudit(report);
           if (!request.subject.empty() || !request.route.empty()) {
             std::erase_if(report.accounts, [&](const AccountView& view) {
               return (!request.subject.empty() && view.key.subject != request.subject) ||
@@ -322,8 +268,9 @@ wire::ResponseBody Server::dispatch(const wire::RequestBody& body, uint64_t now_
 }
 
 void Server::enqueueReply(Connection* connection, const wire::Response& response) {
-  ConnectionReplies& replies = open_.replies[connection->id_];
+  ConnectionReplies& replies = open_.replies[connection->id()];
   if (replies.bytes.capacity() == 0) replies.bytes.reserve(kReplyBufferBytesInitial);
+  const size_t bytes_before = replies.bytes.size();
   Status status = wire::encodeResponseFrameInto(response, &replies.bytes,
                                                 limits::kFrameBytesMaxDefault, &encode_scratch_);
   if (!status.isOk()) {
@@ -335,7 +282,10 @@ void Server::enqueueReply(Connection* connection, const wire::Response& response
     TALLY_ASSERT(status.isOk());
   }
   ++replies.count;
-  ++connection->pending_replies_;
+  ++open_.requests;
+  // Counted against the client's limits now, so a client that does not read is not served
+  // past them while its replies wait for the commit.
+  connection->addPending(1, replies.bytes.size() - bytes_before);
 }
 
 void Server::onTick(uv_timer_t* timer) {
@@ -362,6 +312,7 @@ void Server::seal() {
     return;
   }
   batch.store = storeBatchOf(*ledger_, &rows, clock_->nowMs());
+  batch.sealed_ns = uv_hrtime();
   committing_ = std::move(batch);
   commit_in_flight_ = true;
   if (int rc = uv_queue_work(loop_, &work_, doCommit, afterCommit); rc != 0) {
@@ -373,7 +324,9 @@ void Server::seal() {
 void Server::doCommit(uv_work_t* work) {
   // Worker thread: touches only the store and the sealed batch.
   auto* server = static_cast<Server*>(work->data);
+  const uint64_t started_ns = uv_hrtime();
   server->committing_.result = server->store_->commit(server->committing_.store);
+  server->committing_.store_us = (uv_hrtime() - started_ns) / 1000;
 }
 
 void Server::afterCommit(uv_work_t* work, int status) {
@@ -389,6 +342,10 @@ void Server::afterCommit(uv_work_t* work, int status) {
   }
   ++server->commits_;
   Batch done = std::exchange(server->committing_, Batch{});
+  if (server->options_.metrics != nullptr) {
+    server->options_.metrics->observeCommit(done.requests, (uv_hrtime() - done.sealed_ns) / 1000,
+                                            done.store_us);
+  }
   server->flush(&done);
   if (!server->open_.idle()) {
     server->seal();
@@ -400,70 +357,20 @@ void Server::afterCommit(uv_work_t* work, int status) {
 void Server::flush(Batch* batch) {
   for (auto& [connection_id, replies] : batch->replies) {
     auto it = connections_.find(connection_id);
-    if (it == connections_.end() || it->second->closing_) continue;
+    if (it == connections_.end() || it->second->closing()) continue;
     Connection* connection = it->second.get();
-    connection->pending_replies_ -= replies.count;
-    auto request = std::make_unique<WriteRequest>();
-    request->bytes = std::move(replies.bytes);
-    request->server = this;
-    request->connection_id = connection_id;
-    request->req.data = request.get();
-    uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(request->bytes.data()),
-                               static_cast<unsigned>(request->bytes.size()));
-    auto on_written = [](uv_write_t* req, int status) {
-      std::unique_ptr<WriteRequest> owned(static_cast<WriteRequest*>(req->data));
-      Server* server = owned->server;
-      auto found = server->connections_.find(owned->connection_id);
-      if (found == server->connections_.end()) return;
-      Connection* conn = found->second.get();
-      if (status != 0) {
-        server->closeConnection(conn);
-        return;
-      }
-      if (!conn->reading_ && !conn->closing_ &&
-          conn->pending_replies_ < server->options_.pending_replies_per_connection_max &&
-          uv_stream_get_write_queue_size(reinterpret_cast<uv_stream_t*>(&conn->tcp_)) <
-              server->options_.write_queue_bytes_max) {
-        server->onConnectionReadable(conn);
-      }
-    };
-    if (int rc = uv_write(&request->req, reinterpret_cast<uv_stream_t*>(&connection->tcp_), &buf, 1,
-                          on_written);
-        rc != 0) {
-      closeConnection(connection);
-      continue;
-    }
-    request.release();  // owned by the write callback now
-    if (uv_stream_get_write_queue_size(reinterpret_cast<uv_stream_t*>(&connection->tcp_)) >=
-            options_.write_queue_bytes_max &&
-        connection->reading_) {
-      (void)uv_read_stop(reinterpret_cast<uv_stream_t*>(&connection->tcp_));
-      connection->reading_ = false;
-    }
+    const uint64_t bytes = replies.bytes.size();
+    // Written before the promise is settled, so the bytes count against the limits throughout.
+    connection->write(std::move(replies.bytes));
+    connection->settlePending(replies.count, bytes);
+    connection->flush();
   }
   for (uint64_t connection_id : batch->close_after_flush) {
     auto it = connections_.find(connection_id);
-    if (it == connections_.end() || it->second->closing_) continue;
-    shutdownThenClose(it->second.get());  // the queued error reply goes out first
+    if (it == connections_.end() || it->second->closing()) continue;
+    it->second->shutdownThenClose();  // the queued error reply goes out first
   }
 }
-
-void Server::closeConnection(Connection* connection) {
-  if (connection->closing_) return;
-  connection->closing_ = true;
-  connection->reading_ = false;
-  uv_close(reinterpret_cast<uv_handle_t*>(&connection->tcp_), [](uv_handle_t* handle) {
-    auto* conn = static_cast<Connection*>(handle->data);
-    Server* server = conn->server_;
-    server->logger_->debug("connection_closed", {{"connection", conn->id_}});
-    --server->open_handles_;
-    server->forgetConnection(conn->id_);  // frees conn
-    server->maybeFinishStop();
-    server->closeTimerIfDrained();
-  });
-}
-
-void Server::forgetConnection(uint64_t id) { connections_.erase(id); }
 
 void Server::failFatally(const Status& status) {
   fatal_ = true;
@@ -491,30 +398,8 @@ void Server::stop() {
     closeHandle(reinterpret_cast<uv_handle_t*>(&listener_));
   }
   if (tick_timer_open_) (void)uv_timer_stop(&tick_timer_);
-  for (auto& [id, connection] : connections_) {
-    if (connection->reading_) {
-      (void)uv_read_stop(reinterpret_cast<uv_stream_t*>(&connection->tcp_));
-      connection->reading_ = false;
-    }
-  }
+  for (auto& [id, connection] : connections_) connection->stopReading();
   maybeFinishStop();
-}
-
-void Server::shutdownThenClose(Connection* connection) {
-  if (connection->closing_ || connection->shutting_down_) return;
-  connection->shutting_down_ = true;
-  auto* shutdown = new uv_shutdown_t;
-  shutdown->data = connection;
-  const int rc = uv_shutdown(shutdown, reinterpret_cast<uv_stream_t*>(&connection->tcp_),
-                             [](uv_shutdown_t* req, int) {
-                               auto* conn = static_cast<Connection*>(req->data);
-                               delete req;
-                               conn->server_->closeConnection(conn);
-                             });
-  if (rc != 0) {
-    delete shutdown;
-    closeConnection(connection);
-  }
 }
 
 void Server::maybeFinishStop() {
@@ -543,9 +428,9 @@ void Server::maybeFinishStop() {
   for (auto& [id, connection] : connections_) open.push_back(connection.get());
   for (Connection* connection : open) {
     if (fatal_) {
-      closeConnection(connection);  // nothing more may be said
+      connection->close();  // nothing more may be said
     } else {
-      shutdownThenClose(connection);
+      connection->shutdownThenClose();
     }
   }
   closeTimerIfDrained();
@@ -558,14 +443,14 @@ void Server::onDrainDeadline(uv_timer_t* timer) {
                          {"drain_timeout_ms", server->options_.drain_timeout_ms}});
   std::vector<Connection*> open;
   for (auto& [id, connection] : server->connections_) open.push_back(connection.get());
-  for (Connection* connection : open) server->closeConnection(connection);
+  for (Connection* connection : open) connection->close();
   server->closeTimerIfDrained();
 }
 
 void Server::closeTimerIfDrained() {
   if (!stopped_ || !tick_timer_open_) return;
   for (auto& [id, connection] : connections_) {
-    if (!connection->closing_) return;
+    if (!connection->closing()) return;
   }
   tick_timer_open_ = false;
   closeHandle(reinterpret_cast<uv_handle_t*>(&tick_timer_));

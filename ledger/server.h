@@ -14,7 +14,9 @@
 #include "core/ledger.h"
 #include "core/limits.h"
 #include "core/status.h"
+#include "ledger/metrics.h"
 #include "ledger/store.h"
+#include "net/framed_stream.h"
 #include "wire/codec.h"
 #include "wire/frame.h"
 
@@ -40,19 +42,21 @@ namespace tally::ledger {
 struct ServerOptions {
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 7411;  // 0: pick a free port (see port())
-  uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
+  // Per connection: frame size, and the replies (count, bytes) a client may be owed before it
+  // is neither read nor served until it takes them (net/framed_stream.h).
+  net::StreamLimits stream;
   uint64_t tick_interval_ms = 10;
-  uint64_t connections_max = 4096;
-  uint64_t pending_replies_per_connection_max = limits::kRequestsInFlightPerConnectionMax;
-  uint64_t write_queue_bytes_max = 16u << 20;  // stop reading a client that does not read
+  uint64_t connections_max = limits::kConnectionsPerServerMax;
   // On stop, connections get this long to take their last replies; then they are closed.
   uint64_t drain_timeout_ms = 5'000;
   // Called once on the loop thread when the server has stopped (gracefully or fatally) and
   // is closing its last handles; the owner closes its own handles (signals) there.
   std::function<void()> on_stopped;
+  // Fed with every answer, commit and audit when set; borrowed, must outlive the server.
+  LedgerMetrics* metrics = nullptr;
 };
 
-class Server {
+class Server : private net::StreamHandler {
  public:
   Server(uv_loop_t* loop, Ledger* ledger, Store* store, LedgerClock* clock, Logger* logger,
          ServerOptions options);
@@ -67,6 +71,7 @@ class Server {
   // committed and answered; then every handle is closed and the loop can run dry.
   void stop();
   bool fatal() const { return fatal_; }
+  uint64_t connections() const { return connections_.size(); }
 
   class Connection;
 
@@ -83,6 +88,9 @@ class Server {
     bool tick_changes = false;
     StoreBatch store;
     Status result;
+    uint64_t requests = 0;   // replies held, for the batch-size metric
+    uint64_t sealed_ns = 0;  // uv_hrtime at seal
+    uint64_t store_us = 0;   // time in Store::commit (commit thread)
 
     bool idle() const { return replies.empty() && close_after_flush.empty() && !tick_changes; }
   };
@@ -96,7 +104,11 @@ class Server {
   static void afterCommit(uv_work_t* work, int status);
 
   void accept();
-  void onFrames(Connection* connection, std::vector<wire::Frame>* frames);
+  // net::StreamHandler, for every connection.
+  void onFrame(net::FramedStream* stream, wire::Frame&& frame) override;
+  void onBadFrame(net::FramedStream* stream, const Status& status) override;
+  void onLost(net::FramedStream* stream, const Status& status) override;
+  void onClosed(net::FramedStream* stream) override;
   wire::ResponseBody dispatch(const wire::RequestBody& body, uint64_t now_ms);
   void enqueueReply(Connection* connection, const wire::Response& response);
   void seal();
@@ -104,14 +116,7 @@ class Server {
   void flush(Batch* batch);
   void failFatally(const Status& status);
   void maybeFinishStop();
-  void closeConnection(Connection* connection);
-  // Closes after the writes already queued on it have gone out.
-  void shutdownThenClose(Connection* connection);
   void closeHandle(uv_handle_t* handle);
-  void forgetConnection(uint64_t id);
-  void onConnectionReadable(Connection* connection);
-
-  friend class Connection;
 
   uv_loop_t* loop_;
   Ledger* ledger_;

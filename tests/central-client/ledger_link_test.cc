@@ -575,7 +575,8 @@ class RealLedger {
     process_ = std::make_unique<testing::Process>(
         testing::binaryPath("tally-ledger"),
         std::vector<std::string>{"--data-dir", dir_->file("ledger"), "--listen",
-                                 "127.0.0.1:" + std::to_string(port), "--log-level", "info"},
+                                 "127.0.0.1:" + std::to_string(port), "--metrics", "",
+                                 "--log-level", "info"},
         dir_->file("ledger.log"));
     const int ready = process_->waitReady(10'000);
     if (ready <= 0) return false;

@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+
 #include <capnp/any.h>
 #include <capnp/message.h>
 #include <capnp/schema.h>
@@ -23,6 +26,16 @@ namespace tally::testing {
 namespace {
 
 constexpr uint64_t kReadTimeoutMs = 5'000;
+
+// The resident set of process `pid` in KiB (VmRSS in /proc), or 0 if unreadable.
+uint64_t residentKiB(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10);
+  }
+  return 0;
+}
 
 std::vector<uint8_t> frameHeader(uint32_t length) {
   return {static_cast<uint8_t>(length), static_cast<uint8_t>(length >> 8),
@@ -310,7 +323,21 @@ TEST_F(LedgerBadInputTest, ClientThatNeverReadsBlocksNeitherOthersNorShutdown) {
   }
   std::cout << "[ hog      ] the ledger stopped reading after ~" << bursts * burst.size() / 1024
             << " KiB of requests" << std::endl;
+  // What it holds for that client is bounded by write_queue_bytes_max (16 MiB of replies owed,
+  // net/framed_stream.h) plus one read of requests: it neither reads nor applies past the
+  // bound. (It used to apply everything it had read and hold ~100 MiB.)
+  const uint64_t resident_kib = residentKiB(ledger_.pid());
+  std::cout << "[ hog      ] ledger resident set: " << resident_kib / 1024 << " MiB" << std::endl;
+  EXPECT_GT(resident_kib, 0u);
+  EXPECT_LT(resident_kib, uint64_t{64} * 1024) << "the ledger holds far more than its bound";
   ASSERT_NO_FATAL_FAILURE(expectHealthy("a client that never reads"));
+  {
+    // A client that connects now is served too.
+    std::unique_ptr<client::BlockingClient> late = connect();
+    ASSERT_NE(late, nullptr);
+    TALLY_ASSIGN_OR_FAIL(wire::HealthReply reply, health(*late));
+    EXPECT_EQ(reply.status, "ok");
+  }
   const auto signalled = std::chrono::steady_clock::now();
   EXPECT_EQ(ledger_.terminate(kExitTimeoutMs), 0)
       << "SIGTERM did not end tally-ledger within " << kExitTimeoutMs

@@ -12,6 +12,7 @@
 #include <optional>
 #include <random>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 #include <variant>
@@ -104,11 +105,11 @@ Status LedgerInstance::start() {
     return Status::failedPrecondition("ledger already running");
   }
   ++starts_;
-  process_ =
-      std::make_unique<Process>(binaryPath("tally-ledger"),
-                                std::vector<std::string>{"--data-dir", data_dir_, "--listen",
-                                                         "127.0.0.1:0", "--log-level", "info"},
-                                log_path_);
+  process_ = std::make_unique<Process>(
+      binaryPath("tally-ledger"),
+      std::vector<std::string>{"--data-dir", data_dir_, "--listen", "127.0.0.1:0", "--metrics",
+                               "127.0.0.1:0", "--log-level", "info"},
+      log_path_);
   const int port = process_->waitReady(kReadyTimeoutMs);
   if (port <= 0) {
     process_->kill9();
@@ -117,6 +118,12 @@ Status LedgerInstance::start() {
                                " ms");
   }
   port_ = static_cast<uint16_t>(port);
+  // "ready PORT METRICS_PORT": the metrics port follows the port.
+  const std::string& line = process_->readyLine();
+  const size_t metrics_at = line.find(' ', std::string_view("ready ").size());
+  metrics_port_ = metrics_at == std::string::npos
+                      ? 0
+                      : static_cast<uint16_t>(std::atoi(line.c_str() + metrics_at + 1));
   return Status::ok();
 }
 

@@ -59,6 +59,9 @@ class LedgerInstance {
   // False once the child has exited (reaped here).
   bool running();
   uint16_t port() const { return port_; }
+  pid_t pid() const { return process_ != nullptr ? process_->pid() : -1; }
+  // The Prometheus endpoint's port (each instance picks a free one), from the ready line.
+  uint16_t metricsPort() const { return metrics_port_; }
   client::Endpoint endpoint() const;
   Result<std::unique_ptr<client::BlockingClient>> connect() const;
   std::string log() const;
@@ -69,6 +72,7 @@ class LedgerInstance {
   std::string log_path_;
   std::unique_ptr<Process> process_;
   uint16_t port_ = 0;
+  uint16_t metrics_port_ = 0;
   int starts_ = 0;
 };
 

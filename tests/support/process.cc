@@ -92,6 +92,7 @@ int Process::waitReady(uint64_t timeout_ms) {
     if (n <= 0) return -1;  // closed without a line: the child died or failed to start
     line.append(buffer, static_cast<size_t>(n));
   }
+  ready_line_ = line.substr(0, line.find('\n'));
   if (line.rfind("ready ", 0) != 0) return -1;
   return std::atoi(line.c_str() + 6);
 }

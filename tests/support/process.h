@@ -26,6 +26,8 @@ class Process {
 
   // Waits for the readiness line; returns the port it names, or -1 on timeout/early exit.
   int waitReady(uint64_t timeout_ms);
+  // The whole line waitReady() read ("ready 7411 9465"), without its newline; empty before.
+  const std::string& readyLine() const { return ready_line_; }
   // Sends `signal`; returns false if the process is gone.
   bool signal(int signal_number);
   // Waits for exit up to `timeout_ms`; returns the exit status (WEXITSTATUS, or 128+signal),
@@ -43,6 +45,7 @@ class Process {
   std::string log_path_;
   pid_t pid_ = -1;
   int ready_read_fd_ = -1;
+  std::string ready_line_;
 };
 
 // Path of a built binary (build/<preset>/bin/NAME), from the TALLY_BIN_DIR compile definition;

@@ -1,4 +1,4 @@
-#include "agent/metrics_server.h"
+#include "net/metrics_server.h"
 
 #include <arpa/inet.h>
 
@@ -8,7 +8,7 @@
 
 #include "core/assert.h"
 
-namespace tally::agent {
+namespace tally::net {
 
 struct MetricsServer::Connection {
   MetricsServer* server = nullptr;
@@ -178,4 +178,4 @@ void MetricsServer::stop() {
   for (Connection* connection : open) close(connection);
 }
 
-}  // namespace tally::agent
+}  // namespace tally::net

@@ -1,0 +1,150 @@
+#include "ledger/metrics.h"
+
+#include <variant>
+
+namespace tally::ledger {
+
+using net::promHeader;
+using net::promSample;
+
+namespace {
+
+// By the index of wire::RequestBody's alternatives.
+constexpr const char* kOpNames[] = {
+    "unknown",       "reserve",        "start",          "settle",
+    "release",       "query",          "mark_unknown",   "report_operation",
+    "audit",         "health",         "publish_policy", "rollback_policy",
+    "show_policy",   "enroll_gateway", "list_gateways",  "set_gateway_enabled",
+    "shard_issue",   "shard_report",   "shard_status",   "list_shards",
+    "revoke_shards", "write_off_shard"};
+static_assert(std::size(kOpNames) == std::variant_size_v<wire::RequestBody>);
+
+std::string outcomeOf(const wire::ResponseBody& response) {
+  if (const auto* shard = std::get_if<ShardReply>(&response)) {
+    return net::promLower(replyCodeName(shard->code));
+  }
+  if (const auto* gateway = std::get_if<GatewayReply>(&response)) {
+    return net::promLower(replyCodeName(gateway->code));
+  }
+  return net::outcomeLabel(response);
+}
+
+std::string count(uint64_t value) { return std::to_string(value); }
+
+}  // namespace
+
+const char* requestOpName(const wire::RequestBody& body) { return kOpNames[body.index()]; }
+
+LedgerGauges ledgerGauges(const Ledger& ledger, uint64_t now_ms) {
+  LedgerGauges gauges;
+  for (const AccountView& view : ledger.accounts().view(now_ms)) {
+    ++gauges.accounts;
+    if (view.debt > 0) {
+      ++gauges.accounts_in_debt;
+      gauges.debt_units += view.debt;
+    }
+  }
+  ledger.forEachReservation([&gauges](const Reservation& reservation) {
+    ++gauges.reservations[static_cast<size_t>(reservation.state)];
+    if (reservation.overdraft_breach) ++gauges.overdraft_breaches;
+  });
+  for (const ShardLedgerView& shard : ledger.listShards("", std::nullopt).shards) {
+    ++gauges.shards[static_cast<size_t>(shard.state)];
+  }
+  return gauges;
+}
+
+void LedgerMetrics::countRequest(const wire::RequestBody& request,
+                                 const wire::ResponseBody& response) {
+  ++requests_[{requestOpName(request), outcomeOf(response)}];
+  if (const auto* reply = std::get_if<ReservationReply>(&response)) {
+    if (reply->code == ReplyCode::kOk && reply->receipt.state == ReservationState::kRejected &&
+        !reply->duplicate) {
+      ++rejections_[limitingDimensionName(reply->receipt.limiting_dimension)];
+    }
+  }
+}
+
+void LedgerMetrics::observeCommit(uint64_t requests, uint64_t latency_us, uint64_t store_us) {
+  batch_requests_.observe(requests);
+  commit_latency_.observe(latency_us);
+  store_commit_.observe(store_us);
+}
+
+void LedgerMetrics::observeAudit(const AuditReport& report) {
+  ++audits_;
+  audit_conserved_ = report.conserved;
+  audit_violations_ = report.violations.size();
+}
+
+uint64_t LedgerMetrics::requests(const std::string& op, const std::string& outcome) const {
+  auto it = requests_.find({op, outcome});
+  return it == requests_.end() ? 0 : it->second;
+}
+
+uint64_t LedgerMetrics::rejections(LimitingDimension dimension) const {
+  auto it = rejections_.find(limitingDimensionName(dimension));
+  return it == rejections_.end() ? 0 : it->second;
+}
+
+std::string LedgerMetrics::render(const LedgerGauges& g) const {
+  std::string out;
+  promHeader(&out, "tally_ledger_requests_total", "counter", "Requests by operation and outcome.");
+  for (const auto& [key, value] : requests_) {
+    promSample(&out, "tally_ledger_requests_total",
+               "op=\"" + key.first + "\",outcome=\"" + key.second + "\"", count(value));
+  }
+  promHeader(&out, "tally_ledger_rejections_total", "counter",
+             "Reservations rejected (first answers, not duplicates), by limiting dimension.");
+  for (const auto& [dimension, value] : rejections_) {
+    promSample(&out, "tally_ledger_rejections_total", "dimension=\"" + dimension + "\"",
+               count(value));
+  }
+  promHeader(&out, "tally_ledger_commit_batch_requests", "histogram",
+             "Requests answered by one durable commit (group commit batch size).");
+  batch_requests_.render(&out, "tally_ledger_commit_batch_requests", "", false);
+  promHeader(&out, "tally_ledger_commit_duration_seconds", "histogram",
+             "From sealing a batch to its being durable (queueing on the commit thread included).");
+  commit_latency_.render(&out, "tally_ledger_commit_duration_seconds", "", true);
+  promHeader(&out, "tally_ledger_store_commit_seconds", "histogram",
+             "Time inside the store's commit: the SQLite write and its fsync (synchronous=FULL).");
+  store_commit_.render(&out, "tally_ledger_store_commit_seconds", "", true);
+  promHeader(&out, "tally_ledger_accounts", "gauge", "Accounts kept.");
+  promSample(&out, "tally_ledger_accounts", "", count(g.accounts));
+  promHeader(&out, "tally_ledger_accounts_in_debt", "gauge", "Accounts owing overdraft debt.");
+  promSample(&out, "tally_ledger_accounts_in_debt", "", count(g.accounts_in_debt));
+  promHeader(&out, "tally_ledger_debt_units", "gauge", "Debt owed, summed over all accounts.");
+  promSample(&out, "tally_ledger_debt_units", "", count(g.debt_units));
+  promHeader(&out, "tally_ledger_overdraft_breaches", "gauge",
+             "Kept reservations whose settle left debt above the policy's maximum overdraft.");
+  promSample(&out, "tally_ledger_overdraft_breaches", "", count(g.overdraft_breaches));
+  promHeader(&out, "tally_ledger_reservations", "gauge",
+             "Reservations kept, by state (terminal ones until compacted after retention).");
+  for (int state = 0; state < kReservationStateCount; ++state) {
+    promSample(
+        &out, "tally_ledger_reservations",
+        std::string("state=\"") + reservationStateName(static_cast<ReservationState>(state)) + "\"",
+        count(g.reservations[static_cast<size_t>(state)]));
+  }
+  promHeader(&out, "tally_ledger_shards", "gauge", "Emergency shards, by state.");
+  for (int state = 0; state < kShardStateCount; ++state) {
+    promSample(&out, "tally_ledger_shards",
+               std::string("state=\"") + shardStateName(static_cast<ShardState>(state)) + "\"",
+               count(g.shards[static_cast<size_t>(state)]));
+  }
+  promHeader(&out, "tally_ledger_audits_total", "counter", "Audits run (tallyctl audit).");
+  promSample(&out, "tally_ledger_audits_total", "", count(audits_));
+  promHeader(&out, "tally_ledger_audit_conserved", "gauge",
+             "The last audit's result: 1 every equation holds (also before any audit), 0 not.");
+  promSample(&out, "tally_ledger_audit_conserved", "", audit_conserved_ ? "1" : "0");
+  promHeader(&out, "tally_ledger_audit_violations", "gauge", "Violations the last audit found.");
+  promSample(&out, "tally_ledger_audit_violations", "", count(audit_violations_));
+  promHeader(&out, "tally_ledger_store_bytes", "gauge",
+             "Bytes of the files in the data directory (databases, WAL files, key).");
+  promSample(&out, "tally_ledger_store_bytes", "", count(g.store_bytes));
+  promHeader(&out, "tally_ledger_connections", "gauge", "Client connections open.");
+  promSample(&out, "tally_ledger_connections", "", count(g.connections));
+  return out;
+}
+
+}  // namespace tally::ledger

@@ -1,0 +1,284 @@
+#include "net/framed_stream.h"
+
+#include <array>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "core/assert.h"
+
+namespace tally::net {
+
+// One buffer on its way to the socket; freed by the write callback, which libuv runs (with
+// UV_ECANCELED at worst) before the stream's close callback.
+struct FramedStream::WriteRequest {
+  uv_write_t req{};
+  std::vector<uint8_t> bytes;
+  FramedStream* stream = nullptr;
+};
+
+namespace {
+
+// Reads are consumed synchronously inside the read callback, so one buffer per loop thread
+// serves every stream on it.
+constexpr size_t kReadBufferBytes = 64 * 1024;
+thread_local std::array<char, kReadBufferBytes> read_buffer;
+
+Status uvStatus(const char* what, int rc) {
+  return Status::ioError(std::string(what) + ": " + uv_strerror(rc));
+}
+
+}  // namespace
+
+void StreamHandler::onConnected(FramedStream*, const Status&) {}
+
+FramedStream::FramedStream(uv_loop_t* loop, StreamKind kind, StreamHandler* handler,
+                           StreamLimits limits, uint64_t id)
+    : loop_(loop),
+      kind_(kind),
+      handler_(handler),
+      limits_(limits),
+      id_(id),
+      decoder_({.frame_bytes_max = limits.frame_bytes_max}) {
+  tcp_.data = this;
+  pipe_.data = this;
+  connect_request_.data = this;
+}
+
+FramedStream::~FramedStream() {
+  // libuv holds pointers into an initialized handle until its close callback.
+  TALLY_ASSERT(!initialized_ || closed_);
+}
+
+uv_stream_t* FramedStream::stream() {
+  return kind_ == StreamKind::kTcp ? reinterpret_cast<uv_stream_t*>(&tcp_)
+                                   : reinterpret_cast<uv_stream_t*>(&pipe_);
+}
+
+Status FramedStream::init() {
+  TALLY_ASSERT(!initialized_);
+  const int rc =
+      kind_ == StreamKind::kTcp ? uv_tcp_init(loop_, &tcp_) : uv_pipe_init(loop_, &pipe_, 0);
+  if (rc != 0) return uvStatus(kind_ == StreamKind::kTcp ? "uv_tcp_init" : "uv_pipe_init", rc);
+  initialized_ = true;
+  return Status::ok();
+}
+
+Status FramedStream::accept(uv_stream_t* listener) {
+  TALLY_ASSERT(initialized_);
+  if (int rc = uv_accept(listener, stream()); rc != 0) return uvStatus("accept", rc);
+  return Status::ok();
+}
+
+Status FramedStream::connect(const sockaddr* address) {
+  TALLY_ASSERT(initialized_ && kind_ == StreamKind::kTcp);
+  if (int rc = uv_tcp_connect(&connect_request_, &tcp_, address, onConnect); rc != 0) {
+    return uvStatus("connect", rc);
+  }
+  return Status::ok();
+}
+
+void FramedStream::connectPipe(const char* path) {
+  TALLY_ASSERT(initialized_ && kind_ == StreamKind::kPipe);
+  // libuv 1.44: uv_pipe_connect reports every failure through the callback.
+  uv_pipe_connect(&connect_request_, &pipe_, path, onConnect);
+}
+
+void FramedStream::onConnect(uv_connect_t* request, int status) {
+  auto* self = static_cast<FramedStream*>(request->data);
+  if (self->closing_) return;  // closed while connecting (UV_ECANCELED)
+  self->handler_->onConnected(self, status == 0 ? Status::ok() : uvStatus("connect", status));
+}
+
+// --- Reading ----------------------------------------------------------------------------------
+
+void FramedStream::startReading() {
+  want_reading_ = true;
+  deliver();
+}
+
+void FramedStream::stopReading() {
+  want_reading_ = false;
+  updateReading();
+}
+
+void FramedStream::onAlloc(uv_handle_t*, size_t, uv_buf_t* buf) {
+  *buf = uv_buf_init(read_buffer.data(), static_cast<unsigned>(read_buffer.size()));
+}
+
+void FramedStream::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
+  auto* self = static_cast<FramedStream*>(stream->data);
+  if (nread < 0) {
+    self->lost(nread == UV_EOF ? Status::unavailable("the peer closed the connection")
+                               : uvStatus("read", static_cast<int>(nread)));
+    return;
+  }
+  if (nread == 0 || self->closing_) return;
+  self->decoded_.clear();
+  const Status status =
+      self->decoder_.feed(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(buf->base),
+                                                   static_cast<size_t>(nread)),
+                          &self->decoded_);
+  for (wire::Frame& frame : self->decoded_) self->held_.push_back(std::move(frame));
+  if (!status.isOk()) {
+    self->framing_lost_ = true;
+    self->bad_frame_ = status;
+  }
+  self->deliver();
+}
+
+bool FramedStream::overLimit() {
+  if (!limits_.backpressure) return false;
+  return pending_replies_ >= limits_.pending_replies_max ||
+         queuedBytes() >= limits_.write_queue_bytes_max;
+}
+
+void FramedStream::deliver() {
+  if (delivering_) return;  // the handler answered from inside onFrame: the outer loop goes on
+  delivering_ = true;
+  while (!held_.empty() && want_reading_ && !closing_ && !shutting_down_ && !overLimit()) {
+    wire::Frame frame = std::move(held_.front());
+    held_.pop_front();
+    handler_->onFrame(this, std::move(frame));
+  }
+  delivering_ = false;
+  if (framing_lost_ && held_.empty() && !bad_frame_reported_ && !closing_) {
+    bad_frame_reported_ = true;
+    updateReading();
+    handler_->onBadFrame(this, bad_frame_);
+    return;
+  }
+  updateReading();
+}
+
+void FramedStream::updateReading() {
+  const bool wanted = want_reading_ && !closing_ && !shutting_down_ && !framing_lost_ &&
+                      held_.empty() && !overLimit();
+  if (wanted && !reading_) {
+    if (int rc = uv_read_start(stream(), onAlloc, onRead); rc != 0) {
+      lost(uvStatus("read start", rc));
+      return;
+    }
+    reading_ = true;
+  } else if (!wanted && reading_) {
+    (void)uv_read_stop(stream());
+    reading_ = false;
+  }
+}
+
+// --- Writing ----------------------------------------------------------------------------------
+
+uint64_t FramedStream::queuedBytes() {
+  const uint64_t in_libuv = initialized_ && !closed_ ? uv_stream_get_write_queue_size(stream()) : 0;
+  return pending_bytes_ + output_.size() + in_libuv;
+}
+
+void FramedStream::addPending(uint64_t replies, uint64_t bytes) {
+  pending_replies_ += replies;
+  pending_bytes_ += bytes;
+  if (!delivering_) updateReading();  // inside deliver(), its loop checks the limits
+}
+
+void FramedStream::settlePending(uint64_t replies, uint64_t bytes) {
+  TALLY_ASSERT(replies <= pending_replies_ && bytes <= pending_bytes_);
+  pending_replies_ -= replies;
+  pending_bytes_ -= bytes;
+  // Resuming here may serve held frames; the caller queues its reply right after, so the
+  // limits are checked against it once flushed.
+  deliver();
+}
+
+void FramedStream::write(std::vector<uint8_t>&& bytes) {
+  if (output_.empty()) {
+    output_ = std::move(bytes);
+  } else {
+    output_.insert(output_.end(), bytes.begin(), bytes.end());
+  }
+}
+
+void FramedStream::flush() {
+  if (closing_ || output_.empty()) return;
+  if (uv_stream_get_write_queue_size(stream()) == 0) {
+    // Straight to the socket when nothing is queued before it: no write request, no callback
+    // and no epoll_ctl in the next iteration. What does not fit goes through uv_write.
+    uv_buf_t direct =
+        uv_buf_init(reinterpret_cast<char*>(output_.data()), static_cast<unsigned>(output_.size()));
+    const int written = uv_try_write(stream(), &direct, 1);
+    if (written < 0 && written != UV_EAGAIN) {
+      lost(uvStatus("write", written));
+      return;
+    }
+    if (written > 0) output_.erase(output_.begin(), output_.begin() + written);
+  }
+  if (!output_.empty()) {
+    auto request = std::make_unique<WriteRequest>();
+    request->bytes = std::exchange(output_, {});
+    request->stream = this;
+    request->req.data = request.get();
+    uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(request->bytes.data()),
+                               static_cast<unsigned>(request->bytes.size()));
+    if (int rc = uv_write(&request->req, stream(), &buf, 1, onWrite); rc != 0) {
+      lost(uvStatus("write", rc));
+      return;
+    }
+    (void)request.release();  // owned by the write callback now
+  }
+  deliver();
+}
+
+void FramedStream::onWrite(uv_write_t* req, int status) {
+  std::unique_ptr<WriteRequest> owned(static_cast<WriteRequest*>(req->data));
+  FramedStream* self = owned->stream;
+  if (status == UV_ECANCELED || self->closing_) return;
+  if (status != 0) {
+    self->lost(uvStatus("write", status));
+    return;
+  }
+  self->deliver();  // the queue drained a little: maybe resume
+}
+
+// --- Closing ----------------------------------------------------------------------------------
+
+void FramedStream::lost(Status status) {
+  if (closing_) return;
+  close();
+  handler_->onLost(this, status);
+}
+
+void FramedStream::shutdownThenClose() {
+  if (closing_ || shutting_down_) return;
+  flush();
+  if (closing_) return;
+  shutting_down_ = true;
+  updateReading();
+  auto request = std::make_unique<uv_shutdown_t>();
+  request->data = this;
+  if (uv_shutdown(request.get(), stream(), onShutdown) != 0) {
+    close();
+    return;
+  }
+  (void)request.release();  // owned by the shutdown callback now
+}
+
+void FramedStream::onShutdown(uv_shutdown_t* req, int) {
+  std::unique_ptr<uv_shutdown_t> owned(req);
+  static_cast<FramedStream*>(owned->data)->close();
+}
+
+void FramedStream::close() {
+  if (closing_) return;
+  closing_ = true;
+  reading_ = false;
+  held_.clear();
+  if (!initialized_) return;
+  uv_close(handle(), onClose);
+}
+
+void FramedStream::onClose(uv_handle_t* handle) {
+  auto* self = static_cast<FramedStream*>(handle->data);
+  self->closed_ = true;
+  self->handler_->onClosed(self);  // may destroy self
+}
+
+}  // namespace tally::net

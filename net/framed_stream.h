@@ -1,0 +1,166 @@
+#pragma once
+
+#include <uv.h>
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "core/limits.h"
+#include "core/status.h"
+#include "wire/frame.h"
+
+// The one framed-stream layer: every server and client of the length-framed protocol (ledger
+// server, agent gateway socket, the agent's ledger link, tally-bench) reads, decodes, writes,
+// pushes back and shuts down through a FramedStream. Read and write go through this one class
+// only, so the TLS of a later issue (memory BIOs) slots in here and nowhere else.
+//
+//  * Reading: bytes are cut into frames by a wire::FrameDecoder (frame_bytes_max) and handed to
+//    the handler one at a time. A framing error stops reading for good; the frames before it
+//    are still delivered, then onBadFrame() is called once.
+//  * Writing: the owner encodes frames straight into output() (or hands over a finished buffer
+//    with write()) and calls flush(): what the socket takes at once is written with
+//    uv_try_write, the rest goes into one uv_write whose buffer lives until its callback.
+//  * Back-pressure (servers, StreamLimits::backpressure): a peer whose replies are not drained
+//    is neither read nor served. Past pending_replies_max replies promised (addPending) or
+//    write_queue_bytes_max bytes owed to it (promised + buffered + queued in libuv), the stream
+//    stops delivering the frames it already decoded and stops reading; it resumes by itself as
+//    the replies are settled and written. So a peer that never reads holds at most about
+//    write_queue_bytes_max of replies plus one read (64 KiB) of undelivered requests, and costs
+//    the loop nothing more. A client stream (backpressure = false) always reads: its answers
+//    are what drain its queue; its owner bounds what it sends with queuedBytes().
+//  * Shutdown: shutdownThenClose() flushes, stops reading, lets the queued writes go out
+//    (uv_shutdown) and then closes; close() closes at once (queued writes are cancelled).
+//
+// Ownership: owns its uv_tcp_t or uv_pipe_t, its connect and shutdown requests and its write
+// buffers; borrows `loop` and `handler`, which must outlive it. Non-copyable, non-movable
+// (libuv holds pointers into it). After a successful init() it may be destroyed only from (or
+// after) StreamHandler::onClosed, which the close callback calls last; callbacks of its write,
+// connect and shutdown requests all run before that. Belongs to the loop thread.
+
+namespace tally::net {
+
+struct StreamLimits {
+  uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
+  uint64_t write_queue_bytes_max = limits::kWriteQueueBytesPerConnectionMax;
+  uint64_t pending_replies_max = limits::kRequestsInFlightPerConnectionMax;
+  // true (servers): stop serving and reading a peer past either maximum until it drains.
+  bool backpressure = true;
+};
+
+enum class StreamKind : uint8_t { kTcp, kPipe };
+
+class FramedStream;
+
+// What a FramedStream reports, on the loop thread. Every method may call any method of the
+// stream (write, flush, close, …) except destroy it, which only onClosed may.
+class StreamHandler {
+ public:
+  // One complete frame, in arrival order.
+  virtual void onFrame(FramedStream* stream, wire::Frame&& frame) = 0;
+  // The framing is lost (oversized or zero-length frame); reading has stopped for good.
+  virtual void onBadFrame(FramedStream* stream, const Status& status) = 0;
+  // The peer is gone: end of stream, a read or a write error. The stream is already closing.
+  virtual void onLost(FramedStream* stream, const Status& status) = 0;
+  // The result of connect()/connectPipe(); not called if the stream was closed meanwhile.
+  virtual void onConnected(FramedStream* stream, const Status& status);
+  // The close callback: the last call for this stream; the owner may destroy it here.
+  virtual void onClosed(FramedStream* stream) = 0;
+
+ protected:
+  ~StreamHandler() = default;
+};
+
+class FramedStream {
+ public:
+  FramedStream(uv_loop_t* loop, StreamKind kind, StreamHandler* handler, StreamLimits limits,
+               uint64_t id);
+  ~FramedStream();
+  FramedStream(const FramedStream&) = delete;
+  FramedStream& operator=(const FramedStream&) = delete;
+
+  // Initializes the handle. Until it succeeds, nothing is open and the stream may be destroyed;
+  // after, close() and onClosed must come first.
+  [[nodiscard]] Status init();
+  [[nodiscard]] Status accept(uv_stream_t* listener);
+  // Starts a connect; StreamHandler::onConnected reports the result.
+  [[nodiscard]] Status connect(const sockaddr* address);
+  void connectPipe(const char* path);
+
+  // The owner wants (or no longer wants) to read. Back-pressure and a lost framing may still
+  // hold reading off; stopReading() also stops delivering frames already decoded. A failing
+  // uv_read_start is reported through onLost.
+  void startReading();
+  void stopReading();
+
+  // Frames encoded here are sent by the next flush().
+  std::vector<uint8_t>* output() { return &output_; }
+  // Appends `bytes` to the output (adopting the buffer when the output is empty).
+  void write(std::vector<uint8_t>&& bytes);
+  void flush();
+
+  // Replies the owner owes this peer and holds elsewhere (in a batch, in a handler), with the
+  // bytes already known; both count against the limits until settled.
+  void addPending(uint64_t replies, uint64_t bytes);
+  void settlePending(uint64_t replies, uint64_t bytes);
+
+  void shutdownThenClose();
+  void close();
+
+  uint64_t id() const { return id_; }
+  uv_stream_t* stream();
+  uv_handle_t* handle() { return reinterpret_cast<uv_handle_t*>(stream()); }
+  uv_tcp_t* tcp() { return &tcp_; }
+  uv_pipe_t* pipe() { return &pipe_; }
+  bool closing() const { return closing_; }
+  bool shuttingDown() const { return shutting_down_; }
+  bool reading() const { return reading_; }
+  // Bytes owed to the peer: promised, in output(), and queued in libuv.
+  uint64_t queuedBytes();
+  uint64_t pendingReplies() const { return pending_replies_; }
+  size_t heldFrames() const { return held_.size(); }
+
+ private:
+  struct WriteRequest;
+
+  static void onAlloc(uv_handle_t* handle, size_t suggested, uv_buf_t* buf);
+  static void onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
+  static void onWrite(uv_write_t* request, int status);
+  static void onConnect(uv_connect_t* request, int status);
+  static void onShutdown(uv_shutdown_t* request, int status);
+  static void onClose(uv_handle_t* handle);
+
+  bool overLimit();
+  // Hands held frames to the handler while allowed, then starts or stops reading to match.
+  void deliver();
+  void updateReading();
+  void lost(Status status);
+
+  uv_loop_t* loop_;
+  StreamKind kind_;
+  StreamHandler* handler_;
+  StreamLimits limits_;
+  uint64_t id_;
+  uv_tcp_t tcp_{};
+  uv_pipe_t pipe_{};
+  uv_connect_t connect_request_{};
+  bool initialized_ = false;
+  bool closed_ = false;  // the close callback ran
+  bool closing_ = false;
+  bool shutting_down_ = false;
+  bool want_reading_ = false;
+  bool reading_ = false;
+  bool delivering_ = false;
+  bool framing_lost_ = false;
+  bool bad_frame_reported_ = false;
+  Status bad_frame_;
+
+  wire::FrameDecoder decoder_;
+  std::vector<wire::Frame> decoded_;  // reused between reads
+  std::deque<wire::Frame> held_;      // decoded, not delivered yet (back-pressure)
+  std::vector<uint8_t> output_;
+  uint64_t pending_replies_ = 0;
+  uint64_t pending_bytes_ = 0;
+};
+
+}  // namespace tally::net

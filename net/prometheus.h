@@ -1,0 +1,68 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "wire/codec.h"
+
+// The Prometheus text exposition format (version 0.0.4), shared by tally-agent's and
+// tally-ledger's metrics: HELP/TYPE headers, samples, seconds, a fixed-bucket histogram, and the
+// outcome label of an answer. Pure (no I/O, no clock).
+
+namespace tally::net {
+
+void promHeader(std::string* out, const char* name, const char* type, const char* help);
+void promSample(std::string* out, const std::string& name, const std::string& labels,
+                const std::string& value);
+std::string promLower(std::string text);
+// Microseconds as seconds, "%.6g".
+std::string promSeconds(uint64_t us);
+
+// Upper bounds of a latency histogram's buckets, in microseconds (100 µs to 5 s).
+inline constexpr std::array<uint64_t, 15> kLatencyBucketsUs = {
+    100,    250,     500,     1'000,   2'500,     5'000,     10'000,   25'000,
+    50'000, 100'000, 250'000, 500'000, 1'000'000, 2'500'000, 5'000'000};
+
+// A histogram over fixed upper bounds (N of them, plus +Inf), rendered as NAME_bucket,
+// NAME_sum and NAME_count. `Seconds`: the values are microseconds, shown as seconds.
+template <size_t N>
+struct PromHistogram {
+  std::array<uint64_t, N> bounds{};
+  std::array<uint64_t, N> buckets{};  // non-cumulative
+  uint64_t count = 0;
+  uint64_t sum = 0;
+
+  void observe(uint64_t value) {
+    ++count;
+    sum += value;
+    for (size_t i = 0; i < N; ++i) {
+      if (value <= bounds[i]) {
+        ++buckets[i];
+        return;
+      }
+    }
+  }
+
+  // `labels` (may be empty) prefix every sample's own; `seconds`: values are microseconds.
+  void render(std::string* out, const std::string& name, const std::string& labels,
+              bool seconds) const {
+    const std::string prefix = labels.empty() ? "" : labels + ",";
+    auto show = [seconds](uint64_t v) { return seconds ? promSeconds(v) : std::to_string(v); };
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < N; ++i) {
+      cumulative += buckets[i];
+      promSample(out, name + "_bucket", prefix + "le=\"" + show(bounds[i]) + "\"",
+                 std::to_string(cumulative));
+    }
+    promSample(out, name + "_bucket", prefix + "le=\"+Inf\"", std::to_string(count));
+    promSample(out, name + "_sum", labels, show(sum));
+    promSample(out, name + "_count", labels, std::to_string(count));
+  }
+};
+
+// The outcome label of one answer: the reply code ("ok", "rejected", "queued", …) or
+// "error_<code>" for an ErrorReply.
+std::string outcomeLabel(const wire::ResponseBody& body);
+
+}  // namespace tally::net

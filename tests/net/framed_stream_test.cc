@@ -1,0 +1,250 @@
+#include "net/framed_stream.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+// The framed-stream layer on a real libuv loop over a real socketpair: one end is the
+// FramedStream under test, the other a raw non-blocking descriptor the test writes and reads.
+// The loop runs one iteration at a time (UV_RUN_NOWAIT/ONCE after the bytes are there), never
+// waiting on a clock.
+
+namespace tally::net {
+namespace {
+
+std::vector<uint8_t> frameOf(const std::string& payload) {
+  std::vector<uint8_t> out;
+  out.reserve(4 + payload.size());
+  const auto length = static_cast<uint32_t>(payload.size());
+  for (int shift = 0; shift < 32; shift += 8) out.push_back(static_cast<uint8_t>(length >> shift));
+  for (char c : payload) out.push_back(static_cast<uint8_t>(c));
+  return out;
+}
+
+std::string text(const wire::Frame& frame) { return std::string(frame.begin(), frame.end()); }
+
+class Recorder final : public StreamHandler {
+ public:
+  void onFrame(FramedStream* stream, wire::Frame&& frame) override {
+    frames.push_back(text(frame));
+    if (on_frame) on_frame(stream);
+  }
+  void onBadFrame(FramedStream*, const Status& status) override { bad_frames.push_back(status); }
+  void onLost(FramedStream*, const Status& status) override { lost.push_back(status); }
+  void onClosed(FramedStream*) override { ++closed; }
+
+  std::vector<std::string> frames;
+  std::vector<Status> bad_frames;
+  std::vector<Status> lost;
+  int closed = 0;
+  std::function<void(FramedStream*)> on_frame;
+};
+
+class FramedStreamTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(uv_loop_init(&loop_), 0);
+    int fds[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    stream_fd_ = fds[0];
+    peer_fd_ = fds[1];
+    ASSERT_EQ(::fcntl(peer_fd_, F_SETFL, ::fcntl(peer_fd_, F_GETFL) | O_NONBLOCK), 0);
+  }
+
+  void TearDown() override {
+    if (stream_ != nullptr && !stream_->closing()) stream_->close();
+    ASSERT_EQ(uv_run(&loop_, UV_RUN_DEFAULT), 0);  // every handle closed
+    if (stream_ != nullptr) {
+      EXPECT_EQ(handler_.closed, 1);
+    }
+    stream_.reset();
+    if (peer_fd_ >= 0) ::close(peer_fd_);
+    EXPECT_EQ(uv_loop_close(&loop_), 0);
+  }
+
+  void open(StreamLimits limits) {
+    stream_ = std::make_unique<FramedStream>(&loop_, StreamKind::kPipe, &handler_, limits, 7);
+    ASSERT_TRUE(stream_->init().isOk());
+    ASSERT_EQ(uv_pipe_open(stream_->pipe(), stream_fd_), 0);
+    stream_->startReading();
+  }
+
+  void peerWrite(const std::vector<uint8_t>& bytes) {
+    ASSERT_EQ(::write(peer_fd_, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+  }
+
+  // Reads what the stream sent, without blocking; the number of bytes (0 at EOF or none yet).
+  size_t peerDrain(std::string* into = nullptr) {
+    size_t total = 0;
+    char buffer[64 * 1024];
+    for (;;) {
+      const ssize_t n = ::read(peer_fd_, buffer, sizeof(buffer));
+      if (n <= 0) break;
+      if (into != nullptr) into->append(buffer, static_cast<size_t>(n));
+      total += static_cast<size_t>(n);
+    }
+    return total;
+  }
+
+  // One loop iteration that handles whatever is ready now.
+  void turn() { (void)uv_run(&loop_, UV_RUN_NOWAIT); }
+
+  uv_loop_t loop_{};
+  int stream_fd_ = -1;
+  int peer_fd_ = -1;
+  Recorder handler_;
+  std::unique_ptr<FramedStream> stream_;
+};
+
+TEST_F(FramedStreamTest, ReassemblesFramesCutAcrossReads) {
+  open({});
+  const std::vector<uint8_t> one = frameOf("hello");
+  const std::vector<uint8_t> two = frameOf("world!");
+  peerWrite({one.begin(), one.begin() + 2});  // half a header
+  turn();
+  EXPECT_TRUE(handler_.frames.empty());
+  peerWrite({one.begin() + 2, one.begin() + 6});  // the rest of the header, one body byte
+  turn();
+  EXPECT_TRUE(handler_.frames.empty());
+  std::vector<uint8_t> rest(one.begin() + 6, one.end());
+  rest.insert(rest.end(), two.begin(), two.end());  // the end of one frame and all of the next
+  peerWrite(rest);
+  turn();
+  EXPECT_EQ(handler_.frames, (std::vector<std::string>{"hello", "world!"}));
+  EXPECT_TRUE(handler_.bad_frames.empty());
+  EXPECT_TRUE(stream_->reading());
+}
+
+TEST_F(FramedStreamTest, OversizedFrameStopsReadingAfterTheFramesBeforeIt) {
+  open({.frame_bytes_max = 16});
+  std::vector<uint8_t> bytes = frameOf("fits");
+  const std::vector<uint8_t> big = frameOf(std::string(17, 'x'));
+  bytes.insert(bytes.end(), big.begin(), big.end());
+  const std::vector<uint8_t> after = frameOf("never");
+  bytes.insert(bytes.end(), after.begin(), after.end());
+  peerWrite(bytes);
+  turn();
+  EXPECT_EQ(handler_.frames, (std::vector<std::string>{"fits"}));
+  ASSERT_EQ(handler_.bad_frames.size(), 1u);
+  EXPECT_EQ(handler_.bad_frames[0].code(), StatusCode::kResourceExhausted);
+  EXPECT_FALSE(stream_->reading());
+  // Reading stays off for good: more bytes are neither read nor reported.
+  peerWrite(frameOf("late"));
+  turn();
+  EXPECT_EQ(handler_.frames.size(), 1u);
+  EXPECT_EQ(handler_.bad_frames.size(), 1u);
+}
+
+TEST_F(FramedStreamTest, PendingRepliesStopServingAndResumeWhenSettled) {
+  open({.pending_replies_max = 2});
+  handler_.on_frame = [](FramedStream* stream) { stream->addPending(1, 0); };
+  std::vector<uint8_t> bytes;
+  for (const char* payload : {"a", "b", "c", "d", "e"}) {
+    const std::vector<uint8_t> frame = frameOf(payload);
+    bytes.insert(bytes.end(), frame.begin(), frame.end());
+  }
+  peerWrite(bytes);
+  turn();
+  // Two served, three held, and the peer is not read meanwhile.
+  EXPECT_EQ(handler_.frames, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(stream_->heldFrames(), 3u);
+  EXPECT_FALSE(stream_->reading());
+  peerWrite(frameOf("f"));
+  turn();
+  EXPECT_EQ(handler_.frames.size(), 2u);
+
+  stream_->settlePending(1, 0);  // one answered: one more is served
+  EXPECT_EQ(handler_.frames, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_FALSE(stream_->reading());
+  stream_->settlePending(2, 0);  // d and e are served, which fills the two slots again
+  EXPECT_EQ(handler_.frames, (std::vector<std::string>{"a", "b", "c", "d", "e"}));
+  EXPECT_EQ(stream_->heldFrames(), 0u);
+  EXPECT_FALSE(stream_->reading());
+  stream_->settlePending(2, 0);
+  EXPECT_TRUE(stream_->reading());
+  turn();  // f, written while paused, was waiting in the socket
+  EXPECT_EQ(handler_.frames.back(), "f");
+}
+
+TEST_F(FramedStreamTest, UndrainedRepliesStopServingAndResumeWhenThePeerReads) {
+  constexpr uint64_t kQueueMax = 64 * 1024;
+  open({.write_queue_bytes_max = kQueueMax});
+  const std::vector<uint8_t> reply = frameOf(std::string(512 * 1024, 'r'));  // > socket buffers
+  handler_.on_frame = [&reply](FramedStream* stream) {
+    stream->write(std::vector<uint8_t>(reply));
+    stream->flush();
+  };
+  std::vector<uint8_t> bytes;
+  for (int i = 0; i < 8; ++i) {
+    const std::vector<uint8_t> frame = frameOf("req" + std::to_string(i));
+    bytes.insert(bytes.end(), frame.begin(), frame.end());
+  }
+  peerWrite(bytes);
+  turn();
+  // The first reply did not fit the socket: the rest is not served while it is owed.
+  EXPECT_EQ(handler_.frames.size(), 1u);
+  EXPECT_GE(stream_->queuedBytes(), kQueueMax);
+  EXPECT_FALSE(stream_->reading());
+  EXPECT_EQ(stream_->heldFrames(), 7u);
+
+  // The peer reads: the queue drains, every request is served, every reply arrives.
+  size_t received = 0;
+  for (int i = 0; i < 100'000 && received < 8 * reply.size(); ++i) {
+    received += peerDrain();
+    turn();
+  }
+  EXPECT_EQ(received, 8 * reply.size());
+  EXPECT_EQ(handler_.frames.size(), 8u);
+  EXPECT_TRUE(stream_->reading());
+}
+
+TEST_F(FramedStreamTest, CloseWithWritesPendingFreesThemAndReportsClosedOnce) {
+  open({});
+  stream_->write(std::vector<uint8_t>(4 << 20, 'w'));  // far more than the socket takes
+  stream_->flush();
+  ASSERT_GT(stream_->queuedBytes(), 0u);
+  stream_->close();
+  stream_->close();  // idempotent
+  ASSERT_EQ(uv_run(&loop_, UV_RUN_DEFAULT), 0);
+  EXPECT_EQ(handler_.closed, 1);
+  EXPECT_TRUE(handler_.lost.empty());
+  // The peer sees some bytes, then the end.
+  EXPECT_LT(peerDrain(), size_t{4 << 20});
+}
+
+TEST_F(FramedStreamTest, ShutdownThenCloseDeliversEverythingQueuedFirst) {
+  open({});
+  std::string expected(300 * 1024, 's');
+  stream_->output()->assign(expected.begin(), expected.end());
+  stream_->shutdownThenClose();
+  EXPECT_FALSE(stream_->reading());
+  std::string received;
+  for (int i = 0; i < 100'000 && handler_.closed == 0; ++i) {
+    peerDrain(&received);
+    turn();
+  }
+  peerDrain(&received);
+  EXPECT_EQ(handler_.closed, 1);
+  EXPECT_EQ(received, expected);
+}
+
+TEST_F(FramedStreamTest, PeerClosingIsReportedAsLost) {
+  open({});
+  ::close(peer_fd_);
+  peer_fd_ = -1;
+  ASSERT_EQ(uv_run(&loop_, UV_RUN_DEFAULT), 0);
+  ASSERT_EQ(handler_.lost.size(), 1u);
+  EXPECT_EQ(handler_.lost[0].code(), StatusCode::kUnavailable);
+  EXPECT_EQ(handler_.closed, 1);
+}
+
+}  // namespace
+}  // namespace tally::net
