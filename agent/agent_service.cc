@@ -614,6 +614,7 @@ void AgentService::pumpOutbox() {
 void AgentService::onPump(uv_timer_t* timer) { static_cast<AgentService*>(timer->data)->onTimer(); }
 
 void AgentService::onTimer() {
+  (void)local_.tick(wallClockMs());  // local reservations expire like any other
   pumpOutbox();
   if (usable() && !unknown_.empty()) {
     for (const std::string& id : unknown_ages_.oldest(options_.resolve_batch_max)) {

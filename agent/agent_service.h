@@ -12,12 +12,12 @@
 
 #include "agent/decisions.h"
 #include "agent/gateway_server.h"
-#include "agent/local_reservations.h"
 #include "agent/metrics.h"
 #include "agent/outbox_store.h"
 #include "agent/shard_keeper.h"
 #include "central-client/ledger_link.h"
 #include "common/log.h"
+#include "core/local_book.h"
 #include "core/outbox.h"
 #include "core/policy.h"
 #include "wire/codec.h"
@@ -143,7 +143,7 @@ class AgentService {
 
   std::optional<Policy> policy_;
   bool policy_fetch_in_flight_ = false;
-  LocalReservations local_;
+  LocalBook local_;
   std::unordered_map<std::string, Unknown> unknown_;
   AgedIds unknown_ages_;
   AgedIds usage_unknown_;

@@ -5,16 +5,13 @@
 
 #include "core/assert.h"
 #include "core/checked_math.h"
+#include "core/reservation_lifecycle.h"
 #include "core/reservation_replies.h"
 #include "core/retry_after.h"
 
 namespace tally {
 namespace {
 
-using replies::answer;
-using replies::checkIds;
-using replies::invalidArgument;
-using replies::notFound;
 using replies::validId;
 
 }  // namespace
@@ -39,6 +36,13 @@ const char* replyCodeName(ReplyCode code) {
 Ledger::Ledger(LedgerOptions options) : options_(options) {
   TALLY_ASSERT(options_.reservations_max <= ReservationTable::kRecordsMax);
 }
+
+#ifdef TALLY_TEST_FAULTS
+void Ledger::setFaultsForTesting(LedgerFaults faults) {
+  faults_ = faults;
+  shards_.setFaultsForTesting({.remint_holding_receipts = faults.remint_holding_receipts});
+}
+#endif
 
 uint64_t Ledger::advance(uint64_t now_ms) {
   now_ms_ = std::max(now_ms_, now_ms);
@@ -69,16 +73,72 @@ void Ledger::touched(Record* record) {
   upserted_.push_back(record);
 }
 
-void Ledger::transition(Record* record, ReservationState to, uint64_t now_ms) {
-  Reservation* reservation = &record->reservation;
-  TALLY_ASSERT(canTransition(reservation->state, to));
-  reservation->state = to;
-  if (isTerminal(to) && reservation->closed_at_ms == 0) {
-    reservation->closed_at_ms = now_ms;
-    pushDeadline(&retention_queue_, saturatingAdd(now_ms, options_.retention_ms), *record);
+class Ledger::AccountHolder final : public CapacityHolder {
+ public:
+  AccountHolder(Ledger* ledger, Record* record) : ledger_(ledger), record_(record) {}
+
+  void returnUnits(const Reservation& reservation, uint64_t now_ms) override {
+    AccountEntry* entry = ledger_->accountOf(reservation);
+    const AccountCode code = entry->account.release(reservation.reserved_units);
+    TALLY_ASSERT(code == AccountCode::kOk);  // `reserved` covers every live reservation
+    ledger_->accounts_.rebalance(reservation.subject, reservation.route, now_ms);
   }
-  touched(record);
-}
+
+  HolderSettle settle(const Reservation& reservation, Units actual_units,
+                      uint64_t now_ms) override {
+    AccountEntry* entry = ledger_->accountOf(reservation);
+    const SettleOutcome outcome = entry->account.settle(reservation.reserved_units, actual_units,
+                                                        entry->budget.max_overdraft);
+    if (outcome.code == AccountCode::kOverflow) return {.code = HolderCode::kOverflow};
+    TALLY_ASSERT(outcome.code == AccountCode::kOk);
+    ledger_->accounts_.rebalance(reservation.subject, reservation.route, now_ms);
+    return of(outcome);
+  }
+
+  HolderSettle consumeAll(const Reservation& reservation, uint64_t /*now_ms*/) override {
+    AccountEntry* entry = ledger_->accountOf(reservation);
+    const SettleOutcome outcome = entry->account.settle(
+        reservation.reserved_units, reservation.reserved_units, entry->budget.max_overdraft);
+    if (outcome.code == AccountCode::kOverflow) return {.code = HolderCode::kOverflow};
+    TALLY_ASSERT(outcome.code == AccountCode::kOk);
+    return of(outcome);
+  }
+
+  HolderSettle chargeExtra(const Reservation& reservation, Units extra_units,
+                           uint64_t /*now_ms*/) override {
+    AccountEntry* entry = ledger_->accountOf(reservation);
+    const SettleOutcome outcome =
+        entry->account.chargeExtra(extra_units, entry->budget.max_overdraft);
+    if (outcome.code == AccountCode::kOverflow) return {.code = HolderCode::kOverflow};
+    TALLY_ASSERT(outcome.code == AccountCode::kOk);
+    return of(outcome);
+  }
+
+  void changed(const Reservation& reservation, ReservationState from, uint64_t now_ms) override {
+    const ReservationState to = reservation.state;
+    if (to != from) {
+      if (to == ReservationState::kReserved) {
+        ledger_->pushDeadline(&ledger_->expiry_queue_, reservation.expires_at_ms, *record_);
+      } else if (to == ReservationState::kUsageUnknown) {
+        ledger_->pushHardLimit(*record_);
+      } else if (isTerminal(to) && !isTerminal(from)) {
+        ledger_->pushDeadline(&ledger_->retention_queue_,
+                              saturatingAdd(now_ms, ledger_->options_.retention_ms), *record_);
+      }
+    }
+    ledger_->touched(record_);
+  }
+
+ private:
+  static HolderSettle of(const SettleOutcome& outcome) {
+    return {.refunded_units = outcome.refunded,
+            .debt_units = outcome.debt_issued,
+            .overdraft_breach = outcome.overdraft_breach};
+  }
+
+  Ledger* ledger_;
+  Record* record_;  // null only for a request about an unknown id (never called then)
+};
 
 void Ledger::pushDeadline(DeadlineQueue* queue, uint64_t at_ms, const Record& record) {
   queue->push({.at_ms = at_ms,
@@ -183,47 +243,25 @@ ReservationReply Ledger::reject(const ReserveRequest& request, uint64_t id_hash,
       period = budget->accounting_epoch;
     }
   }
-  Record* rejected = reservations_.insert(
-      Reservation{
-          .reservation_id = request.reservation_id,
-          .request_digest = request.request_digest,
-          .subject = request.subject,
-          .route = request.route,
-          .policy_generation = generation,
-          .accounting_epoch_ms = accountingEpochStartMs(now_ms, period),
-          .reserved_units = request.units,
-          .created_at_ms = now_ms,
-          .limiting_dimension = dimension,
-          .retry_after_ms = retry_after_ms,
-      },
-      id_hash);
-  transition(rejected, ReservationState::kRejected, now_ms);
-  return answer(ReplyCode::kRejected, rejected->reservation);
+  Reservation fresh = lifecycle::newRecord(request, now_ms);
+  fresh.policy_generation = generation;
+  fresh.accounting_epoch_ms = accountingEpochStartMs(now_ms, period);
+  fresh.limiting_dimension = dimension;
+  fresh.retry_after_ms = retry_after_ms;
+  Record* record = reservations_.insert(std::move(fresh), id_hash);
+  AccountHolder holder(this, record);
+  return lifecycle::rejected(&record->reservation, &holder, now_ms);
 }
 
 ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms) {
   now_ms = advance(now_ms);
-  if (std::string error = checkIds(request.reservation_id, nullptr); !error.empty()) {
-    return invalidArgument(std::move(error));
-  }
-  if (request.units == 0) return invalidArgument("units must be positive");
-  if (request.subject.empty() || request.subject.size() > limits::kSubjectBytesMax) {
-    return invalidArgument("subject must be 1.." + std::to_string(limits::kSubjectBytesMax) +
-                           " bytes");
-  }
-  if (request.route.empty() || request.route.size() > limits::kRouteBytesMax) {
-    return invalidArgument("route must be 1.." + std::to_string(limits::kRouteBytesMax) + " bytes");
+  if (std::optional<ReservationReply> invalid = lifecycle::checkReserve(request)) {
+    return *std::move(invalid);
   }
   // One hash for the duplicate check and the insert.
   const uint64_t id_hash = ReservationTable::hashOf(request.reservation_id);
   if (const Record* found = reservations_.find(request.reservation_id, id_hash)) {
-    const Reservation& existing = found->reservation;
-    if (existing.request_digest != request.request_digest) {
-      return answer(ReplyCode::kIdempotencyConflict, existing);
-    }
-    const ReplyCode code =
-        existing.state == ReservationState::kRejected ? ReplyCode::kRejected : ReplyCode::kOk;
-    return answer(code, existing, /*duplicate=*/true);
+    return lifecycle::repeatedReserve(found->reservation, request);
   }
   if (reservations_.size() >= options_.reservations_max) {
     return {.code = ReplyCode::kResourceExhausted, .message = "reservation table is full"};
@@ -271,122 +309,55 @@ ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms)
     default: TALLY_UNREACHABLE();
   }
   // Point of no return: capacity is reduced; the receipt and the balance persist together.
-  Record* record = reservations_.insert(
-      Reservation{
-          .reservation_id = request.reservation_id,
-          .request_digest = request.request_digest,
-          .subject = request.subject,
-          .route = request.route,
-          .policy_generation = admission.generation,
-          .accounting_epoch_ms = accountingEpochStartMs(now_ms, budget.accounting_epoch),
-          .reserved_units = request.units,
-          .created_at_ms = now_ms,
-          .expires_at_ms = saturatingAdd(now_ms, budget.hold_ttl_ms),
-      },
-      id_hash);
-  transition(record, ReservationState::kReserved, now_ms);
-  const Reservation& reservation = record->reservation;
-  pushDeadline(&expiry_queue_, reservation.expires_at_ms, *record);
-  return answer(ReplyCode::kOk, reservation);
+  Reservation fresh = lifecycle::newRecord(request, now_ms);
+  fresh.policy_generation = admission.generation;
+  fresh.accounting_epoch_ms = accountingEpochStartMs(now_ms, budget.accounting_epoch);
+  fresh.expires_at_ms = saturatingAdd(now_ms, budget.hold_ttl_ms);
+  Record* record = reservations_.insert(std::move(fresh), id_hash);
+  AccountHolder holder(this, record);
+  return lifecycle::admitted(&record->reservation, &holder, now_ms);
 }
 
 ReservationReply Ledger::start(const StartRequest& request, uint64_t now_ms) {
   now_ms = advance(now_ms);
-  if (std::string error = checkIds(request.reservation_id, &request.operation_id); !error.empty()) {
-    return invalidArgument(std::move(error));
-  }
   Record* record = lookup(request.reservation_id);
-  if (record == nullptr) return notFound(request.reservation_id);
-  Reservation* reservation = &record->reservation;
-  switch (reservation->state) {
-    case ReservationState::kReserved:
-      if (now_ms >= reservation->expires_at_ms) {
-        // The hold ran out before the start arrived: the expiry wins the CAS.
-        beginExpiry(record, now_ms);
-        completeExpiry(record, now_ms);
-        return answer(ReplyCode::kExpired, *reservation, false, reservation->refunded_units);
-      }
-      reservation->operation_id = request.operation_id;
-      reservation->started_at_ms = now_ms;
-      transition(record, ReservationState::kStarted, now_ms);
-      return answer(ReplyCode::kOk, *reservation);
-    default: return replies::startOfUnreserved(*reservation, request.operation_id);
-  }
-}
-
-void Ledger::returnUnits(Record* record, ReservationState to, uint64_t now_ms) {
-  Reservation* reservation = &record->reservation;
-  AccountEntry* entry = accountOf(*reservation);
-  const AccountCode code = entry->account.release(reservation->reserved_units);
-  TALLY_ASSERT(code == AccountCode::kOk);  // `reserved` covers every live reservation
-  reservation->refunded_units = reservation->reserved_units;
-  transition(record, to, now_ms);
-  accounts_.rebalance(reservation->subject, reservation->route, now_ms);
+  AccountHolder holder(this, record);
+  return lifecycle::start(record == nullptr ? nullptr : &record->reservation, request, &holder,
+                          now_ms);
 }
 
 ReservationReply Ledger::release(const ReleaseRequest& request, uint64_t now_ms) {
   now_ms = advance(now_ms);
-  if (std::string error = checkIds(request.reservation_id, nullptr); !error.empty()) {
-    return invalidArgument(std::move(error));
-  }
   Record* record = lookup(request.reservation_id);
-  if (record == nullptr) return notFound(request.reservation_id);
-  Reservation* reservation = &record->reservation;
-  switch (reservation->state) {
-    case ReservationState::kReserved:
-      returnUnits(record, ReservationState::kReleased, now_ms);
-      return answer(ReplyCode::kOk, *reservation, false, reservation->refunded_units);
-    case ReservationState::kReleased:
-      if (faults_.double_refund_release) {
-        // Deliberately wrong: returns the units a second time (when `reserved` still has them,
-        // which leaves `reserved` short of what live reservations hold).
-        (void)accountOf(*reservation)->account.release(reservation->reserved_units);
-        return answer(ReplyCode::kOk, *reservation, true, reservation->reserved_units);
-      }
-      return answer(ReplyCode::kOk, *reservation, /*duplicate=*/true);
-    case ReservationState::kExpiring:
-    case ReservationState::kExpired: return answer(ReplyCode::kExpired, *reservation);
-    default: return answer(ReplyCode::kInvalidState, *reservation);
+  AccountHolder holder(this, record);
+  ReservationReply reply = lifecycle::release(record == nullptr ? nullptr : &record->reservation,
+                                              request, &holder, now_ms);
+#ifdef TALLY_TEST_FAULTS
+  if (faults_.double_refund_release && reply.duplicate &&
+      reply.receipt.state == ReservationState::kReleased) {
+    // Deliberately wrong: returns the units a second time (when `reserved` still has them,
+    // which leaves `reserved` short of what live reservations hold).
+    (void)accountOf(record->reservation)->account.release(record->reservation.reserved_units);
+    reply.refunded_units = record->reservation.reserved_units;
   }
+#endif
+  return reply;
 }
 
 ReservationReply Ledger::markUnknown(const MarkUnknownRequest& request, uint64_t now_ms) {
   now_ms = advance(now_ms);
-  if (std::string error = checkIds(request.reservation_id, &request.operation_id); !error.empty()) {
-    return invalidArgument(std::move(error));
-  }
   Record* record = lookup(request.reservation_id);
-  if (record == nullptr) return notFound(request.reservation_id);
-  Reservation* reservation = &record->reservation;
-  switch (reservation->state) {
-    case ReservationState::kStarted: {
-      if (reservation->operation_id != request.operation_id) {
-        return answer(ReplyCode::kOperationConflict, *reservation);
-      }
-      transition(record, ReservationState::kUsageUnknown, now_ms);
-      const AccountEntry* entry =
-          accounts_.find(reservation->subject, reservation->route, reservation->policy_generation);
-      TALLY_ASSERT(entry != nullptr);
-      pushDeadline(&hard_limit_queue_,
-                   saturatingAdd(reservation->started_at_ms, entry->budget.hard_execution_limit_ms),
-                   *record);
-      if (faults_.refund_usage_unknown) {
-        // Deliberately wrong: "a timeout is a refund".
-        AccountEntry* broken = accountOf(*reservation);
-        (void)broken->account.release(reservation->reserved_units);
-        return answer(ReplyCode::kOk, *reservation, false, reservation->reserved_units);
-      }
-      return answer(ReplyCode::kOk, *reservation);
-    }
-    case ReservationState::kUsageUnknown:
-    case ReservationState::kSettled:
-    case ReservationState::kSettledWithDebt:
-      if (reservation->operation_id != request.operation_id) {
-        return answer(ReplyCode::kOperationConflict, *reservation);
-      }
-      return answer(ReplyCode::kOk, *reservation, /*duplicate=*/true);
-    default: return answer(ReplyCode::kInvalidState, *reservation);
+  AccountHolder holder(this, record);
+  ReservationReply reply = lifecycle::markUnknown(
+      record == nullptr ? nullptr : &record->reservation, request, &holder, now_ms);
+#ifdef TALLY_TEST_FAULTS
+  if (faults_.refund_usage_unknown && reply.code == ReplyCode::kOk && !reply.duplicate) {
+    // Deliberately wrong: "a timeout is a refund".
+    (void)accountOf(record->reservation)->account.release(record->reservation.reserved_units);
+    reply.refunded_units = record->reservation.reserved_units;
   }
+#endif
+  return reply;
 }
 
 ReservationReply Ledger::settle(const SettleRequest& request, uint64_t now_ms) {
@@ -401,110 +372,40 @@ ReservationReply Ledger::applyReceipt(const std::string& reservation_id,
                                       const std::string& operation_id, Units actual_units,
                                       uint64_t now_ms) {
   now_ms = advance(now_ms);
-  if (std::string error = checkIds(reservation_id, &operation_id); !error.empty()) {
-    return invalidArgument(std::move(error));
-  }
   Record* record = lookup(reservation_id);
-  if (record == nullptr) return notFound(reservation_id);
-  const Reservation& reservation = record->reservation;
-  const bool started = reservation.state == ReservationState::kStarted ||
-                       reservation.state == ReservationState::kUsageUnknown;
-  const bool settled = reservation.state == ReservationState::kSettled ||
-                       reservation.state == ReservationState::kSettledWithDebt;
-  if (!started && !settled) return answer(ReplyCode::kInvalidState, reservation);
-  if (reservation.operation_id != operation_id) {
-    return answer(ReplyCode::kOperationConflict, reservation);
-  }
-  if (started) return closeWithReceipt(record, actual_units, now_ms);
-  if (reservation.closed_by_hard_limit && !reservation.late_receipt_applied) {
-    return lateReceipt(record, actual_units, now_ms);
-  }
-  return answer(ReplyCode::kOk, reservation, /*duplicate=*/true);
-}
-
-ReservationReply Ledger::closeWithReceipt(Record* record, Units actual_units, uint64_t now_ms) {
-  Reservation* reservation = &record->reservation;
-  AccountEntry* entry = accountOf(*reservation);
-  const SettleOutcome outcome =
-      entry->account.settle(reservation->reserved_units, actual_units, entry->budget.max_overdraft);
-  if (outcome.code == AccountCode::kOverflow) {
-    return {.code = ReplyCode::kArithmeticOverflow,
-            .receipt = *reservation,
-            .message = "settled units overflow"};
-  }
-  TALLY_ASSERT(outcome.code == AccountCode::kOk);
-  reservation->actual_units = actual_units;
-  reservation->refunded_units = outcome.refunded;
-  reservation->debt_units = outcome.debt_issued;
-  reservation->overdraft_breach = outcome.overdraft_breach;
-  // SPEC §4: any settle above the reservation is SETTLED_WITH_DEBT, whether `available`
-  // covered the excess or overdraft did (debt_units says how much became debt).
-  transition(record,
-             actual_units > reservation->reserved_units ? ReservationState::kSettledWithDebt
-                                                        : ReservationState::kSettled,
-             now_ms);
-  accounts_.rebalance(reservation->subject, reservation->route, now_ms);
-  return answer(ReplyCode::kOk, *reservation, false, outcome.refunded);
-}
-
-ReservationReply Ledger::lateReceipt(Record* record, Units actual_units, uint64_t now_ms) {
-  // Closed as fully consumed at the hard limit: a smaller actual refunds nothing (the units
-  // were treated as spent), a larger one is charged like a settle above the reservation.
-  Reservation* reservation = &record->reservation;
-  reservation->late_receipt_applied = true;
-  if (actual_units > reservation->reserved_units) {
-    AccountEntry* entry = accountOf(*reservation);
-    const SettleOutcome outcome = entry->account.chargeExtra(
-        actual_units - reservation->reserved_units, entry->budget.max_overdraft);
-    if (outcome.code == AccountCode::kOverflow) {
-      reservation->late_receipt_applied = false;
-      return {.code = ReplyCode::kArithmeticOverflow,
-              .receipt = *reservation,
-              .message = "settled units overflow"};
-    }
-    reservation->actual_units = actual_units;
-    reservation->debt_units = outcome.debt_issued;
-    reservation->overdraft_breach = outcome.overdraft_breach;
-    transition(record, ReservationState::kSettledWithDebt, now_ms);
-  }
-  touched(record);
-  return answer(ReplyCode::kOk, *reservation);
+  AccountHolder holder(this, record);
+  return lifecycle::receipt(record == nullptr ? nullptr : &record->reservation, reservation_id,
+                            operation_id, actual_units, &holder, now_ms);
 }
 
 ReservationReply Ledger::query(const QueryRequest& request) const {
-  if (std::string error = checkIds(request.reservation_id, nullptr); !error.empty()) {
-    return invalidArgument(std::move(error));
-  }
-  const Reservation* reservation = findReservation(request.reservation_id);
-  if (reservation == nullptr) return notFound(request.reservation_id);
-  return answer(ReplyCode::kOk, *reservation);
+  return lifecycle::query(findReservation(request.reservation_id), request);
 }
 
 bool Ledger::beginExpiry(const std::string& reservation_id, uint64_t now_ms) {
   now_ms = advance(now_ms);
   Record* record = lookup(reservation_id);
-  return record != nullptr && beginExpiry(record, now_ms);
-}
-
-bool Ledger::beginExpiry(Record* record, uint64_t now_ms) {
-  const Reservation& reservation = record->reservation;
-  if (reservation.state != ReservationState::kReserved || now_ms < reservation.expires_at_ms) {
-    return false;
-  }
-  transition(record, ReservationState::kExpiring, now_ms);
-  return true;
+  if (record == nullptr) return false;
+  AccountHolder holder(this, record);
+  return lifecycle::beginExpiry(&record->reservation, &holder, now_ms);
 }
 
 bool Ledger::completeExpiry(const std::string& reservation_id, uint64_t now_ms) {
   now_ms = advance(now_ms);
   Record* record = lookup(reservation_id);
-  return record != nullptr && completeExpiry(record, now_ms);
+  if (record == nullptr) return false;
+  AccountHolder holder(this, record);
+  return lifecycle::completeExpiry(&record->reservation, &holder, now_ms);
 }
 
-bool Ledger::completeExpiry(Record* record, uint64_t now_ms) {
-  if (record->reservation.state != ReservationState::kExpiring) return false;
-  returnUnits(record, ReservationState::kExpired, now_ms);
-  return true;
+void Ledger::pushHardLimit(const Record& record) {
+  const Reservation& reservation = record.reservation;
+  const AccountEntry* entry =
+      accounts_.find(reservation.subject, reservation.route, reservation.policy_generation);
+  TALLY_ASSERT(entry != nullptr);  // a reservation that holds units always has its account
+  pushDeadline(&hard_limit_queue_,
+               saturatingAdd(reservation.started_at_ms, entry->budget.hard_execution_limit_ms),
+               record);
 }
 
 bool Ledger::closeByHardLimit(Record* record, uint64_t now_ms) {
@@ -515,14 +416,8 @@ bool Ledger::closeByHardLimit(Record* record, uint64_t now_ms) {
   if (now_ms < saturatingAdd(reservation->started_at_ms, owner->budget.hard_execution_limit_ms)) {
     return false;
   }
-  AccountEntry* entry = accountOf(*reservation);
-  const SettleOutcome outcome = entry->account.settle(
-      reservation->reserved_units, reservation->reserved_units, entry->budget.max_overdraft);
-  TALLY_ASSERT(outcome.code == AccountCode::kOk && outcome.refunded == 0);
-  reservation->actual_units = reservation->reserved_units;
-  reservation->closed_by_hard_limit = true;
-  transition(record, ReservationState::kSettled, now_ms);
-  return true;
+  AccountHolder holder(this, record);
+  return lifecycle::closeByHardLimit(reservation, &holder, now_ms);
 }
 
 TickOutcome Ledger::tick(uint64_t now_ms, uint64_t items_max) {
@@ -533,10 +428,9 @@ TickOutcome Ledger::tick(uint64_t now_ms, uint64_t items_max) {
   while (!expiry_queue_.empty() && expiry_queue_.top().at_ms <= now_ms &&
          outcome.expired < items_max) {
     Record* record = popDue(&expiry_queue_);
-    const bool claimed =
-        record != nullptr &&
-        (record->reservation.state == ReservationState::kExpiring || beginExpiry(record, now_ms));
-    if (claimed && completeExpiry(record, now_ms)) ++outcome.expired;
+    if (record == nullptr) continue;
+    AccountHolder holder(this, record);
+    if (lifecycle::expire(&record->reservation, &holder, now_ms)) ++outcome.expired;
   }
   while (!hard_limit_queue_.empty() && hard_limit_queue_.top().at_ms <= now_ms &&
          outcome.closed_by_hard_limit < items_max) {

@@ -79,13 +79,15 @@ struct LedgerChangedRows {
   }
 };
 
-// Test-only faults, off by default. They exist so the property suite can prove it fails when
-// the ledger is wrong; production code never sets them.
+#ifdef TALLY_TEST_FAULTS
+// Test-only faults, off by default, compiled only into tally_core_testing (never into a shipped
+// binary). They exist so the property suite can prove it fails when the ledger is wrong.
 struct LedgerFaults {
   bool refund_usage_unknown = false;     // treat USAGE_UNKNOWN as unconsumed on mark-unknown
   bool double_refund_release = false;    // a duplicate release refunds again
   bool remint_holding_receipts = false;  // a shard report remints STARTED/UNKNOWN units
 };
+#endif
 
 class Ledger {
  public:
@@ -162,10 +164,10 @@ class Ledger {
   // every account whose durable state changed.
   LedgerChanges takeChanges();
   LedgerChangedRows takeChangedRows();
-  void setFaultsForTesting(LedgerFaults faults) {
-    faults_ = faults;
-    shards_.setFaultsForTesting({.remint_holding_receipts = faults.remint_holding_receipts});
-  }
+#ifdef TALLY_TEST_FAULTS
+  // Out of line, so that a binary linking the testing core shows it (no_test_faults_shipped).
+  void setFaultsForTesting(LedgerFaults faults);
+#endif
 
  private:
   // A queue entry names its reservation by handle (no index lookup when it falls due) and by id
@@ -179,30 +181,30 @@ class Ledger {
   using DeadlineQueue = std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>>;
 
   using Record = ReservationTable::Record;
+  // The CapacityHolder of one central reservation: its Account (through accounts_), its
+  // deadline queues and its change mark. Defined in ledger.cc.
+  class AccountHolder;
 
   uint64_t advance(uint64_t now_ms);
   Record* lookup(const std::string& reservation_id);
   AccountEntry* accountOf(const Reservation& reservation);
-  void transition(Record* record, ReservationState to, uint64_t now_ms);
   void touched(Record* record);
   ReservationReply reject(const ReserveRequest& request, uint64_t id_hash, Generation generation,
                           LimitingDimension dimension, int64_t retry_after_ms, uint64_t now_ms);
   // settle and reportOperation share this: an operation receipt with actual units.
   ReservationReply applyReceipt(const std::string& reservation_id, const std::string& operation_id,
                                 Units actual_units, uint64_t now_ms);
-  ReservationReply closeWithReceipt(Record* record, Units actual_units, uint64_t now_ms);
-  ReservationReply lateReceipt(Record* record, Units actual_units, uint64_t now_ms);
-  void returnUnits(Record* record, ReservationState to, uint64_t now_ms);
-  bool beginExpiry(Record* record, uint64_t now_ms);
-  bool completeExpiry(Record* record, uint64_t now_ms);
   bool closeByHardLimit(Record* record, uint64_t now_ms);
+  void pushHardLimit(const Record& record);
   void enqueueDeadlines(const Record& record);
   void pushDeadline(DeadlineQueue* queue, uint64_t at_ms, const Record& record);
   // Pops the top entry; returns the reservation it names now, or null.
   Record* popDue(DeadlineQueue* queue);
 
   LedgerOptions options_;
+#ifdef TALLY_TEST_FAULTS
   LedgerFaults faults_;
+#endif
   uint64_t now_ms_ = 0;
   AccountBook accounts_;
   ShardRegistry shards_{&accounts_, options_.retention_ms};

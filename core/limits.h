@@ -13,6 +13,9 @@ inline constexpr uint64_t kRouteBytesMax = 256;
 inline constexpr uint64_t kRegionBytesMax = 64;
 inline constexpr uint64_t kUnitNameBytesMax = 64;
 
+// Units in any one request: reserved, actual, reported actual, shard size.
+inline constexpr uint64_t kUnitsPerRequestMax = uint64_t{1} << 40;
+
 // Policy values: bounded so that no sequence of operations over centuries overflows 64 bits.
 inline constexpr uint64_t kBurstUnitsMax = uint64_t{1} << 50;
 inline constexpr uint64_t kRefillPerSecondMax = uint64_t{1} << 40;

@@ -14,8 +14,10 @@
 //   STARTED   → USAGE_UNKNOWN → SETTLED…      (only an operation receipt resolves it)
 //   REQUESTED → RESERVATION_UNKNOWN → RESERVED | REJECTED   (agent side: answer lost)
 //
-// canTransition() is the single source of truth for that diagram; every state change in the
-// ledger, the agent and the shard book asserts it.
+// canTransition() is the single source of truth for that diagram. Every state change goes
+// through core/reservation_lifecycle.h, which asserts it: lifecycle::transition() for the
+// records of the ledger, the shard book and local admission, lifecycle::nextState() for the
+// agent's RESERVATION_UNKNOWN moves.
 
 namespace tally {
 
@@ -68,6 +70,13 @@ struct Reservation {
   // Rejections only.
   LimitingDimension limiting_dimension = LimitingDimension::kNone;
   int64_t retry_after_ms = 0;
+  // The request's own fields the idempotency check compares beyond subject, route and units
+  // (lifecycle::repeatedReserve). A record restored from a row written before they were stored
+  // has request_fields_known = false: its repeats are checked on digest, subject, route and
+  // units only.
+  uint32_t priority = 0;
+  Generation requested_generation = 0;  // the request's generation pin; 0: the active one
+  bool request_fields_known = false;
 
   bool operator==(const Reservation&) const = default;
 };

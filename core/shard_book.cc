@@ -488,20 +488,7 @@ void ShardBook::forget(const std::string& shard_id) {
 
 ShardTickOutcome ShardBook::tick(uint64_t now_ms) {
   ShardTickOutcome outcome;
-  while (!expiry_.empty() && expiry_.begin()->first <= now_ms) {
-    const std::string id = expiry_.begin()->second;
-    Reservation* reservation = lookup(id);
-    TALLY_ASSERT(reservation != nullptr);
-    TALLY_ASSERT(reservation->state == ReservationState::kReserved ||
-                 reservation->state == ReservationState::kExpiring);
-    if (reservation->state == ReservationState::kReserved) {
-      transition(reservation, ReservationState::kExpiring, now_ms);  // also leaves expiry_
-    } else {
-      expiry_.erase(expiry_.begin());  // a crash between the halves, restored as EXPIRING
-    }
-    returnUnits(reservation, ReservationState::kExpired, now_ms);
-    ++outcome.reservations_expired;
-  }
+  outcome.reservations_expired = expireDue(now_ms);
   std::vector<std::string> forgettable;
   for (auto& [id, shard] : shards_) {
     if (!shard.account.closed() && now_ms >= shard.record.grant.expires_at_ms) {

@@ -144,12 +144,14 @@ struct ShardAnswerOutcome {
   bool became_final = false;  // RECONCILED / CONFLICT / WRITTEN_OFF, first time
 };
 
-// Test-only faults, off by default: they let the property suite prove it fails when the book is
-// wrong. Production code never sets them.
+#ifdef TALLY_TEST_FAULTS
+// Test-only faults, off by default, compiled only into tally_core_testing (never into a shipped
+// binary): they let the property suite prove it fails when the book is wrong.
 struct ShardBookFaults {
   bool admit_from_unusable = false;       // admit from an expired or fenced (still open) shard
   bool refund_duplicate_release = false;  // a duplicate release reports its units refunded again
 };
+#endif
 
 class ShardBook {
  public:
@@ -234,17 +236,23 @@ class ShardBook {
   std::vector<std::string> audit() const;
 
   ShardBookChanges takeChanges();
-  void setFaultsForTesting(ShardBookFaults faults) { faults_ = faults; }
+#ifdef TALLY_TEST_FAULTS
+  void setFaultsForTesting(ShardBookFaults faults);  // out of line: see Ledger's
+#endif
 
  private:
   Shard* lookupShard(const std::string& shard_id);
   Reservation* lookup(const std::string& reservation_id);
   Shard& shardOf(const Reservation& reservation);
+  // The CapacityHolder of one shard reservation: its shard's ShardAccount, the expiry index and
+  // the change marks. Defined in shard_book_reservations.cc.
+  class ShardHolder;
+
   Shard* pickShard(const ReserveRequest& request, uint64_t now_ms);
-  void transition(Reservation* reservation, ReservationState to, uint64_t now_ms);
+  // Expires every local RESERVED (or restored EXPIRING) reservation due by now_ms; the count.
+  uint64_t expireDue(uint64_t now_ms);
   ReservationReply applyReceipt(const std::string& reservation_id, const std::string& operation_id,
                                 Units actual_units, uint64_t now_ms);
-  void returnUnits(Reservation* reservation, ReservationState to, uint64_t now_ms);
   void closeShard(const std::string& shard_id, Shard* shard, ShardCloseReason reason,
                   uint64_t now_ms);
   void forget(const std::string& shard_id);
@@ -257,7 +265,9 @@ class ShardBook {
   void touchReservation(const std::string& id);
 
   ShardBookOptions options_;
+#ifdef TALLY_TEST_FAULTS
   ShardBookFaults faults_;
+#endif
   std::map<std::string, Shard> shards_;
   std::unordered_map<std::string, Reservation> reservations_;
   std::map<SubjectRoute, uint64_t> fences_;

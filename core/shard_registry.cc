@@ -38,6 +38,10 @@ bool isShardConserved(const ShardRecord& r) {
   return u128{r.grant.allocated_units} == u128{r.spent_units} + r.reminted_units + r.retired_units;
 }
 
+#ifdef TALLY_TEST_FAULTS
+void ShardRegistry::setFaultsForTesting(ShardRegistryFaults faults) { faults_ = faults; }
+#endif
+
 ShardReply ShardRegistry::permissionDenied(std::string message) {
   return {.code = ReplyCode::kRejected, .message = std::move(message), .permission_denied = true};
 }

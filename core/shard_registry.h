@@ -30,10 +30,13 @@
 
 namespace tally {
 
+#ifdef TALLY_TEST_FAULTS
+// Test-only, compiled only into tally_core_testing (never into a shipped binary).
 struct ShardRegistryFaults {
   // Deliberately wrong: the units of holding receipts count as proven unused.
   bool remint_holding_receipts = false;
 };
+#endif
 
 class ShardRegistry {
  public:
@@ -45,7 +48,9 @@ class ShardRegistry {
   ShardRegistry& operator=(const ShardRegistry&) = delete;
 
   void setCrypto(const ShardCrypto* crypto) { crypto_ = crypto; }
-  void setFaultsForTesting(ShardRegistryFaults faults) { faults_ = faults; }
+#ifdef TALLY_TEST_FAULTS
+  void setFaultsForTesting(ShardRegistryFaults faults);  // out of line: see Ledger's
+#endif
 
   GatewayReply enrollGateway(const std::string& gateway_name, const PublicKey& public_key,
                              uint64_t now_ms);
@@ -113,7 +118,9 @@ class ShardRegistry {
   AccountBook* accounts_;
   uint64_t retention_ms_;
   const ShardCrypto* crypto_ = nullptr;
+#ifdef TALLY_TEST_FAULTS
   ShardRegistryFaults faults_;
+#endif
   std::map<std::string, GatewayRecord> gateways_;
   std::map<std::string, ShardRecord> shards_;              // by shard id
   std::map<std::string, std::string> by_request_id_;       // issue request id → shard id

@@ -28,6 +28,7 @@ bool identicalToLast(const ShardRecord& record, const ShardReport& report) {
   return sortedReceipts(report.receipts) == record.receipts;
 }
 
+#ifdef TALLY_TEST_FAULTS
 Units holdingUnits(const std::vector<Reservation>& receipts) {
   Units total = 0;
   for (const Reservation& receipt : receipts) {
@@ -35,6 +36,7 @@ Units holdingUnits(const std::vector<Reservation>& receipts) {
   }
   return total;
 }
+#endif
 
 }  // namespace
 
@@ -99,9 +101,11 @@ ShardReply ShardRegistry::reconcile(ShardRecord* record, const ShardReport& repo
   }
   // Point of no return: the report is accepted.
   Units proven_unused = b.local_available + b.local_retired;  // ≤ allocated: checked (rule 3)
+#ifdef TALLY_TEST_FAULTS
   if (faults_.remint_holding_receipts) {
     proven_unused = saturatingAdd(proven_unused, holdingUnits(report.receipts));
   }
+#endif
   record->reported = true;
   record->report_boot_epoch = report.gateway_boot_epoch;
   record->last_reported = b;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <ostream>
 #include <sstream>
@@ -1218,6 +1219,88 @@ TEST_F(LedgerTest, RemintGoesToTheCurrentGeneration) {
   EXPECT_EQ(totals.sources, 1000u);
   EXPECT_EQ(totals.uses, 1000u);
   EXPECT_TRUE(audited(kT0));
+}
+
+// ---- idempotency compares the request's own fields (issue 9) ---------------------------------
+
+TEST_F(LedgerTest, SameIdAndDigestWithOtherFieldsIsAnIdempotencyConflict) {
+  ASSERT_EQ(reserve("q", 5).code, ReplyCode::kOk);
+  const Balances before = balances();
+  ReserveRequest more_units = reserveRequest("q", 600, 1);
+  ReserveRequest other_subject = reserveRequest("q", 5, 1, 0, "tenant-8");
+  ReserveRequest other_priority = reserveRequest("q", 5, 1);
+  other_priority.priority = 3;
+  ReserveRequest pinned = reserveRequest("q", 5, 1, /*pinned_generation=*/1);
+  for (const ReserveRequest& request : {more_units, other_subject, other_priority, pinned}) {
+    const ReservationReply reply = ledger_.reserve(request, kT0);
+    EXPECT_EQ(reply.code, ReplyCode::kIdempotencyConflict) << request.units << request.subject;
+    EXPECT_FALSE(reply.duplicate);
+    EXPECT_EQ(reply.receipt.reserved_units, 5u);  // the stored receipt, unchanged
+  }
+  ReserveRequest other_route = reserveRequest("q", 5, 1);
+  other_route.route = "/v1/other";
+  EXPECT_EQ(ledger_.reserve(other_route, kT0).code, ReplyCode::kIdempotencyConflict);
+  EXPECT_TRUE(reserve("q", 5).duplicate);  // the same request is still a duplicate
+  EXPECT_EQ(balances(), before);
+  EXPECT_TRUE(audited(kT0));
+}
+
+TEST_F(LedgerTest, ARecordFromBeforePriorityWasStoredComparesTheFieldsItHas) {
+  const ReservationReply admitted = ledger_.reserve(reserveRequest("old", 5, 1), kT0);
+  ASSERT_EQ(admitted.code, ReplyCode::kOk);
+  EXPECT_TRUE(admitted.receipt.request_fields_known);
+  Reservation old = admitted.receipt;
+  old.request_fields_known = false;  // as a row written before the fields existed loads
+  Ledger restored;
+  ASSERT_TRUE(restored.restoreReservation(old).isOk());
+  ReserveRequest other_priority = reserveRequest("old", 5, 1);
+  other_priority.priority = 9;
+  EXPECT_TRUE(restored.reserve(other_priority, kT0).duplicate);
+  EXPECT_EQ(restored.reserve(reserveRequest("old", 6, 1), kT0).code,
+            ReplyCode::kIdempotencyConflict);
+}
+
+// ---- bounded units (issue 9) ------------------------------------------------------------------
+
+TEST_F(LedgerTest, UnitsAboveThePerRequestMaximumAreInvalidAndChangeNothing) {
+  EXPECT_EQ(reserve("big", limits::kUnitsPerRequestMax + 1).code, ReplyCode::kInvalidArgument);
+  EXPECT_EQ(query("big").code, ReplyCode::kNotFound);
+  ASSERT_EQ(reserve("r1", 600).code, ReplyCode::kOk);
+  ASSERT_EQ(start("r1", "op1").code, ReplyCode::kOk);
+  const Balances before = balances();
+  for (const Units actual : {std::numeric_limits<Units>::max(), limits::kUnitsPerRequestMax + 1}) {
+    EXPECT_EQ(settle("r1", "op1", actual).code, ReplyCode::kInvalidArgument);
+    EXPECT_EQ(report("r1", "op1", actual).code, ReplyCode::kInvalidArgument);
+  }
+  EXPECT_EQ(query("r1").receipt.state, S::kStarted);
+  EXPECT_EQ(balances(), before);
+  EXPECT_TRUE(ledger_.takeChanges().reservations_upserted.size() <= 1u);
+  EXPECT_TRUE(audited(kT0));
+  EXPECT_EQ(settle("r1", "op1", limits::kUnitsPerRequestMax).code, ReplyCode::kOk);
+}
+
+TEST_F(LedgerTest, TheIssuesPoisonSequenceNoLongerReachesAnAssertion) {
+  // settle --actual 18446744073709551615, then `unknown` on another reservation, then the tick
+  // at the hard limit: it used to abort in closeByHardLimit.
+  ASSERT_EQ(reserve("a", 10).code, ReplyCode::kOk);
+  ASSERT_EQ(start("a", "op").code, ReplyCode::kOk);
+  EXPECT_EQ(settle("a", "op", std::numeric_limits<Units>::max()).code, ReplyCode::kInvalidArgument);
+  ASSERT_EQ(reserve("b", 10, kT0, 2).code, ReplyCode::kOk);
+  ASSERT_EQ(start("b", "op").code, ReplyCode::kOk);
+  ASSERT_EQ(markUnknown("b", "op").code, ReplyCode::kOk);
+  EXPECT_EQ(ledger_.tick(kT0 + kHardLimitMs).closed_by_hard_limit, 1u);
+  EXPECT_TRUE(audited(kT0 + kHardLimitMs));
+}
+
+TEST_F(LedgerTest, MarkingASettledReservationUnknownIsADuplicate) {
+  ASSERT_EQ(reserve("r1", 600).code, ReplyCode::kOk);
+  ASSERT_EQ(start("r1", "op1").code, ReplyCode::kOk);
+  ASSERT_EQ(settle("r1", "op1", 100).code, ReplyCode::kOk);
+  const ReservationReply again = markUnknown("r1", "op1");
+  EXPECT_EQ(again.code, ReplyCode::kOk);
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_EQ(again.receipt.state, S::kSettled);
+  EXPECT_EQ(markUnknown("r1", "other").code, ReplyCode::kOperationConflict);
 }
 
 // ---- the audit can fail ---------------------------------------------------------------------

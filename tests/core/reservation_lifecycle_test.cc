@@ -1,0 +1,158 @@
+#include "core/reservation_lifecycle.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <vector>
+
+#include "core/limits.h"
+
+namespace tally {
+namespace {
+
+using S = ReservationState;
+
+// A holder that records what the lifecycle asked of it and can be told to overflow.
+class RecordingHolder final : public CapacityHolder {
+ public:
+  void returnUnits(const Reservation&, uint64_t) override { ++returned; }
+  HolderSettle settle(const Reservation& r, Units actual, uint64_t) override {
+    ++settled;
+    if (overflow) return {.code = HolderCode::kOverflow};
+    return {.refunded_units = actual < r.reserved_units ? r.reserved_units - actual : 0,
+            .debt_units = actual > r.reserved_units ? actual - r.reserved_units : 0};
+  }
+  HolderSettle consumeAll(const Reservation&, uint64_t) override {
+    ++settled;
+    if (overflow) return {.code = HolderCode::kOverflow};
+    return {};
+  }
+  HolderSettle chargeExtra(const Reservation&, Units extra, uint64_t) override {
+    ++settled;
+    if (overflow) return {.code = HolderCode::kOverflow};
+    return {.debt_units = extra};
+  }
+  void changed(const Reservation& r, ReservationState from, uint64_t) override {
+    moves.push_back({from, r.state});
+  }
+
+  bool overflow = false;
+  int returned = 0;
+  int settled = 0;
+  std::vector<std::pair<ReservationState, ReservationState>> moves;
+};
+
+ReserveRequest requestOf(Units units = 5) {
+  ReserveRequest request{
+      .reservation_id = "q", .subject = "t", .route = "r", .units = units, .priority = 1};
+  request.request_digest.fill(7);
+  return request;
+}
+
+Reservation reservedRecord(RecordingHolder* holder) {
+  Reservation record = lifecycle::newRecord(requestOf(), 1'000);
+  record.expires_at_ms = 2'000;
+  (void)lifecycle::admitted(&record, holder, 1'000);
+  return record;
+}
+
+TEST(ReservationLifecycle, TheDuplicateCheckComparesEveryFieldOfTheRequest) {
+  RecordingHolder holder;
+  const Reservation stored = reservedRecord(&holder);
+  EXPECT_TRUE(lifecycle::repeatedReserve(stored, requestOf()).duplicate);
+  std::vector<ReserveRequest> others(6, requestOf());
+  others[0].request_digest[3] ^= 1;
+  others[1].subject = "u";
+  others[2].route = "s";
+  others[3].units = 600;
+  others[4].priority = 2;
+  others[5].policy_generation = 4;
+  for (const ReserveRequest& other : others) {
+    const ReservationReply reply = lifecycle::repeatedReserve(stored, other);
+    EXPECT_EQ(reply.code, ReplyCode::kIdempotencyConflict);
+    EXPECT_FALSE(reply.duplicate);
+    EXPECT_EQ(reply.receipt, stored);
+  }
+}
+
+TEST(ReservationLifecycle, ARecordWithoutTheNewFieldsIgnoresOnlyThem) {
+  RecordingHolder holder;
+  Reservation stored = reservedRecord(&holder);
+  stored.request_fields_known = false;
+  ReserveRequest other_priority = requestOf();
+  other_priority.priority = 9;
+  other_priority.policy_generation = 3;
+  EXPECT_TRUE(lifecycle::repeatedReserve(stored, other_priority).duplicate);
+  EXPECT_EQ(lifecycle::repeatedReserve(stored, requestOf(6)).code, ReplyCode::kIdempotencyConflict);
+}
+
+TEST(ReservationLifecycle, UnitsAboveTheMaximumAreRefusedBeforeAnythingChanges) {
+  EXPECT_EQ(lifecycle::checkReserve(requestOf(limits::kUnitsPerRequestMax + 1))->code,
+            ReplyCode::kInvalidArgument);
+  EXPECT_FALSE(lifecycle::checkReserve(requestOf(limits::kUnitsPerRequestMax)).has_value());
+  RecordingHolder holder;
+  Reservation record = reservedRecord(&holder);
+  ASSERT_EQ(lifecycle::start(&record, {"q", "op"}, &holder, 1'500).code, ReplyCode::kOk);
+  const Reservation before = record;
+  const ReservationReply reply =
+      lifecycle::receipt(&record, "q", "op", std::numeric_limits<Units>::max(), &holder, 1'600);
+  EXPECT_EQ(reply.code, ReplyCode::kInvalidArgument);
+  EXPECT_EQ(record, before);
+  EXPECT_EQ(holder.settled, 0);
+}
+
+TEST(ReservationLifecycle, AnOverflowingHolderIsATypedOutcomeNeverAnAbort) {
+  RecordingHolder holder;
+  Reservation record = reservedRecord(&holder);
+  ASSERT_EQ(lifecycle::start(&record, {"q", "op"}, &holder, 1'500).code, ReplyCode::kOk);
+  ASSERT_EQ(lifecycle::markUnknown(&record, {"q", "op"}, &holder, 1'600).code, ReplyCode::kOk);
+  holder.overflow = true;
+  EXPECT_FALSE(lifecycle::closeByHardLimit(&record, &holder, 9'000));
+  EXPECT_EQ(record.state, S::kUsageUnknown);
+  EXPECT_EQ(lifecycle::receipt(&record, "q", "op", 5, &holder, 9'001).code,
+            ReplyCode::kArithmeticOverflow);
+  EXPECT_EQ(record.state, S::kUsageUnknown);
+  holder.overflow = false;
+  EXPECT_TRUE(lifecycle::closeByHardLimit(&record, &holder, 9'002));
+  EXPECT_EQ(record.state, S::kSettled);
+  EXPECT_TRUE(record.closed_by_hard_limit);
+  // The late receipt above the reservation is charged once; an overflow leaves it unapplied.
+  holder.overflow = true;
+  EXPECT_EQ(lifecycle::receipt(&record, "q", "op", 9, &holder, 9'003).code,
+            ReplyCode::kArithmeticOverflow);
+  EXPECT_FALSE(record.late_receipt_applied);
+  holder.overflow = false;
+  const ReservationReply late = lifecycle::receipt(&record, "q", "op", 9, &holder, 9'004);
+  EXPECT_EQ(late.code, ReplyCode::kOk);
+  EXPECT_EQ(record.state, S::kSettledWithDebt);
+  EXPECT_EQ(record.debt_units, 4u);
+  EXPECT_TRUE(lifecycle::receipt(&record, "q", "op", 9, &holder, 9'005).duplicate);
+}
+
+TEST(ReservationLifecycle, EveryMoveIsAnEdgeOfTheOneTable) {
+  RecordingHolder holder;
+  Reservation record = reservedRecord(&holder);
+  EXPECT_EQ(lifecycle::start(&record, {"q", "op"}, &holder, 2'000).code, ReplyCode::kExpired);
+  EXPECT_EQ(holder.returned, 1);
+  EXPECT_EQ(record.closed_at_ms, 2'000u);
+  ASSERT_FALSE(holder.moves.empty());
+  for (const auto& [from, to] : holder.moves) {
+    EXPECT_TRUE(canTransition(from, to))
+        << reservationStateName(from) << "→" << reservationStateName(to);
+  }
+  EXPECT_EQ(lifecycle::release(&record, {"q"}, &holder, 2'001).code, ReplyCode::kExpired);
+  EXPECT_EQ(holder.returned, 1);  // returned once
+}
+
+TEST(ReservationLifecycle, TheAgentsReservationUnknownMovesAreCheckedToo) {
+  const S unknown = lifecycle::nextState(S::kRequested, S::kReservationUnknown);
+  EXPECT_EQ(lifecycle::nextState(unknown, S::kReserved), S::kReserved);
+  EXPECT_EQ(lifecycle::nextState(unknown, S::kRejected), S::kRejected);
+  EXPECT_DEATH((void)lifecycle::nextState(unknown, S::kStarted), "");
+  RecordingHolder holder;
+  Reservation record = reservedRecord(&holder);
+  EXPECT_DEATH(lifecycle::transition(&record, S::kSettled, &holder, 1'001), "");
+}
+
+}  // namespace
+}  // namespace tally
