@@ -24,6 +24,7 @@ constexpr bool kGatewayOrShardRequest =
     std::is_same_v<T, wire::WriteOffShardRequest>;
 
 constexpr const char* kOutcomeUnknown = "outcome unknown; retry with the same id";
+constexpr const char* kShuttingDown = "the agent is shutting down; retry with the same id";
 
 ReservationReply queuedReply(const OutboxEntry& entry) {
   return {.code = ReplyCode::kQueued,
@@ -149,7 +150,7 @@ GaugeSnapshot AgentService::gauges() const {
   return snapshot;
 }
 
-void AgentService::handle(wire::RequestBody body, Respond respond) {
+void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) {
   const Op op = opFor(body);
   const uint64_t started_us = monotonicClockUs();
   Respond measured = [this, op, started_us,
@@ -167,19 +168,21 @@ void AgentService::handle(wire::RequestBody body, Respond respond) {
       [&](auto& request) {
         using T = std::decay_t<decltype(request)>;
         if constexpr (std::is_same_v<T, ReserveRequest>) {
-          reserve(request, std::move(measured));
+          reserve(request, std::move(measured), std::move(alive));
         } else if constexpr (std::is_same_v<T, StartRequest>) {
-          start(request, std::move(measured));
+          start(request, std::move(measured), std::move(alive));
         } else if constexpr (std::is_same_v<T, SettleRequest>) {
-          followUp(OutboxKind::kSettle, std::move(body), std::move(measured));
+          followUp(OutboxKind::kSettle, std::move(body), std::move(measured), std::move(alive));
         } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
-          followUp(OutboxKind::kRelease, std::move(body), std::move(measured));
+          followUp(OutboxKind::kRelease, std::move(body), std::move(measured), std::move(alive));
         } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
-          followUp(OutboxKind::kMarkUnknown, std::move(body), std::move(measured));
+          followUp(OutboxKind::kMarkUnknown, std::move(body), std::move(measured),
+                   std::move(alive));
         } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
-          followUp(OutboxKind::kReportOperation, std::move(body), std::move(measured));
+          followUp(OutboxKind::kReportOperation, std::move(body), std::move(measured),
+                   std::move(alive));
         } else if constexpr (std::is_same_v<T, QueryRequest>) {
-          query(request, std::move(measured));
+          query(request, std::move(measured), std::move(alive));
         } else if constexpr (std::is_same_v<T, wire::HealthRequest>) {
           measured(wire::HealthReply{
               .status = link_->connected() ? linkHealthName(link_->health()) : "DISCONNECTED",
@@ -194,10 +197,98 @@ void AgentService::handle(wire::RequestBody body, Respond respond) {
           measured(wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
                                     .message = "request kind not served by the agent"});
         } else {
-          forwardOther(std::move(body), std::move(measured));
+          forwardOther(std::move(body), std::move(measured), std::move(alive));
         }
       },
       body);
+}
+
+// --- the window to the ledger ------------------------------------------------------------------
+
+void AgentService::forward(wire::RequestBody body, Respond respond, Alive alive,
+                           std::optional<OutboxEntry> follow_up, std::string central_id,
+                           OnAnswer on_answer) {
+  if (closed_) {
+    respond(unavailable(kShuttingDown));
+    return;
+  }
+  if (waiting_.size() >= options_.waiting_max) {
+    respond(
+        unavailable("the agent has too many requests waiting for the ledger; retry with the "
+                    "same id"));
+    return;
+  }
+  const uint64_t token = next_token_++;
+  forwarded_.emplace(token,
+                     Forwarded{.respond = std::move(respond), .follow_up = std::move(follow_up)});
+  waiting_.push_back(Waiting{.token = token,
+                             .body = std::move(body),
+                             .alive = std::move(alive),
+                             .central_id = std::move(central_id),
+                             .on_answer = std::move(on_answer)});
+  sendWaiting();
+}
+
+void AgentService::sendWaiting() {
+  while (!waiting_.empty() && link_->inFlight() < options_.ledger_window_max) {
+    Waiting next = std::move(waiting_.front());
+    waiting_.pop_front();
+    auto it = forwarded_.find(next.token);
+    if (it == forwarded_.end()) continue;
+    if (next.alive && !next.alive()) {
+      // Nobody would hear the answer, and the ledger never saw it: dropped before it is sent.
+      ++dropped_gone_;
+      Respond respond = std::move(it->second.respond);
+      forwarded_.erase(it);
+      respond(unavailable("the requester is gone"));  // a no-op for a closed connection
+      continue;
+    }
+    it->second.sent = true;
+    if (!next.central_id.empty()) rememberCentral(next.central_id, wallClockMs());
+    link_->call(std::move(next.body),
+                [this, token = next.token,
+                 on_answer = std::move(next.on_answer)](central::LinkResult result) {
+                  auto found = forwarded_.find(token);
+                  if (found == forwarded_.end()) return;  // answered at the shutdown deadline
+                  Respond respond = std::move(found->second.respond);
+                  forwarded_.erase(found);
+                  on_answer(std::move(result), std::move(respond));
+                });
+  }
+}
+
+void AgentService::answerEveryPending() {
+  if (closed_) return;
+  // In token order: follow-ups enter the outbox in the order they were handed in.
+  waiting_.clear();
+  std::map<uint64_t, Forwarded> pending = std::exchange(forwarded_, {});
+  uint64_t queued = 0;
+  for (auto& [token, request] : pending) {
+    if (!request.sent) {
+      request.respond(
+          unavailable("not sent to the ledger before shutdown; retry with the same id"));
+    } else if (request.follow_up.has_value()) {
+      enqueue(std::move(*request.follow_up), std::move(request.respond));  // QUEUED when durable
+      ++queued;
+    } else {
+      request.respond(unavailable(kOutcomeUnknown));
+    }
+  }
+  for (auto& [id, unknown] : unknown_) {
+    for (Respond& waiter : std::exchange(unknown.waiters, {})) {
+      waiter(unavailable(kOutcomeUnknown));
+    }
+  }
+  if (!pending_durable_.empty()) commitOutbox();
+  closed_ = true;  // that was the outbox's last write
+  logger_->info("shutdown_answered",
+                {{"requests", uint64_t{pending.size()}}, {"queued_follow_ups", queued}});
+}
+
+void AgentService::beginShutdown(uint64_t timeout_ms) {
+  shutting_down_ = true;
+  shutdown_deadline_ms_ = wallClockMs() + timeout_ms;
+  if (timeout_ms == 0) answerEveryPending();
 }
 
 // --- reserve -----------------------------------------------------------------------------------
@@ -226,7 +317,7 @@ void AgentService::learnShardAccount(const ReserveRequest& request, const Reserv
   shards_->learnAccount({request.subject, request.route}, wallClockMs());
 }
 
-void AgentService::reserve(const ReserveRequest& request, Respond respond) {
+void AgentService::reserve(const ReserveRequest& request, Respond respond, Alive alive) {
   const uint64_t now_ms = wallClockMs();
   if (answeredByShards(request.reservation_id, request, respond)) return;
   if (local_.contains(request.reservation_id)) {
@@ -262,11 +353,11 @@ void AgentService::reserve(const ReserveRequest& request, Respond respond) {
     respond(ledgerUnavailableRejection(request, options_.unavailable_retry_after_ms, now_ms));
     return;
   }
-  rememberCentral(request.reservation_id, now_ms);
-  link_->call(request, [this, request, mode,
-                        respond = std::move(respond)](central::LinkResult result) mutable {
-    onReserveAnswer(request, mode, std::move(result), std::move(respond));
-  });
+  forward(request, std::move(respond), std::move(alive), std::nullopt,
+          shards_ != nullptr ? request.reservation_id : std::string(),
+          [this, request, mode](central::LinkResult result, Respond answer) {
+            onReserveAnswer(request, mode, std::move(result), std::move(answer));
+          });
 }
 
 void AgentService::onReserveAnswer(const ReserveRequest& request, RolloutMode mode,
@@ -376,7 +467,7 @@ void AgentService::resolved(const std::string& id, wire::ResponseBody body) {
 
 // --- start, follow-ups, query ------------------------------------------------------------------
 
-void AgentService::start(const StartRequest& request, Respond respond) {
+void AgentService::start(const StartRequest& request, Respond respond, Alive alive) {
   if (answeredByShards(request.reservation_id, request, respond)) return;
   switch (startRoute(local_.contains(request.reservation_id), usable())) {
     case StartRoute::kLocal: respond(local_.start(request, wallClockMs())); return;
@@ -386,19 +477,20 @@ void AgentService::start(const StartRequest& request, Respond respond) {
           "later with the same ids"));
       return;
     case StartRoute::kForward:
-      link_->call(request, [respond = std::move(respond)](central::LinkResult result) {
-        if (result.status.isOk()) {
-          respond(std::move(result.response.body));
-        } else {
-          respond(unavailable("start " + std::string(kOutcomeUnknown) + " (" +
-                              result.status.message() + ")"));
-        }
-      });
+      forward(request, std::move(respond), std::move(alive), std::nullopt, std::string(),
+              [](central::LinkResult result, Respond answer) {
+                if (result.status.isOk()) {
+                  answer(std::move(result.response.body));
+                } else {
+                  answer(unavailable("start " + std::string(kOutcomeUnknown) + " (" +
+                                     result.status.message() + ")"));
+                }
+              });
       return;
   }
 }
 
-void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond respond) {
+void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond respond, Alive alive) {
   OutboxEntry entry{.kind = kind};
   std::visit(
       [&](const auto& request) {
@@ -438,21 +530,26 @@ void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond res
       return;
     }
     case FollowUp::kOutbox: enqueue(std::move(entry), std::move(respond)); return;
-    case FollowUp::kForward:
-      link_->call(std::move(body), [this, entry = std::move(entry), respond = std::move(respond)](
-                                       central::LinkResult result) mutable {
-        if (result.status.isOk()) {
-          noteDelivered(entry.kind, entry.reservation_id, result.response.body);
-          respond(std::move(result.response.body));
-          return;
-        }
-        // The answer is lost or it was never sent: the outbox delivers it exactly once later.
-        logger_->info("queued_after_link_failure", {{"kind", outboxKindName(entry.kind)},
-                                                    {"reservation_id", entry.reservation_id},
-                                                    {"error", result.status.toString()}});
-        enqueue(std::move(entry), std::move(respond));
-      });
+    case FollowUp::kForward: {
+      OutboxEntry queued_if_lost = entry;
+      forward(std::move(body), std::move(respond), std::move(alive), std::move(queued_if_lost),
+              std::string(),
+              [this, entry = std::move(entry)](central::LinkResult result, Respond answer) {
+                if (result.status.isOk()) {
+                  noteDelivered(entry.kind, entry.reservation_id, result.response.body);
+                  answer(std::move(result.response.body));
+                  return;
+                }
+                // The answer is lost or it was never sent: the outbox delivers it exactly once
+                // later.
+                logger_->info("queued_after_link_failure",
+                              {{"kind", outboxKindName(entry.kind)},
+                               {"reservation_id", entry.reservation_id},
+                               {"error", result.status.toString()}});
+                enqueue(entry, std::move(answer));
+              });
       return;
+    }
   }
 }
 
@@ -469,7 +566,7 @@ void AgentService::noteDelivered(OutboxKind kind, const std::string& id,
   }
 }
 
-void AgentService::query(const QueryRequest& request, Respond respond) {
+void AgentService::query(const QueryRequest& request, Respond respond, Alive alive) {
   if (answeredByShards(request.reservation_id, request, respond)) return;
   if (local_.contains(request.reservation_id)) {
     respond(local_.query(request));
@@ -480,44 +577,50 @@ void AgentService::query(const QueryRequest& request, Respond respond) {
     return;
   }
   const std::string id = request.reservation_id;
-  link_->call(request, [this, id, respond = std::move(respond)](central::LinkResult result) {
-    if (!result.status.isOk()) {
-      respond(unavailable("query failed: " + result.status.message()));
-      return;
-    }
-    const auto* reply = std::get_if<ReservationReply>(&result.response.body);
-    if (reply != nullptr && reply->code == ReplyCode::kOk && unknown_.contains(id)) {
-      ReservationReply answer = *reply;
-      answer.duplicate = true;
-      answer.refunded_units = 0;
-      resolved(id, std::move(answer));
-    }
-    respond(std::move(result.response.body));
-  });
+  forward(request, std::move(respond), std::move(alive), std::nullopt, std::string(),
+          [this, id](central::LinkResult result, Respond respond) {
+            if (!result.status.isOk()) {
+              respond(unavailable("query failed: " + result.status.message()));
+              return;
+            }
+            const auto* reply = std::get_if<ReservationReply>(&result.response.body);
+            if (reply != nullptr && reply->code == ReplyCode::kOk && unknown_.contains(id)) {
+              ReservationReply answer = *reply;
+              answer.duplicate = true;
+              answer.refunded_units = 0;
+              resolved(id, std::move(answer));
+            }
+            respond(std::move(result.response.body));
+          });
 }
 
-void AgentService::forwardOther(wire::RequestBody body, Respond respond) {
+void AgentService::forwardOther(wire::RequestBody body, Respond respond, Alive alive) {
   if (!link_->connected()) {
     respond(unavailable("the ledger is unreachable"));
     return;
   }
   const bool changes_policy = std::holds_alternative<wire::PublishPolicyRequest>(body) ||
                               std::holds_alternative<wire::RollbackPolicyRequest>(body);
-  link_->call(std::move(body),
-              [this, changes_policy, respond = std::move(respond)](central::LinkResult result) {
-                if (result.status.isOk()) {
-                  if (changes_policy)
-                    fetchPolicy();  // modes follow a publish through this agent at once
-                  respond(std::move(result.response.body));
-                } else {
-                  respond(unavailable("ledger request failed: " + result.status.message()));
-                }
-              });
+  forward(std::move(body), std::move(respond), std::move(alive), std::nullopt, std::string(),
+          [this, changes_policy](central::LinkResult result, Respond respond) {
+            if (result.status.isOk()) {
+              if (changes_policy)
+                fetchPolicy();  // modes follow a publish through this agent at once
+              respond(std::move(result.response.body));
+            } else {
+              respond(unavailable("ledger request failed: " + result.status.message()));
+            }
+          });
 }
 
 // --- the outbox --------------------------------------------------------------------------------
 
 void AgentService::enqueue(OutboxEntry entry, Respond respond) {
+  if (closed_) {
+    // The outbox's last write is done: nothing is acknowledged after it.
+    respond(unavailable(kShuttingDown));
+    return;
+  }
   uint64_t seq = 0;
   const OutboxCode code = outbox_.append(std::move(entry), wallClockMs(), &seq);
   if (code == OutboxCode::kFull) {
@@ -534,6 +637,7 @@ void AgentService::enqueue(OutboxEntry entry, Respond respond) {
 void AgentService::onCheck(uv_check_t* check) {
   auto* service = static_cast<AgentService*>(check->data);
   if (!service->pending_durable_.empty()) service->commitOutbox();
+  service->sendWaiting();  // answers of this iteration made room in the window
 }
 
 void AgentService::commitOutbox() {
@@ -545,15 +649,19 @@ void AgentService::commitOutbox() {
   for (const PendingDurable& pending : batch) entries.push_back(pending.entry);
   const Status status = store_->appendBatch(entries);
   if (!status.isOk()) {
-    // Not durable: no acknowledgement. The entries stay queued in memory and may still be
-    // delivered (harmless: the ledger is idempotent), but the gateway must retry.
+    // Not durable: no acknowledgement; the gateway must retry.
     logger_->error("outbox_write_failed",
                    {{"entries", uint64_t{entries.size()}}, {"error", status.toString()}});
+    // Never acknowledged, so taken back: never delivered, and the queue after it is not
+    // blocked (durable_seq_ stays where the store is).
+    size_t discarded = 0;
+    const OutboxCode code = outbox_.discardFrom(entries.front().seq, &discarded);
+    TALLY_ASSERT(code == OutboxCode::kOk);  // only durable entries are ever in flight
+    TALLY_ASSERT(discarded == entries.size());
     for (PendingDurable& pending : batch) {
       pending.respond(unavailable("the agent could not queue it durably: " + status.message() +
                                   "; retry with the same ids"));
     }
-    durable_seq_ = std::max(durable_seq_, entries.back().seq);
     return;
   }
   durable_seq_ = std::max(durable_seq_, entries.back().seq);
@@ -614,6 +722,7 @@ void AgentService::pumpOutbox() {
 void AgentService::onPump(uv_timer_t* timer) { static_cast<AgentService*>(timer->data)->onTimer(); }
 
 void AgentService::onTimer() {
+  if (shutting_down_ && !closed_ && wallClockMs() >= shutdown_deadline_ms_) answerEveryPending();
   pumpOutbox();
   if (usable() && !unknown_.empty()) {
     for (const std::string& id : unknown_ages_.oldest(options_.resolve_batch_max)) {
@@ -623,6 +732,7 @@ void AgentService::onTimer() {
   if (draining_ && ((outbox_.empty() && pending_durable_.empty()) || !link_->connected() ||
                     wallClockMs() >= drain_deadline_ms_)) {
     draining_ = false;
+    answerEveryPending();  // no-op unless drain ended before the deadline with requests waiting
     logger_->info("outbox_drain_done",
                   {{"left", uint64_t{outbox_.size()}}, {"connected", link_->connected()}});
     if (on_drained_) std::exchange(on_drained_, nullptr)();

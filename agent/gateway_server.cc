@@ -308,12 +308,17 @@ void GatewayServer::onFrames(Connection* connection, std::vector<wire::Frame>* f
     ++connection->unanswered_;
     // The handler may answer synchronously; the connection outlives this loop (it is closed
     // only from callbacks of later loop phases).
-    handler_(std::move(decoded.body).value(),
-             [this, connection_id, request_id, answered = false](wire::ResponseBody body) mutable {
-               TALLY_ASSERT(!answered);
-               answered = true;
-               answer(connection_id, request_id, std::move(body));
-             });
+    handler_(
+        std::move(decoded.body).value(),
+        [this, connection_id, request_id, answered = false](wire::ResponseBody body) mutable {
+          TALLY_ASSERT(!answered);
+          answered = true;
+          answer(connection_id, request_id, std::move(body));
+        },
+        [this, connection_id] {
+          auto it = connections_.find(connection_id);
+          return it != connections_.end() && !it->second->closing_;
+        });
   }
   if (connection->unanswered_ >= options_.pending_replies_per_connection_max &&
       connection->reading_) {
