@@ -23,8 +23,7 @@ constexpr bool kGatewayOrShardRequest =
     std::is_same_v<T, wire::ListShardsRequest> || std::is_same_v<T, wire::RevokeShardsRequest> ||
     std::is_same_v<T, wire::WriteOffShardRequest>;
 
-constexpr const char* kOutcomeUnknown = "outcome unknown; retry with the same id";
-constexpr const char* kShuttingDown = "the agent is shutting down; retry with the same id";
+constexpr const char* kOutcomeUnknown = kAgentOutcomeUnknown;
 
 ReservationReply queuedReply(const OutboxEntry& entry) {
   return {.code = ReplyCode::kQueued,
@@ -65,7 +64,9 @@ AgentService::AgentService(uv_loop_t* loop, central::LedgerLink* link, OutboxSto
       local_({.entries_max = options.local_reservations_max}),
       unknown_ages_(options.unknown_max),
       usage_unknown_(options.unknown_max),
-      outbox_({.entries_max = options.outbox_entries_max}),
+      machine_({.window_max = options.ledger_window_max,
+                .waiting_max = options.waiting_max,
+                .outbox = {.entries_max = options.outbox_entries_max}}),
       central_ids_(options.central_ids_max) {
   check_.data = this;
   pump_timer_.data = this;
@@ -76,12 +77,12 @@ AgentService::~AgentService() { TALLY_ASSERT(open_handles_ == 0); }
 
 Status AgentService::start(std::vector<OutboxEntry> restored, uint64_t boot_epoch) {
   boot_epoch_ = boot_epoch;
-  for (const OutboxEntry& entry : restored) durable_seq_ = std::max(durable_seq_, entry.seq);
   const size_t restored_count = restored.size();
-  outbox_.restore(std::move(restored));
+  machine_.restore(std::move(restored));
   if (restored_count > 0) {
-    logger_->info("outbox_restored", {{"entries", uint64_t{restored_count}},
-                                      {"oldest_age_ms", outbox_.oldestAgeMs(wallClockMs())}});
+    logger_->info("outbox_restored",
+                  {{"entries", uint64_t{restored_count}},
+                   {"oldest_age_ms", machine_.outbox().oldestAgeMs(wallClockMs())}});
   }
   if (int rc = uv_check_init(loop_, &check_); rc != 0) {
     return Status::ioError(std::string("uv_check_init: ") + uv_strerror(rc));
@@ -131,8 +132,8 @@ GaugeSnapshot AgentService::gauges() const {
   const uint64_t now_ms = wallClockMs();
   GaugeSnapshot snapshot{.health = link_->health(),
                          .connected = link_->connected(),
-                         .outbox_depth = outbox_.size(),
-                         .outbox_oldest_age_ms = outbox_.oldestAgeMs(now_ms),
+                         .outbox_depth = machine_.outbox().size(),
+                         .outbox_oldest_age_ms = machine_.outbox().oldestAgeMs(now_ms),
                          .reservation_unknown = unknown_.size(),
                          .reservation_unknown_oldest_age_ms = unknown_ages_.oldestAgeMs(now_ms),
                          .usage_unknown = usage_unknown_.size(),
@@ -208,81 +209,83 @@ void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) 
 void AgentService::forward(wire::RequestBody body, Respond respond, Alive alive,
                            std::optional<OutboxEntry> follow_up, std::string central_id,
                            OnAnswer on_answer) {
-  if (closed_) {
-    respond(unavailable(kShuttingDown));
-    return;
-  }
-  if (waiting_.size() >= options_.waiting_max) {
-    respond(
-        unavailable("the agent has too many requests waiting for the ledger; retry with the "
-                    "same id"));
-    return;
-  }
   const uint64_t token = next_token_++;
-  forwarded_.emplace(token,
-                     Forwarded{.respond = std::move(respond), .follow_up = std::move(follow_up)});
-  waiting_.push_back(Waiting{.token = token,
-                             .body = std::move(body),
-                             .alive = std::move(alive),
-                             .central_id = std::move(central_id),
-                             .on_answer = std::move(on_answer)});
+  responders_.emplace(token, std::move(respond));
+  held_.emplace(token, Held{.body = std::move(body),
+                            .alive = std::move(alive),
+                            .central_id = std::move(central_id),
+                            .on_answer = std::move(on_answer)});
+  perform(machine_.submit(token, std::move(follow_up)));
   sendWaiting();
 }
 
 void AgentService::sendWaiting() {
-  while (!waiting_.empty() && link_->inFlight() < options_.ledger_window_max) {
-    Waiting next = std::move(waiting_.front());
-    waiting_.pop_front();
-    auto it = forwarded_.find(next.token);
-    if (it == forwarded_.end()) continue;
-    if (next.alive && !next.alive()) {
-      // Nobody would hear the answer, and the ledger never saw it: dropped before it is sent.
+  while (std::optional<uint64_t> next = machine_.nextToSend()) {
+    auto it = held_.find(*next);
+    TALLY_ASSERT(it != held_.end());
+    const bool alive = !it->second.alive || it->second.alive();
+    perform(machine_.admitNext(alive));
+  }
+}
+
+Respond AgentService::takeResponder(uint64_t token) {
+  auto it = responders_.find(token);
+  TALLY_ASSERT(it != responders_.end());
+  Respond respond = std::move(it->second);
+  responders_.erase(it);
+  return respond;
+}
+
+void AgentService::perform(AgentEffects effects) {
+  for (AgentEffect& effect : effects) {
+    if (const auto* send = std::get_if<AgentSend>(&effect)) {
+      auto it = held_.find(send->token);
+      TALLY_ASSERT(it != held_.end());
+      Held held = std::move(it->second);
+      held_.erase(it);
+      if (!held.central_id.empty()) rememberCentral(held.central_id, wallClockMs());
+      link_->call(std::move(held.body),
+                  [this, token = send->token,
+                   on_answer = std::move(held.on_answer)](central::LinkResult result) {
+                    if (!machine_.onResult(token)) return;  // answered at the shutdown deadline
+                    on_answer(std::move(result), takeResponder(token));
+                  });
+    } else if (const auto* drop = std::get_if<AgentDrop>(&effect)) {
       ++dropped_gone_;
-      Respond respond = std::move(it->second.respond);
-      forwarded_.erase(it);
-      respond(unavailable("the requester is gone"));  // a no-op for a closed connection
-      continue;
+      held_.erase(drop->token);
+      takeResponder(drop->token)(unavailable("the requester is gone"));  // a no-op for it
+    } else if (auto* refusal = std::get_if<AgentReplyUnavailable>(&effect)) {
+      held_.erase(refusal->token);
+      takeResponder(refusal->token)(unavailable(std::move(refusal->message)));
+    } else if (const auto* queued = std::get_if<AgentReplyQueued>(&effect)) {
+      takeResponder(queued->token)(queuedReply(queued->entry));
+    } else if (const auto* persist = std::get_if<AgentPersist>(&effect)) {
+      // Group commit: one transaction, one fsync; the machine then says who hears QUEUED.
+      const Status status = store_->appendBatch(persist->entries);
+      if (status.isOk()) {
+        logger_->debug("outbox_committed", {{"entries", uint64_t{persist->entries.size()}},
+                                            {"depth", uint64_t{machine_.outbox().size()}}});
+      } else {
+        logger_->error("outbox_write_failed", {{"entries", uint64_t{persist->entries.size()}},
+                                               {"error", status.toString()}});
+      }
+      perform(machine_.persisted(status.isOk(), status.message()));
     }
-    it->second.sent = true;
-    if (!next.central_id.empty()) rememberCentral(next.central_id, wallClockMs());
-    link_->call(std::move(next.body),
-                [this, token = next.token,
-                 on_answer = std::move(next.on_answer)](central::LinkResult result) {
-                  auto found = forwarded_.find(token);
-                  if (found == forwarded_.end()) return;  // answered at the shutdown deadline
-                  Respond respond = std::move(found->second.respond);
-                  forwarded_.erase(found);
-                  on_answer(std::move(result), std::move(respond));
-                });
   }
 }
 
 void AgentService::answerEveryPending() {
-  if (closed_) return;
-  // In token order: follow-ups enter the outbox in the order they were handed in.
-  waiting_.clear();
-  std::map<uint64_t, Forwarded> pending = std::exchange(forwarded_, {});
-  uint64_t queued = 0;
-  for (auto& [token, request] : pending) {
-    if (!request.sent) {
-      request.respond(
-          unavailable("not sent to the ledger before shutdown; retry with the same id"));
-    } else if (request.follow_up.has_value()) {
-      enqueue(std::move(*request.follow_up), std::move(request.respond));  // QUEUED when durable
-      ++queued;
-    } else {
-      request.respond(unavailable(kOutcomeUnknown));
-    }
-  }
+  if (shutdown_answered_) return;
+  shutdown_answered_ = true;
   for (auto& [id, unknown] : unknown_) {
     for (Respond& waiter : std::exchange(unknown.waiters, {})) {
       waiter(unavailable(kOutcomeUnknown));
     }
   }
-  if (!pending_durable_.empty()) commitOutbox();
-  closed_ = true;  // that was the outbox's last write
+  const size_t pending = responders_.size();
+  perform(machine_.shutdown(wallClockMs()));  // its durable write is the outbox's last
   logger_->info("shutdown_answered",
-                {{"requests", uint64_t{pending.size()}}, {"queued_follow_ups", queued}});
+                {{"requests", uint64_t{pending}}, {"unanswered", uint64_t{responders_.size()}}});
 }
 
 void AgentService::beginShutdown(uint64_t timeout_ms) {
@@ -510,7 +513,7 @@ void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond res
       body);
   if (answeredByShards(entry.reservation_id, body, respond)) return;
   const bool local = local_.contains(entry.reservation_id);
-  switch (followUpRoute(local, !outbox_.empty(), usable())) {
+  switch (followUpRoute(local, !machine_.outbox().empty(), usable())) {
     case FollowUp::kLocal: {
       const uint64_t now_ms = wallClockMs();
       std::visit(
@@ -616,73 +619,26 @@ void AgentService::forwardOther(wire::RequestBody body, Respond respond, Alive a
 // --- the outbox --------------------------------------------------------------------------------
 
 void AgentService::enqueue(OutboxEntry entry, Respond respond) {
-  if (closed_) {
-    // The outbox's last write is done: nothing is acknowledged after it.
-    respond(unavailable(kShuttingDown));
-    return;
-  }
-  uint64_t seq = 0;
-  const OutboxCode code = outbox_.append(std::move(entry), wallClockMs(), &seq);
-  if (code == OutboxCode::kFull) {
-    logger_->error("outbox_full", {{"entries_max", options_.outbox_entries_max}});
-    respond(unavailable("the agent's outbox is full; retry later"));
-    return;
-  }
-  TALLY_ASSERT(code == OutboxCode::kOk);
-  TALLY_ASSERT(!outbox_.entries().empty() && outbox_.entries().back().seq == seq);
-  pending_durable_.push_back(
-      PendingDurable{.entry = outbox_.entries().back(), .respond = std::move(respond)});
+  const uint64_t token = next_token_++;
+  responders_.emplace(token, std::move(respond));
+  perform(machine_.queue(token, std::move(entry), wallClockMs()));  // QUEUED once persisted
 }
 
 void AgentService::onCheck(uv_check_t* check) {
   auto* service = static_cast<AgentService*>(check->data);
-  if (!service->pending_durable_.empty()) service->commitOutbox();
+  service->commitOutbox();
   service->sendWaiting();  // answers of this iteration made room in the window
 }
 
-void AgentService::commitOutbox() {
-  // Group commit: everything queued this loop iteration, one transaction, one fsync; then the
-  // QUEUED replies.
-  std::vector<PendingDurable> batch = std::exchange(pending_durable_, {});
-  std::vector<OutboxEntry> entries;
-  entries.reserve(batch.size());
-  for (const PendingDurable& pending : batch) entries.push_back(pending.entry);
-  const Status status = store_->appendBatch(entries);
-  if (!status.isOk()) {
-    // Not durable: no acknowledgement; the gateway must retry.
-    logger_->error("outbox_write_failed",
-                   {{"entries", uint64_t{entries.size()}}, {"error", status.toString()}});
-    // Never acknowledged, so taken back: never delivered, and the queue after it is not
-    // blocked (durable_seq_ stays where the store is).
-    size_t discarded = 0;
-    const OutboxCode code = outbox_.discardFrom(entries.front().seq, &discarded);
-    TALLY_ASSERT(code == OutboxCode::kOk);  // only durable entries are ever in flight
-    TALLY_ASSERT(discarded == entries.size());
-    for (PendingDurable& pending : batch) {
-      pending.respond(unavailable("the agent could not queue it durably: " + status.message() +
-                                  "; retry with the same ids"));
-    }
-    return;
-  }
-  durable_seq_ = std::max(durable_seq_, entries.back().seq);
-  logger_->debug("outbox_committed",
-                 {{"entries", uint64_t{entries.size()}}, {"depth", uint64_t{outbox_.size()}}});
-  for (PendingDurable& pending : batch) pending.respond(queuedReply(pending.entry));
-}
+void AgentService::commitOutbox() { perform(machine_.flush()); }
 
 void AgentService::pumpOutbox() {
   if (!started_ || !link_->connected()) return;
-  const uint64_t now_ms = wallClockMs();
-  const OutboxEntry* head = outbox_.due(now_ms);
-  if (head == nullptr || head->seq > durable_seq_) return;
-  const OutboxEntry entry = *head;
-  const OutboxCode sent = outbox_.markSent(entry.seq);
-  TALLY_ASSERT(sent == OutboxCode::kOk);
-  link_->call(outboxRequest(entry), [this, entry](central::LinkResult result) {
+  const std::optional<OutboxEntry> next = machine_.nextDelivery(wallClockMs());
+  if (!next.has_value()) return;
+  link_->call(outboxRequest(*next), [this, entry = *next](central::LinkResult result) {
     if (!result.status.isOk()) {
-      const uint32_t jitter = static_cast<uint32_t>(rng_() % 1001);
-      const OutboxCode failed = outbox_.onFailed(entry.seq, wallClockMs(), jitter);
-      TALLY_ASSERT(failed == OutboxCode::kOk);
+      machine_.onDelivery(entry.seq, false, wallClockMs(), static_cast<uint32_t>(rng_() % 1001));
       logger_->debug("outbox_delivery_failed",
                      {{"seq", entry.seq}, {"error", result.status.toString()}});
       return;
@@ -691,9 +647,7 @@ void AgentService::pumpOutbox() {
     // overflow) is not a delivery: an acknowledged entry is never dropped; it is retried with
     // backoff, and the outbox age metric and this log line tell the operator.
     if (!outboxAnswerDelivers(std::get_if<ReservationReply>(&result.response.body))) {
-      const uint32_t jitter = static_cast<uint32_t>(rng_() % 1001);
-      const OutboxCode failed = outbox_.onFailed(entry.seq, wallClockMs(), jitter);
-      TALLY_ASSERT(failed == OutboxCode::kOk);
+      machine_.onDelivery(entry.seq, false, wallClockMs(), static_cast<uint32_t>(rng_() % 1001));
       logger_->warn("outbox_delivery_refused", {{"seq", entry.seq},
                                                 {"kind", outboxKindName(entry.kind)},
                                                 {"reservation_id", entry.reservation_id},
@@ -708,13 +662,13 @@ void AgentService::pumpOutbox() {
                                                 {"answer", outcome}});
     }
     noteDelivered(entry.kind, entry.reservation_id, result.response.body);
-    const OutboxCode delivered = outbox_.onDelivered(entry.seq);
-    TALLY_ASSERT(delivered == OutboxCode::kOk);
+    machine_.onDelivery(entry.seq, true, wallClockMs(), 0);
     if (Status s = store_->remove(entry.seq); !s.isOk()) {
       // Stays on disk: redelivered after a restart, which the ledger answers as a duplicate.
       logger_->error("outbox_remove_failed", {{"seq", entry.seq}, {"error", s.toString()}});
     }
-    logger_->debug("outbox_delivered", {{"seq", entry.seq}, {"depth", uint64_t{outbox_.size()}}});
+    logger_->debug("outbox_delivered",
+                   {{"seq", entry.seq}, {"depth", uint64_t{machine_.outbox().size()}}});
     pumpOutbox();
   });
 }
@@ -722,19 +676,19 @@ void AgentService::pumpOutbox() {
 void AgentService::onPump(uv_timer_t* timer) { static_cast<AgentService*>(timer->data)->onTimer(); }
 
 void AgentService::onTimer() {
-  if (shutting_down_ && !closed_ && wallClockMs() >= shutdown_deadline_ms_) answerEveryPending();
+  if (shutting_down_ && wallClockMs() >= shutdown_deadline_ms_) answerEveryPending();
   pumpOutbox();
   if (usable() && !unknown_.empty()) {
     for (const std::string& id : unknown_ages_.oldest(options_.resolve_batch_max)) {
       resolveUnknown(id, nullptr);
     }
   }
-  if (draining_ && ((outbox_.empty() && pending_durable_.empty()) || !link_->connected() ||
-                    wallClockMs() >= drain_deadline_ms_)) {
+  if (draining_ &&
+      (machine_.outbox().empty() || !link_->connected() || wallClockMs() >= drain_deadline_ms_)) {
     draining_ = false;
     answerEveryPending();  // no-op unless drain ended before the deadline with requests waiting
-    logger_->info("outbox_drain_done",
-                  {{"left", uint64_t{outbox_.size()}}, {"connected", link_->connected()}});
+    logger_->info("outbox_drain_done", {{"left", uint64_t{machine_.outbox().size()}},
+                                        {"connected", link_->connected()}});
     if (on_drained_) std::exchange(on_drained_, nullptr)();
   }
 }

@@ -20,6 +20,7 @@
 #include "agent/shard_keeper.h"
 #include "central-client/ledger_link.h"
 #include "common/log.h"
+#include "core/agent_machine.h"
 #include "core/outbox.h"
 #include "core/policy.h"
 #include "wire/codec.h"
@@ -115,19 +116,9 @@ class AgentService {
     bool resolving = false;
     std::vector<Respond> waiters;
   };
-  struct PendingDurable {
-    OutboxEntry entry;
-    Respond respond;
-  };
   using OnAnswer = std::function<void(central::LinkResult result, Respond respond)>;
-  // A gateway request given to forward(), waiting or sent, whose requester waits for it.
-  struct Forwarded {
-    Respond respond;
-    std::optional<OutboxEntry> follow_up;  // queued at the shutdown deadline if sent
-    bool sent = false;
-  };
-  struct Waiting {
-    uint64_t token = 0;
+  // What the shell holds for a forwarded request until the machine says Send or Drop.
+  struct Held {
     wire::RequestBody body;
     Alive alive;
     std::string central_id;  // a reserve's id: remembered when sent
@@ -141,6 +132,9 @@ class AgentService {
                std::optional<OutboxEntry> follow_up, std::string central_id, OnAnswer on_answer);
   void sendWaiting();
   void answerEveryPending();
+  // Carries out the machine's effects (sends, replies, the durable write).
+  void perform(AgentEffects effects);
+  Respond takeResponder(uint64_t token);
   void reserve(const ReserveRequest& request, Respond respond, Alive alive);
   void onReserveAnswer(const ReserveRequest& request, RolloutMode mode, central::LinkResult result,
                        Respond respond);
@@ -190,15 +184,13 @@ class AgentService {
   std::unordered_map<std::string, Unknown> unknown_;
   AgedIds unknown_ages_;
   AgedIds usage_unknown_;
-  Outbox outbox_;
-  uint64_t durable_seq_ = 0;  // every outbox seq up to here is in the store
-  std::vector<PendingDurable> pending_durable_;
+  AgentMachine machine_;  // the window, the outbox, shutdown answers
   uint64_t boot_epoch_ = 0;
   ShardKeeper* shards_ = nullptr;
   AgedIds central_ids_;
 
-  std::map<uint64_t, Forwarded> forwarded_;  // by token: the order they were handed in
-  std::deque<Waiting> waiting_;
+  std::unordered_map<uint64_t, Respond> responders_;  // by token: requesters waiting for a reply
+  std::unordered_map<uint64_t, Held> held_;           // by token: forwarded, not yet sent
   uint64_t next_token_ = 1;
   uint64_t dropped_gone_ = 0;
 
@@ -207,7 +199,7 @@ class AgentService {
   std::function<void()> on_drained_;
   bool shutting_down_ = false;
   uint64_t shutdown_deadline_ms_ = 0;
-  bool closed_ = false;  // every requester answered at shutdown; the outbox takes no more
+  bool shutdown_answered_ = false;
 };
 
 // Pure: the ledger request that delivers an outbox entry.
