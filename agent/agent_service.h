@@ -12,7 +12,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "agent/decisions.h"
 #include "agent/gateway_server.h"
 #include "agent/local_reservations.h"
 #include "agent/metrics.h"
@@ -20,6 +19,7 @@
 #include "agent/shard_keeper.h"
 #include "central-client/ledger_link.h"
 #include "common/log.h"
+#include "core/agent_decisions.h"
 #include "core/agent_machine.h"
 #include "core/outbox.h"
 #include "core/policy.h"

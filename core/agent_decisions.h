@@ -15,7 +15,7 @@
 // The agent's routing decisions as small pure functions, and the bounded id/age sets behind its
 // RESERVATION_UNKNOWN and USAGE_UNKNOWN gauges. No I/O, no clock: time is an argument.
 
-namespace tally::agent {
+namespace tally {
 
 // The rollout mode for (subject, route): the matched budget's effective mode; no policy known
 // yet, or no budget matching, means enforce (the ledger decides).
@@ -77,4 +77,4 @@ class AgedIds {
   std::set<std::pair<uint64_t, std::string>> by_age_;
 };
 
-}  // namespace tally::agent
+}  // namespace tally

@@ -1,10 +1,10 @@
-#include "agent/decisions.h"
+#include "core/agent_decisions.h"
 
 #include <vector>
 
 #include "core/rollout.h"
 
-namespace tally::agent {
+namespace tally {
 
 RolloutMode rolloutModeFor(const std::optional<Policy>& policy, const std::string& subject,
                            const std::string& route) {
@@ -98,4 +98,4 @@ bool outboxAnswerDelivers(const ReservationReply* reply) {
          reply->code != ReplyCode::kArithmeticOverflow;
 }
 
-}  // namespace tally::agent
+}  // namespace tally
