@@ -62,7 +62,7 @@ AgentService::AgentService(uv_loop_t* loop, central::LedgerLink* link, OutboxSto
       options_(options),
       rng_(options.seed != 0 ? options.seed : monotonicClockUs()),
       local_({.entries_max = options.local_reservations_max}),
-      unknown_ages_(options.unknown_max),
+      unknown_(options.unknown_max),
       usage_unknown_(options.unknown_max),
       machine_({.window_max = options.ledger_window_max,
                 .waiting_max = options.waiting_max,
@@ -135,7 +135,7 @@ GaugeSnapshot AgentService::gauges() const {
                          .outbox_depth = machine_.outbox().size(),
                          .outbox_oldest_age_ms = machine_.outbox().oldestAgeMs(now_ms),
                          .reservation_unknown = unknown_.size(),
-                         .reservation_unknown_oldest_age_ms = unknown_ages_.oldestAgeMs(now_ms),
+                         .reservation_unknown_oldest_age_ms = unknown_.oldestAgeMs(now_ms),
                          .usage_unknown = usage_unknown_.size(),
                          .usage_unknown_oldest_age_ms = usage_unknown_.oldestAgeMs(now_ms),
                          .boot_epoch = boot_epoch_,
@@ -277,10 +277,8 @@ void AgentService::perform(AgentEffects effects) {
 void AgentService::answerEveryPending() {
   if (shutdown_answered_) return;
   shutdown_answered_ = true;
-  for (auto& [id, unknown] : unknown_) {
-    for (Respond& waiter : std::exchange(unknown.waiters, {})) {
-      waiter(unavailable(kOutcomeUnknown));
-    }
+  for (auto& [id, waiters] : std::exchange(unknown_waiters_, {})) {
+    for (Respond& waiter : waiters) waiter(unavailable(kOutcomeUnknown));
   }
   const size_t pending = responders_.size();
   perform(machine_.shutdown(wallClockMs()));  // its durable write is the outbox's last
@@ -394,11 +392,10 @@ void AgentService::onReserveAnswer(const ReserveRequest& request, RolloutMode mo
     return;
   }
   // The debit may or may not have happened: RESERVATION_UNKNOWN until a query says.
-  if (!unknown_ages_.add(request.reservation_id, now_ms)) {
+  if (!unknown_.onAnswerLost(request, now_ms)) {
     logger_->error("reservation_unknown_table_full",
                    {{"reservation_id", request.reservation_id}, {"max", options_.unknown_max}});
   } else {
-    unknown_.try_emplace(request.reservation_id, Unknown{.request = request});
     logger_->warn("reservation_unknown", {{"reservation_id", request.reservation_id},
                                           {"error", result.status.toString()}});
   }
@@ -406,65 +403,69 @@ void AgentService::onReserveAnswer(const ReserveRequest& request, RolloutMode mo
 }
 
 void AgentService::resolveUnknown(const std::string& id, Respond waiter) {
-  auto it = unknown_.find(id);
-  if (it == unknown_.end()) return;
-  if (waiter) it->second.waiters.push_back(std::move(waiter));
-  if (it->second.resolving) return;
+  if (!unknown_.contains(id)) return;
+  if (waiter) unknown_waiters_[id].push_back(std::move(waiter));
+  if (unknown_.resolving(id)) return;
   if (!usable()) {
     resolutionFailed(id, "ledger unreachable");
     return;
   }
-  it->second.resolving = true;
-  link_->call(QueryRequest{.reservation_id = id}, [this, id](central::LinkResult result) {
-    auto found = unknown_.find(id);
-    if (found == unknown_.end()) return;
+  const std::optional<QueryRequest> query = unknown_.resolve(id);
+  if (!query.has_value()) return;
+  link_->call(*query, [this, id](central::LinkResult result) {
+    if (!unknown_.contains(id)) return;
     if (!result.status.isOk()) {
       resolutionFailed(id, result.status.toString());
       return;
     }
     const auto* reply = std::get_if<ReservationReply>(&result.response.body);
-    if (reply != nullptr && reply->code == ReplyCode::kOk) {
+    const UnknownQueryOutcome outcome = unknown_.onQueryAnswer(id, reply);
+    if (outcome.resolved.has_value()) {
       ReservationReply answer = *reply;
       answer.duplicate = true;
       answer.refunded_units = 0;
       resolved(id, std::move(answer));
       return;
     }
-    if (reply == nullptr || reply->code != ReplyCode::kNotFound) {
+    if (!outcome.resend.has_value()) {
       resolutionFailed(id, "unexpected query answer " + outcomeLabel(result.response.body));
       return;
     }
-    // The ledger never saw it: send the same reserve again, same id and digest.
-    link_->call(found->second.request, [this, id](central::LinkResult again) {
+    // The ledger never saw it: the same reserve again, same id and digest.
+    link_->call(*outcome.resend, [this, id](central::LinkResult again) {
       if (!unknown_.contains(id)) return;
       if (!again.status.isOk()) {
         resolutionFailed(id, again.status.toString());
         return;
       }
+      (void)unknown_.onResendAnswer(id, std::get_if<ReservationReply>(&again.response.body));
       resolved(id, std::move(again.response.body));
     });
   });
 }
 
 void AgentService::resolutionFailed(const std::string& id, const std::string& why) {
-  auto it = unknown_.find(id);
-  if (it == unknown_.end()) return;
-  it->second.resolving = false;
-  std::vector<Respond> waiters = std::exchange(it->second.waiters, {});
+  unknown_.onStepFailed(id);
+  std::vector<Respond> waiters;
+  if (auto it = unknown_waiters_.find(id); it != unknown_waiters_.end()) {
+    waiters = std::move(it->second);
+    unknown_waiters_.erase(it);
+  }
   logger_->debug("reservation_unknown_unresolved", {{"reservation_id", id}, {"error", why}});
   for (Respond& waiter : waiters) waiter(unavailable(kOutcomeUnknown));
 }
 
+// `id` has just left the unknown table: its waiters hear the ledger's answer.
 void AgentService::resolved(const std::string& id, wire::ResponseBody body) {
-  auto it = unknown_.find(id);
-  if (it == unknown_.end()) return;
-  std::vector<Respond> waiters = std::move(it->second.waiters);
-  unknown_.erase(it);
-  const uint64_t age_ms = unknown_ages_.oldestAgeMs(wallClockMs());
-  unknown_ages_.remove(id);
-  logger_->info(
-      "reservation_unknown_resolved",
-      {{"reservation_id", id}, {"answer", outcomeLabel(body)}, {"oldest_unknown_age_ms", age_ms}});
+  std::vector<Respond> waiters;
+  if (auto it = unknown_waiters_.find(id); it != unknown_waiters_.end()) {
+    waiters = std::move(it->second);
+    unknown_waiters_.erase(it);
+  }
+  logger_->info("reservation_unknown_resolved",
+                {{"reservation_id", id},
+                 {"answer", outcomeLabel(body)},
+                 {"oldest_unknown_age_ms", unknown_.oldestAgeMs(wallClockMs())}});
   for (Respond& waiter : waiters) waiter(body);
 }
 
@@ -588,6 +589,7 @@ void AgentService::query(const QueryRequest& request, Respond respond, Alive ali
             }
             const auto* reply = std::get_if<ReservationReply>(&result.response.body);
             if (reply != nullptr && reply->code == ReplyCode::kOk && unknown_.contains(id)) {
+              unknown_.onFoundElsewhere(id, *reply);
               ReservationReply answer = *reply;
               answer.duplicate = true;
               answer.refunded_units = 0;
@@ -678,8 +680,8 @@ void AgentService::onPump(uv_timer_t* timer) { static_cast<AgentService*>(timer-
 void AgentService::onTimer() {
   if (shutting_down_ && wallClockMs() >= shutdown_deadline_ms_) answerEveryPending();
   pumpOutbox();
-  if (usable() && !unknown_.empty()) {
-    for (const std::string& id : unknown_ages_.oldest(options_.resolve_batch_max)) {
+  if (usable() && unknown_.size() > 0) {
+    for (const std::string& id : unknown_.oldest(options_.resolve_batch_max)) {
       resolveUnknown(id, nullptr);
     }
   }

@@ -21,6 +21,7 @@
 #include "common/log.h"
 #include "core/agent_decisions.h"
 #include "core/agent_machine.h"
+#include "core/agent_unknown.h"
 #include "core/outbox.h"
 #include "core/policy.h"
 #include "wire/codec.h"
@@ -111,11 +112,6 @@ class AgentService {
   uint64_t droppedGone() const { return dropped_gone_; }
 
  private:
-  struct Unknown {
-    ReserveRequest request;
-    bool resolving = false;
-    std::vector<Respond> waiters;
-  };
   using OnAnswer = std::function<void(central::LinkResult result, Respond respond)>;
   // What the shell holds for a forwarded request until the machine says Send or Drop.
   struct Held {
@@ -181,8 +177,8 @@ class AgentService {
   std::optional<Policy> policy_;
   bool policy_fetch_in_flight_ = false;
   LocalReservations local_;
-  std::unordered_map<std::string, Unknown> unknown_;
-  AgedIds unknown_ages_;
+  UnknownReservations unknown_;
+  std::unordered_map<std::string, std::vector<Respond>> unknown_waiters_;  // gateway retries
   AgedIds usage_unknown_;
   AgentMachine machine_;  // the window, the outbox, shutdown answers
   uint64_t boot_epoch_ = 0;
