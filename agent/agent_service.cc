@@ -621,6 +621,9 @@ void AgentService::forwardOther(wire::RequestBody body, Respond respond, Alive a
 // --- the outbox --------------------------------------------------------------------------------
 
 void AgentService::enqueue(OutboxEntry entry, Respond respond) {
+  if (machine_.outbox().size() >= options_.outbox_entries_max) {
+    logger_->error("outbox_full", {{"entries_max", options_.outbox_entries_max}});
+  }
   const uint64_t token = next_token_++;
   responders_.emplace(token, std::move(respond));
   perform(machine_.queue(token, std::move(entry), wallClockMs()));  // QUEUED once persisted
