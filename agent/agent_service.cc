@@ -320,39 +320,37 @@ void AgentService::learnShardAccount(const ReserveRequest& request, const Reserv
 
 void AgentService::reserve(const ReserveRequest& request, Respond respond, Alive alive) {
   const uint64_t now_ms = wallClockMs();
-  if (answeredByShards(request.reservation_id, request, respond)) return;
-  if (local_.contains(request.reservation_id)) {
-    respond(local_.admit(request, kOriginOff, now_ms));  // a duplicate of the local receipt
-    return;
-  }
-  if (unknown_.contains(request.reservation_id)) {
-    resolveUnknown(request.reservation_id, std::move(respond));
-    return;
-  }
   const RolloutMode mode = rolloutModeFor(policy_, request.subject, request.route);
-  if (mode == RolloutMode::kOff) {
-    respond(local_.admit(request, kOriginOff, now_ms));
-    return;
-  }
-  if (!usable()) {
-    if (mode == RolloutMode::kShadow) {
+  const std::string& id = request.reservation_id;
+  switch (reserveRoute({.shard_owned = shards_ != nullptr && shards_->owns(id),
+                        .local = local_.contains(id),
+                        .unknown = unknown_.contains(id),
+                        .mode = mode,
+                        .link_usable = usable(),
+                        .shards_enabled = shards_ != nullptr,
+                        .sent_to_ledger = central_ids_.contains(id)})) {
+    case ReserveRoute::kShards: shards_->apply(request, now_ms, respond); return;
+    case ReserveRoute::kLocalDuplicate:
+    case ReserveRoute::kLocalOff: respond(local_.admit(request, kOriginOff, now_ms)); return;
+    case ReserveRoute::kResolveUnknown: resolveUnknown(id, std::move(respond)); return;
+    case ReserveRoute::kShadowUnreachable: {
       const ShadowDecision decision = classifyShadow(nullptr, true);
       metrics_->countShadowDecision(decision.outcome, decision.dimension);
       respond(local_.admit(request, kOriginShadow, now_ms));
       return;
     }
-    if (shards_ != nullptr) {
-      if (central_ids_.contains(request.reservation_id)) {
-        // The ledger may hold it already: a shard must not admit the same id a second time.
-        respond(unavailable("reservation " + request.reservation_id +
-                            " was sent to the ledger, which is unreachable; retry later with "
-                            "the same id"));
-        return;
-      }
+    case ReserveRoute::kSentToLedgerBefore:
+      respond(unavailable("reservation " + id +
+                          " was sent to the ledger, which is unreachable; retry later with "
+                          "the same id"));
+      return;
+    case ReserveRoute::kTryShard:
       if (shards_->admit(request, now_ms, respond)) return;
-    }
-    respond(ledgerUnavailableRejection(request, options_.unavailable_retry_after_ms, now_ms));
-    return;
+      [[fallthrough]];
+    case ReserveRoute::kRejectUnavailable:
+      respond(ledgerUnavailableRejection(request, options_.unavailable_retry_after_ms, now_ms));
+      return;
+    case ReserveRoute::kForward: break;
   }
   forward(request, std::move(respond), std::move(alive), std::nullopt,
           shards_ != nullptr ? request.reservation_id : std::string(),

@@ -14,6 +14,17 @@ RolloutMode rolloutModeFor(const std::optional<Policy>& policy, const std::strin
   return effectiveRolloutMode(budget->rollout, route);
 }
 
+ReserveRoute reserveRoute(const ReserveFacts& facts) {
+  if (facts.shard_owned) return ReserveRoute::kShards;
+  if (facts.local) return ReserveRoute::kLocalDuplicate;
+  if (facts.unknown) return ReserveRoute::kResolveUnknown;
+  if (facts.mode == RolloutMode::kOff) return ReserveRoute::kLocalOff;
+  if (facts.link_usable) return ReserveRoute::kForward;
+  if (facts.mode == RolloutMode::kShadow) return ReserveRoute::kShadowUnreachable;
+  if (!facts.shards_enabled) return ReserveRoute::kRejectUnavailable;
+  return facts.sent_to_ledger ? ReserveRoute::kSentToLedgerBefore : ReserveRoute::kTryShard;
+}
+
 bool linkUsable(bool connected, LinkHealth health) {
   return connected && health != LinkHealth::kPartitioned;
 }
