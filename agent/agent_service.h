@@ -58,6 +58,11 @@
 //    request gets kUnavailable "retry with the same id". That write is the outbox's last:
 //    nothing is queued after it.
 //
+// The rules live in core and this class carries them out: AgentMachine (the window, the outbox's
+// durability and order, the shutdown answers), UnknownReservations (RESERVATION_UNKNOWN),
+// reserveRoute / followUpRoute / startRoute (core/agent_decisions.h). Still decided here, to move
+// next: the shadow bookkeeping, policy refresh timing, shard keeping (agent/shard_keeper.cc).
+//
 // Owns its timers and check handle; borrows loop, link, store, metrics and logger, which must
 // outlive it. Single-threaded (the loop thread).
 
