@@ -23,7 +23,7 @@ constexpr bool kGatewayOrShardRequest =
     std::is_same_v<T, wire::ListShardsRequest> || std::is_same_v<T, wire::RevokeShardsRequest> ||
     std::is_same_v<T, wire::WriteOffShardRequest>;
 
-constexpr const char* kOutcomeUnknown = "outcome unknown; retry with the same id";
+constexpr const char* kOutcomeUnknown = kAgentOutcomeUnknown;
 
 ReservationReply queuedReply(const OutboxEntry& entry) {
   return {.code = ReplyCode::kQueued,
@@ -62,9 +62,11 @@ AgentService::AgentService(uv_loop_t* loop, central::LedgerLink* link, OutboxSto
       options_(options),
       rng_(options.seed != 0 ? options.seed : monotonicClockUs()),
       local_({.entries_max = options.local_reservations_max}),
-      unknown_ages_(options.unknown_max),
+      unknown_(options.unknown_max),
       usage_unknown_(options.unknown_max),
-      outbox_({.entries_max = options.outbox_entries_max}),
+      machine_({.window_max = options.ledger_window_max,
+                .waiting_max = options.waiting_max,
+                .outbox = {.entries_max = options.outbox_entries_max}}),
       central_ids_(options.central_ids_max) {
   check_.data = this;
   pump_timer_.data = this;
@@ -75,12 +77,12 @@ AgentService::~AgentService() { TALLY_ASSERT(open_handles_ == 0); }
 
 Status AgentService::start(std::vector<OutboxEntry> restored, uint64_t boot_epoch) {
   boot_epoch_ = boot_epoch;
-  for (const OutboxEntry& entry : restored) durable_seq_ = std::max(durable_seq_, entry.seq);
   const size_t restored_count = restored.size();
-  outbox_.restore(std::move(restored));
+  machine_.restore(std::move(restored));
   if (restored_count > 0) {
-    logger_->info("outbox_restored", {{"entries", uint64_t{restored_count}},
-                                      {"oldest_age_ms", outbox_.oldestAgeMs(wallClockMs())}});
+    logger_->info("outbox_restored",
+                  {{"entries", uint64_t{restored_count}},
+                   {"oldest_age_ms", machine_.outbox().oldestAgeMs(wallClockMs())}});
   }
   if (int rc = uv_check_init(loop_, &check_); rc != 0) {
     return Status::ioError(std::string("uv_check_init: ") + uv_strerror(rc));
@@ -130,10 +132,10 @@ GaugeSnapshot AgentService::gauges() const {
   const uint64_t now_ms = wallClockMs();
   GaugeSnapshot snapshot{.health = link_->health(),
                          .connected = link_->connected(),
-                         .outbox_depth = outbox_.size(),
-                         .outbox_oldest_age_ms = outbox_.oldestAgeMs(now_ms),
+                         .outbox_depth = machine_.outbox().size(),
+                         .outbox_oldest_age_ms = machine_.outbox().oldestAgeMs(now_ms),
                          .reservation_unknown = unknown_.size(),
-                         .reservation_unknown_oldest_age_ms = unknown_ages_.oldestAgeMs(now_ms),
+                         .reservation_unknown_oldest_age_ms = unknown_.oldestAgeMs(now_ms),
                          .usage_unknown = usage_unknown_.size(),
                          .usage_unknown_oldest_age_ms = usage_unknown_.oldestAgeMs(now_ms),
                          .boot_epoch = boot_epoch_,
@@ -149,7 +151,7 @@ GaugeSnapshot AgentService::gauges() const {
   return snapshot;
 }
 
-void AgentService::handle(wire::RequestBody body, Respond respond) {
+void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) {
   const Op op = opFor(body);
   const uint64_t started_us = monotonicClockUs();
   Respond measured = [this, op, started_us,
@@ -167,19 +169,21 @@ void AgentService::handle(wire::RequestBody body, Respond respond) {
       [&](auto& request) {
         using T = std::decay_t<decltype(request)>;
         if constexpr (std::is_same_v<T, ReserveRequest>) {
-          reserve(request, std::move(measured));
+          reserve(request, std::move(measured), std::move(alive));
         } else if constexpr (std::is_same_v<T, StartRequest>) {
-          start(request, std::move(measured));
+          start(request, std::move(measured), std::move(alive));
         } else if constexpr (std::is_same_v<T, SettleRequest>) {
-          followUp(OutboxKind::kSettle, std::move(body), std::move(measured));
+          followUp(OutboxKind::kSettle, std::move(body), std::move(measured), std::move(alive));
         } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
-          followUp(OutboxKind::kRelease, std::move(body), std::move(measured));
+          followUp(OutboxKind::kRelease, std::move(body), std::move(measured), std::move(alive));
         } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
-          followUp(OutboxKind::kMarkUnknown, std::move(body), std::move(measured));
+          followUp(OutboxKind::kMarkUnknown, std::move(body), std::move(measured),
+                   std::move(alive));
         } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
-          followUp(OutboxKind::kReportOperation, std::move(body), std::move(measured));
+          followUp(OutboxKind::kReportOperation, std::move(body), std::move(measured),
+                   std::move(alive));
         } else if constexpr (std::is_same_v<T, QueryRequest>) {
-          query(request, std::move(measured));
+          query(request, std::move(measured), std::move(alive));
         } else if constexpr (std::is_same_v<T, wire::HealthRequest>) {
           measured(wire::HealthReply{
               .status = link_->connected() ? linkHealthName(link_->health()) : "DISCONNECTED",
@@ -194,10 +198,98 @@ void AgentService::handle(wire::RequestBody body, Respond respond) {
           measured(wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
                                     .message = "request kind not served by the agent"});
         } else {
-          forwardOther(std::move(body), std::move(measured));
+          forwardOther(std::move(body), std::move(measured), std::move(alive));
         }
       },
       body);
+}
+
+// --- the window to the ledger ------------------------------------------------------------------
+
+void AgentService::forward(wire::RequestBody body, Respond respond, Alive alive,
+                           std::optional<OutboxEntry> follow_up, std::string central_id,
+                           OnAnswer on_answer) {
+  const uint64_t token = next_token_++;
+  responders_.emplace(token, std::move(respond));
+  held_.emplace(token, Held{.body = std::move(body),
+                            .alive = std::move(alive),
+                            .central_id = std::move(central_id),
+                            .on_answer = std::move(on_answer)});
+  perform(machine_.submit(token, std::move(follow_up)));
+  sendWaiting();
+}
+
+void AgentService::sendWaiting() {
+  while (std::optional<uint64_t> next = machine_.nextToSend()) {
+    auto it = held_.find(*next);
+    TALLY_ASSERT(it != held_.end());
+    const bool alive = !it->second.alive || it->second.alive();
+    perform(machine_.admitNext(alive));
+  }
+}
+
+Respond AgentService::takeResponder(uint64_t token) {
+  auto it = responders_.find(token);
+  TALLY_ASSERT(it != responders_.end());
+  Respond respond = std::move(it->second);
+  responders_.erase(it);
+  return respond;
+}
+
+void AgentService::perform(AgentEffects effects) {
+  for (AgentEffect& effect : effects) {
+    if (const auto* send = std::get_if<AgentSend>(&effect)) {
+      auto it = held_.find(send->token);
+      TALLY_ASSERT(it != held_.end());
+      Held held = std::move(it->second);
+      held_.erase(it);
+      if (!held.central_id.empty()) rememberCentral(held.central_id, wallClockMs());
+      link_->call(std::move(held.body),
+                  [this, token = send->token,
+                   on_answer = std::move(held.on_answer)](central::LinkResult result) {
+                    if (!machine_.onResult(token)) return;  // answered at the shutdown deadline
+                    on_answer(std::move(result), takeResponder(token));
+                  });
+    } else if (const auto* drop = std::get_if<AgentDrop>(&effect)) {
+      ++dropped_gone_;
+      held_.erase(drop->token);
+      takeResponder(drop->token)(unavailable("the requester is gone"));  // a no-op for it
+    } else if (auto* refusal = std::get_if<AgentReplyUnavailable>(&effect)) {
+      held_.erase(refusal->token);
+      takeResponder(refusal->token)(unavailable(std::move(refusal->message)));
+    } else if (const auto* queued = std::get_if<AgentReplyQueued>(&effect)) {
+      takeResponder(queued->token)(queuedReply(queued->entry));
+    } else if (const auto* persist = std::get_if<AgentPersist>(&effect)) {
+      // Group commit: one transaction, one fsync; the machine then says who hears QUEUED.
+      const Status status = store_->appendBatch(persist->entries);
+      if (status.isOk()) {
+        logger_->debug("outbox_committed", {{"entries", uint64_t{persist->entries.size()}},
+                                            {"depth", uint64_t{machine_.outbox().size()}}});
+      } else {
+        logger_->error("outbox_write_failed", {{"entries", uint64_t{persist->entries.size()}},
+                                               {"error", status.toString()}});
+      }
+      perform(machine_.persisted(status.isOk(), status.message()));
+    }
+  }
+}
+
+void AgentService::answerEveryPending() {
+  if (shutdown_answered_) return;
+  shutdown_answered_ = true;
+  for (auto& [id, waiters] : std::exchange(unknown_waiters_, {})) {
+    for (Respond& waiter : waiters) waiter(unavailable(kOutcomeUnknown));
+  }
+  const size_t pending = responders_.size();
+  perform(machine_.shutdown(wallClockMs()));  // its durable write is the outbox's last
+  logger_->info("shutdown_answered",
+                {{"requests", uint64_t{pending}}, {"unanswered", uint64_t{responders_.size()}}});
+}
+
+void AgentService::beginShutdown(uint64_t timeout_ms) {
+  shutting_down_ = true;
+  shutdown_deadline_ms_ = wallClockMs() + timeout_ms;
+  if (timeout_ms == 0) answerEveryPending();
 }
 
 // --- reserve -----------------------------------------------------------------------------------
@@ -226,47 +318,45 @@ void AgentService::learnShardAccount(const ReserveRequest& request, const Reserv
   shards_->learnAccount({request.subject, request.route}, wallClockMs());
 }
 
-void AgentService::reserve(const ReserveRequest& request, Respond respond) {
+void AgentService::reserve(const ReserveRequest& request, Respond respond, Alive alive) {
   const uint64_t now_ms = wallClockMs();
-  if (answeredByShards(request.reservation_id, request, respond)) return;
-  if (local_.contains(request.reservation_id)) {
-    respond(local_.admit(request, kOriginOff, now_ms));  // a duplicate of the local receipt
-    return;
-  }
-  if (unknown_.contains(request.reservation_id)) {
-    resolveUnknown(request.reservation_id, std::move(respond));
-    return;
-  }
   const RolloutMode mode = rolloutModeFor(policy_, request.subject, request.route);
-  if (mode == RolloutMode::kOff) {
-    respond(local_.admit(request, kOriginOff, now_ms));
-    return;
-  }
-  if (!usable()) {
-    if (mode == RolloutMode::kShadow) {
+  const std::string& id = request.reservation_id;
+  switch (reserveRoute({.shard_owned = shards_ != nullptr && shards_->owns(id),
+                        .local = local_.contains(id),
+                        .unknown = unknown_.contains(id),
+                        .mode = mode,
+                        .link_usable = usable(),
+                        .shards_enabled = shards_ != nullptr,
+                        .sent_to_ledger = central_ids_.contains(id)})) {
+    case ReserveRoute::kShards: shards_->apply(request, now_ms, respond); return;
+    case ReserveRoute::kLocalDuplicate:
+    case ReserveRoute::kLocalOff: respond(local_.admit(request, kOriginOff, now_ms)); return;
+    case ReserveRoute::kResolveUnknown: resolveUnknown(id, std::move(respond)); return;
+    case ReserveRoute::kShadowUnreachable: {
       const ShadowDecision decision = classifyShadow(nullptr, true);
       metrics_->countShadowDecision(decision.outcome, decision.dimension);
       respond(local_.admit(request, kOriginShadow, now_ms));
       return;
     }
-    if (shards_ != nullptr) {
-      if (central_ids_.contains(request.reservation_id)) {
-        // The ledger may hold it already: a shard must not admit the same id a second time.
-        respond(unavailable("reservation " + request.reservation_id +
-                            " was sent to the ledger, which is unreachable; retry later with "
-                            "the same id"));
-        return;
-      }
+    case ReserveRoute::kSentToLedgerBefore:
+      respond(unavailable("reservation " + id +
+                          " was sent to the ledger, which is unreachable; retry later with "
+                          "the same id"));
+      return;
+    case ReserveRoute::kTryShard:
       if (shards_->admit(request, now_ms, respond)) return;
-    }
-    respond(ledgerUnavailableRejection(request, options_.unavailable_retry_after_ms, now_ms));
-    return;
+      [[fallthrough]];
+    case ReserveRoute::kRejectUnavailable:
+      respond(ledgerUnavailableRejection(request, options_.unavailable_retry_after_ms, now_ms));
+      return;
+    case ReserveRoute::kForward: break;
   }
-  rememberCentral(request.reservation_id, now_ms);
-  link_->call(request, [this, request, mode,
-                        respond = std::move(respond)](central::LinkResult result) mutable {
-    onReserveAnswer(request, mode, std::move(result), std::move(respond));
-  });
+  forward(request, std::move(respond), std::move(alive), std::nullopt,
+          shards_ != nullptr ? request.reservation_id : std::string(),
+          [this, request, mode](central::LinkResult result, Respond answer) {
+            onReserveAnswer(request, mode, std::move(result), std::move(answer));
+          });
 }
 
 void AgentService::onReserveAnswer(const ReserveRequest& request, RolloutMode mode,
@@ -300,11 +390,10 @@ void AgentService::onReserveAnswer(const ReserveRequest& request, RolloutMode mo
     return;
   }
   // The debit may or may not have happened: RESERVATION_UNKNOWN until a query says.
-  if (!unknown_ages_.add(request.reservation_id, now_ms)) {
+  if (!unknown_.onAnswerLost(request, now_ms)) {
     logger_->error("reservation_unknown_table_full",
                    {{"reservation_id", request.reservation_id}, {"max", options_.unknown_max}});
   } else {
-    unknown_.try_emplace(request.reservation_id, Unknown{.request = request});
     logger_->warn("reservation_unknown", {{"reservation_id", request.reservation_id},
                                           {"error", result.status.toString()}});
   }
@@ -312,71 +401,75 @@ void AgentService::onReserveAnswer(const ReserveRequest& request, RolloutMode mo
 }
 
 void AgentService::resolveUnknown(const std::string& id, Respond waiter) {
-  auto it = unknown_.find(id);
-  if (it == unknown_.end()) return;
-  if (waiter) it->second.waiters.push_back(std::move(waiter));
-  if (it->second.resolving) return;
+  if (!unknown_.contains(id)) return;
+  if (waiter) unknown_waiters_[id].push_back(std::move(waiter));
+  if (unknown_.resolving(id)) return;
   if (!usable()) {
     resolutionFailed(id, "ledger unreachable");
     return;
   }
-  it->second.resolving = true;
-  link_->call(QueryRequest{.reservation_id = id}, [this, id](central::LinkResult result) {
-    auto found = unknown_.find(id);
-    if (found == unknown_.end()) return;
+  const std::optional<QueryRequest> query = unknown_.resolve(id);
+  if (!query.has_value()) return;
+  link_->call(*query, [this, id](central::LinkResult result) {
+    if (!unknown_.contains(id)) return;
     if (!result.status.isOk()) {
       resolutionFailed(id, result.status.toString());
       return;
     }
     const auto* reply = std::get_if<ReservationReply>(&result.response.body);
-    if (reply != nullptr && reply->code == ReplyCode::kOk) {
+    const UnknownQueryOutcome outcome = unknown_.onQueryAnswer(id, reply);
+    if (outcome.resolved.has_value()) {
       ReservationReply answer = *reply;
       answer.duplicate = true;
       answer.refunded_units = 0;
       resolved(id, std::move(answer));
       return;
     }
-    if (reply == nullptr || reply->code != ReplyCode::kNotFound) {
+    if (!outcome.resend.has_value()) {
       resolutionFailed(id, "unexpected query answer " + outcomeLabel(result.response.body));
       return;
     }
-    // The ledger never saw it: send the same reserve again, same id and digest.
-    link_->call(found->second.request, [this, id](central::LinkResult again) {
+    // The ledger never saw it: the same reserve again, same id and digest.
+    link_->call(*outcome.resend, [this, id](central::LinkResult again) {
       if (!unknown_.contains(id)) return;
       if (!again.status.isOk()) {
         resolutionFailed(id, again.status.toString());
         return;
       }
+      (void)unknown_.onResendAnswer(id, std::get_if<ReservationReply>(&again.response.body));
       resolved(id, std::move(again.response.body));
     });
   });
 }
 
 void AgentService::resolutionFailed(const std::string& id, const std::string& why) {
-  auto it = unknown_.find(id);
-  if (it == unknown_.end()) return;
-  it->second.resolving = false;
-  std::vector<Respond> waiters = std::exchange(it->second.waiters, {});
+  unknown_.onStepFailed(id);
+  std::vector<Respond> waiters;
+  if (auto it = unknown_waiters_.find(id); it != unknown_waiters_.end()) {
+    waiters = std::move(it->second);
+    unknown_waiters_.erase(it);
+  }
   logger_->debug("reservation_unknown_unresolved", {{"reservation_id", id}, {"error", why}});
   for (Respond& waiter : waiters) waiter(unavailable(kOutcomeUnknown));
 }
 
+// `id` has just left the unknown table: its waiters hear the ledger's answer.
 void AgentService::resolved(const std::string& id, wire::ResponseBody body) {
-  auto it = unknown_.find(id);
-  if (it == unknown_.end()) return;
-  std::vector<Respond> waiters = std::move(it->second.waiters);
-  unknown_.erase(it);
-  const uint64_t age_ms = unknown_ages_.oldestAgeMs(wallClockMs());
-  unknown_ages_.remove(id);
-  logger_->info(
-      "reservation_unknown_resolved",
-      {{"reservation_id", id}, {"answer", outcomeLabel(body)}, {"oldest_unknown_age_ms", age_ms}});
+  std::vector<Respond> waiters;
+  if (auto it = unknown_waiters_.find(id); it != unknown_waiters_.end()) {
+    waiters = std::move(it->second);
+    unknown_waiters_.erase(it);
+  }
+  logger_->info("reservation_unknown_resolved",
+                {{"reservation_id", id},
+                 {"answer", outcomeLabel(body)},
+                 {"oldest_unknown_age_ms", unknown_.oldestAgeMs(wallClockMs())}});
   for (Respond& waiter : waiters) waiter(body);
 }
 
 // --- start, follow-ups, query ------------------------------------------------------------------
 
-void AgentService::start(const StartRequest& request, Respond respond) {
+void AgentService::start(const StartRequest& request, Respond respond, Alive alive) {
   if (answeredByShards(request.reservation_id, request, respond)) return;
   switch (startRoute(local_.contains(request.reservation_id), usable())) {
     case StartRoute::kLocal: respond(local_.start(request, wallClockMs())); return;
@@ -386,19 +479,20 @@ void AgentService::start(const StartRequest& request, Respond respond) {
           "later with the same ids"));
       return;
     case StartRoute::kForward:
-      link_->call(request, [respond = std::move(respond)](central::LinkResult result) {
-        if (result.status.isOk()) {
-          respond(std::move(result.response.body));
-        } else {
-          respond(unavailable("start " + std::string(kOutcomeUnknown) + " (" +
-                              result.status.message() + ")"));
-        }
-      });
+      forward(request, std::move(respond), std::move(alive), std::nullopt, std::string(),
+              [](central::LinkResult result, Respond answer) {
+                if (result.status.isOk()) {
+                  answer(std::move(result.response.body));
+                } else {
+                  answer(unavailable("start " + std::string(kOutcomeUnknown) + " (" +
+                                     result.status.message() + ")"));
+                }
+              });
       return;
   }
 }
 
-void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond respond) {
+void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond respond, Alive alive) {
   OutboxEntry entry{.kind = kind};
   std::visit(
       [&](const auto& request) {
@@ -418,7 +512,7 @@ void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond res
       body);
   if (answeredByShards(entry.reservation_id, body, respond)) return;
   const bool local = local_.contains(entry.reservation_id);
-  switch (followUpRoute(local, !outbox_.empty(), usable())) {
+  switch (followUpRoute(local, !machine_.outbox().empty(), usable())) {
     case FollowUp::kLocal: {
       const uint64_t now_ms = wallClockMs();
       std::visit(
@@ -438,21 +532,26 @@ void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond res
       return;
     }
     case FollowUp::kOutbox: enqueue(std::move(entry), std::move(respond)); return;
-    case FollowUp::kForward:
-      link_->call(std::move(body), [this, entry = std::move(entry), respond = std::move(respond)](
-                                       central::LinkResult result) mutable {
-        if (result.status.isOk()) {
-          noteDelivered(entry.kind, entry.reservation_id, result.response.body);
-          respond(std::move(result.response.body));
-          return;
-        }
-        // The answer is lost or it was never sent: the outbox delivers it exactly once later.
-        logger_->info("queued_after_link_failure", {{"kind", outboxKindName(entry.kind)},
-                                                    {"reservation_id", entry.reservation_id},
-                                                    {"error", result.status.toString()}});
-        enqueue(std::move(entry), std::move(respond));
-      });
+    case FollowUp::kForward: {
+      OutboxEntry queued_if_lost = entry;
+      forward(std::move(body), std::move(respond), std::move(alive), std::move(queued_if_lost),
+              std::string(),
+              [this, entry = std::move(entry)](central::LinkResult result, Respond answer) {
+                if (result.status.isOk()) {
+                  noteDelivered(entry.kind, entry.reservation_id, result.response.body);
+                  answer(std::move(result.response.body));
+                  return;
+                }
+                // The answer is lost or it was never sent: the outbox delivers it exactly once
+                // later.
+                logger_->info("queued_after_link_failure",
+                              {{"kind", outboxKindName(entry.kind)},
+                               {"reservation_id", entry.reservation_id},
+                               {"error", result.status.toString()}});
+                enqueue(entry, std::move(answer));
+              });
       return;
+    }
   }
 }
 
@@ -469,7 +568,7 @@ void AgentService::noteDelivered(OutboxKind kind, const std::string& id,
   }
 }
 
-void AgentService::query(const QueryRequest& request, Respond respond) {
+void AgentService::query(const QueryRequest& request, Respond respond, Alive alive) {
   if (answeredByShards(request.reservation_id, request, respond)) return;
   if (local_.contains(request.reservation_id)) {
     respond(local_.query(request));
@@ -480,101 +579,69 @@ void AgentService::query(const QueryRequest& request, Respond respond) {
     return;
   }
   const std::string id = request.reservation_id;
-  link_->call(request, [this, id, respond = std::move(respond)](central::LinkResult result) {
-    if (!result.status.isOk()) {
-      respond(unavailable("query failed: " + result.status.message()));
-      return;
-    }
-    const auto* reply = std::get_if<ReservationReply>(&result.response.body);
-    if (reply != nullptr && reply->code == ReplyCode::kOk && unknown_.contains(id)) {
-      ReservationReply answer = *reply;
-      answer.duplicate = true;
-      answer.refunded_units = 0;
-      resolved(id, std::move(answer));
-    }
-    respond(std::move(result.response.body));
-  });
+  forward(request, std::move(respond), std::move(alive), std::nullopt, std::string(),
+          [this, id](central::LinkResult result, Respond respond) {
+            if (!result.status.isOk()) {
+              respond(unavailable("query failed: " + result.status.message()));
+              return;
+            }
+            const auto* reply = std::get_if<ReservationReply>(&result.response.body);
+            if (reply != nullptr && reply->code == ReplyCode::kOk && unknown_.contains(id)) {
+              unknown_.onFoundElsewhere(id, *reply);
+              ReservationReply answer = *reply;
+              answer.duplicate = true;
+              answer.refunded_units = 0;
+              resolved(id, std::move(answer));
+            }
+            respond(std::move(result.response.body));
+          });
 }
 
-void AgentService::forwardOther(wire::RequestBody body, Respond respond) {
+void AgentService::forwardOther(wire::RequestBody body, Respond respond, Alive alive) {
   if (!link_->connected()) {
     respond(unavailable("the ledger is unreachable"));
     return;
   }
   const bool changes_policy = std::holds_alternative<wire::PublishPolicyRequest>(body) ||
                               std::holds_alternative<wire::RollbackPolicyRequest>(body);
-  link_->call(std::move(body),
-              [this, changes_policy, respond = std::move(respond)](central::LinkResult result) {
-                if (result.status.isOk()) {
-                  if (changes_policy)
-                    fetchPolicy();  // modes follow a publish through this agent at once
-                  respond(std::move(result.response.body));
-                } else {
-                  respond(unavailable("ledger request failed: " + result.status.message()));
-                }
-              });
+  forward(std::move(body), std::move(respond), std::move(alive), std::nullopt, std::string(),
+          [this, changes_policy](central::LinkResult result, Respond respond) {
+            if (result.status.isOk()) {
+              if (changes_policy)
+                fetchPolicy();  // modes follow a publish through this agent at once
+              respond(std::move(result.response.body));
+            } else {
+              respond(unavailable("ledger request failed: " + result.status.message()));
+            }
+          });
 }
 
 // --- the outbox --------------------------------------------------------------------------------
 
 void AgentService::enqueue(OutboxEntry entry, Respond respond) {
-  uint64_t seq = 0;
-  const OutboxCode code = outbox_.append(std::move(entry), wallClockMs(), &seq);
-  if (code == OutboxCode::kFull) {
+  if (machine_.outbox().size() >= options_.outbox_entries_max) {
     logger_->error("outbox_full", {{"entries_max", options_.outbox_entries_max}});
-    respond(unavailable("the agent's outbox is full; retry later"));
-    return;
   }
-  TALLY_ASSERT(code == OutboxCode::kOk);
-  TALLY_ASSERT(!outbox_.entries().empty() && outbox_.entries().back().seq == seq);
-  pending_durable_.push_back(
-      PendingDurable{.entry = outbox_.entries().back(), .respond = std::move(respond)});
+  const uint64_t token = next_token_++;
+  responders_.emplace(token, std::move(respond));
+  perform(machine_.queue(token, std::move(entry), wallClockMs()));  // QUEUED once persisted
 }
 
 void AgentService::onCheck(uv_check_t* check) {
   auto* service = static_cast<AgentService*>(check->data);
-  if (!service->pending_durable_.empty()) service->commitOutbox();
+  service->commitOutbox();
+  service->sendWaiting();  // answers of this iteration made room in the window
 }
 
-void AgentService::commitOutbox() {
-  // Group commit: everything queued this loop iteration, one transaction, one fsync; then the
-  // QUEUED replies.
-  std::vector<PendingDurable> batch = std::exchange(pending_durable_, {});
-  std::vector<OutboxEntry> entries;
-  entries.reserve(batch.size());
-  for (const PendingDurable& pending : batch) entries.push_back(pending.entry);
-  const Status status = store_->appendBatch(entries);
-  if (!status.isOk()) {
-    // Not durable: no acknowledgement. The entries stay queued in memory and may still be
-    // delivered (harmless: the ledger is idempotent), but the gateway must retry.
-    logger_->error("outbox_write_failed",
-                   {{"entries", uint64_t{entries.size()}}, {"error", status.toString()}});
-    for (PendingDurable& pending : batch) {
-      pending.respond(unavailable("the agent could not queue it durably: " + status.message() +
-                                  "; retry with the same ids"));
-    }
-    durable_seq_ = std::max(durable_seq_, entries.back().seq);
-    return;
-  }
-  durable_seq_ = std::max(durable_seq_, entries.back().seq);
-  logger_->debug("outbox_committed",
-                 {{"entries", uint64_t{entries.size()}}, {"depth", uint64_t{outbox_.size()}}});
-  for (PendingDurable& pending : batch) pending.respond(queuedReply(pending.entry));
-}
+void AgentService::commitOutbox() { perform(machine_.flush()); }
 
 void AgentService::pumpOutbox() {
   if (!started_ || !link_->connected()) return;
-  const uint64_t now_ms = wallClockMs();
-  const OutboxEntry* head = outbox_.due(now_ms);
-  if (head == nullptr || head->seq > durable_seq_) return;
-  const OutboxEntry entry = *head;
-  const OutboxCode sent = outbox_.markSent(entry.seq);
-  TALLY_ASSERT(sent == OutboxCode::kOk);
-  link_->call(outboxRequest(entry), [this, entry](central::LinkResult result) {
+  const std::optional<OutboxEntry> next = machine_.nextDelivery(wallClockMs());
+  if (!next.has_value()) return;
+  link_->call(outboxRequest(*next), [this, entry = *next](central::LinkResult result) {
     if (!result.status.isOk()) {
-      const uint32_t jitter = static_cast<uint32_t>(rng_() % 1001);
-      const OutboxCode failed = outbox_.onFailed(entry.seq, wallClockMs(), jitter);
-      TALLY_ASSERT(failed == OutboxCode::kOk);
+      machine_.onDelivery(entry.seq, false, wallClockMs(), static_cast<uint32_t>(rng_() % 1001));
       logger_->debug("outbox_delivery_failed",
                      {{"seq", entry.seq}, {"error", result.status.toString()}});
       return;
@@ -583,9 +650,7 @@ void AgentService::pumpOutbox() {
     // overflow) is not a delivery: an acknowledged entry is never dropped; it is retried with
     // backoff, and the outbox age metric and this log line tell the operator.
     if (!outboxAnswerDelivers(std::get_if<ReservationReply>(&result.response.body))) {
-      const uint32_t jitter = static_cast<uint32_t>(rng_() % 1001);
-      const OutboxCode failed = outbox_.onFailed(entry.seq, wallClockMs(), jitter);
-      TALLY_ASSERT(failed == OutboxCode::kOk);
+      machine_.onDelivery(entry.seq, false, wallClockMs(), static_cast<uint32_t>(rng_() % 1001));
       logger_->warn("outbox_delivery_refused", {{"seq", entry.seq},
                                                 {"kind", outboxKindName(entry.kind)},
                                                 {"reservation_id", entry.reservation_id},
@@ -600,13 +665,13 @@ void AgentService::pumpOutbox() {
                                                 {"answer", outcome}});
     }
     noteDelivered(entry.kind, entry.reservation_id, result.response.body);
-    const OutboxCode delivered = outbox_.onDelivered(entry.seq);
-    TALLY_ASSERT(delivered == OutboxCode::kOk);
+    machine_.onDelivery(entry.seq, true, wallClockMs(), 0);
     if (Status s = store_->remove(entry.seq); !s.isOk()) {
       // Stays on disk: redelivered after a restart, which the ledger answers as a duplicate.
       logger_->error("outbox_remove_failed", {{"seq", entry.seq}, {"error", s.toString()}});
     }
-    logger_->debug("outbox_delivered", {{"seq", entry.seq}, {"depth", uint64_t{outbox_.size()}}});
+    logger_->debug("outbox_delivered",
+                   {{"seq", entry.seq}, {"depth", uint64_t{machine_.outbox().size()}}});
     pumpOutbox();
   });
 }
@@ -615,17 +680,19 @@ void AgentService::onPump(uv_timer_t* timer) { static_cast<AgentService*>(timer-
 
 void AgentService::onTimer() {
   (void)local_.tick(wallClockMs());  // local reservations expire like any other
+  if (shutting_down_ && wallClockMs() >= shutdown_deadline_ms_) answerEveryPending();
   pumpOutbox();
-  if (usable() && !unknown_.empty()) {
-    for (const std::string& id : unknown_ages_.oldest(options_.resolve_batch_max)) {
+  if (usable() && unknown_.size() > 0) {
+    for (const std::string& id : unknown_.oldest(options_.resolve_batch_max)) {
       resolveUnknown(id, nullptr);
     }
   }
-  if (draining_ && ((outbox_.empty() && pending_durable_.empty()) || !link_->connected() ||
-                    wallClockMs() >= drain_deadline_ms_)) {
+  if (draining_ &&
+      (machine_.outbox().empty() || !link_->connected() || wallClockMs() >= drain_deadline_ms_)) {
     draining_ = false;
-    logger_->info("outbox_drain_done",
-                  {{"left", uint64_t{outbox_.size()}}, {"connected", link_->connected()}});
+    answerEveryPending();  // no-op unless drain ended before the deadline with requests waiting
+    logger_->info("outbox_drain_done", {{"left", uint64_t{machine_.outbox().size()}},
+                                        {"connected", link_->connected()}});
     if (on_drained_) std::exchange(on_drained_, nullptr)();
   }
 }

@@ -3,14 +3,15 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <map>
 #include <optional>
 #include <random>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
-#include "agent/decisions.h"
 #include "agent/gateway_server.h"
 #include "agent/metrics.h"
 #include "agent/outbox_store.h"
@@ -18,6 +19,9 @@
 #include "central-client/ledger_link.h"
 #include "common/log.h"
 #include "core/local_book.h"
+#include "core/agent_decisions.h"
+#include "core/agent_machine.h"
+#include "core/agent_unknown.h"
 #include "core/outbox.h"
 #include "core/policy.h"
 #include "wire/codec.h"
@@ -41,7 +45,23 @@
 //    lost is queued too.
 //  * The outbox is delivered in order, one entry in flight, whenever the link is connected;
 //    any ledger answer counts as delivered (non-OK codes are logged); transport failures back
-//    off with jitter.
+//    off with jitter. An entry is durable (and its QUEUED reply sent) only once its write
+//    succeeded; a batch whose write failed is taken back out of the queue and answered
+//    kUnavailable, so it is never delivered and never blocks the entries after it.
+//  * A gateway's request waits in a bounded queue until the link has room (ledger_window_max
+//    requests of this agent's in flight). One whose requester (its connection) is gone by then
+//    is dropped, never sent; one already sent is always resolved (a reserve through
+//    RESERVATION_UNKNOWN and query, a follow-up lands or is queued).
+//  * Shutdown: beginShutdown(timeout) arms one deadline. Until then requests finish normally;
+//    at it (or when drain() ends, whichever is first) every requester still waiting is answered:
+//    a follow-up already sent is queued durably (QUEUED only after its write), every other
+//    request gets kUnavailable "retry with the same id". That write is the outbox's last:
+//    nothing is queued after it.
+//
+// The rules live in core and this class carries them out: AgentMachine (the window, the outbox's
+// durability and order, the shutdown answers), UnknownReservations (RESERVATION_UNKNOWN),
+// reserveRoute / followUpRoute / startRoute (core/agent_decisions.h). Still decided here, to move
+// next: the shadow bookkeeping, policy refresh timing, shard keeping (agent/shard_keeper.cc).
 //
 // Owns its timers and check handle; borrows loop, link, store, metrics and logger, which must
 // outlive it. Single-threaded (the loop thread).
@@ -60,6 +80,10 @@ struct AgentServiceOptions {
   // Reservation ids recently sent to the ledger: never admitted from a shard during a
   // partition (the ledger may hold them already).
   uint64_t central_ids_max = 100'000;
+  // Gateway requests sent and unanswered at most (the link's in-flight count); more wait.
+  uint64_t ledger_window_max = 1'024;
+  // Gateway requests waiting for the window at most; beyond, kUnavailable at once.
+  uint64_t waiting_max = 65'536;
 };
 
 class AgentService {
@@ -76,8 +100,12 @@ class AgentService {
   void setShardKeeper(ShardKeeper* keeper) { shards_ = keeper; }
   // Restores the outbox from the store and starts the timers.
   [[nodiscard]] Status start(std::vector<OutboxEntry> restored, uint64_t boot_epoch);
-  void handle(wire::RequestBody body, Respond respond);
+  // `alive` (optional) says whether the requester can still hear the answer.
+  void handle(wire::RequestBody body, Respond respond, Alive alive = nullptr);
 
+  // Arms the shutdown deadline (now + timeout_ms): at it, every requester still waiting is
+  // answered (see above) and the outbox closes. Call once, before drain().
+  void beginShutdown(uint64_t timeout_ms);
   // Delivers what it can of the outbox while the ledger is connected, until it is empty or
   // `timeout_ms` passed; then calls `on_done`. Entries left stay durable for the next start.
   void drain(uint64_t timeout_ms, std::function<void()> on_done);
@@ -85,26 +113,36 @@ class AgentService {
   void stop();
 
   GaugeSnapshot gauges() const;
+  // Gateway requests dropped unsent because their requester was gone.
+  uint64_t droppedGone() const { return dropped_gone_; }
 
  private:
-  struct Unknown {
-    ReserveRequest request;
-    bool resolving = false;
-    std::vector<Respond> waiters;
-  };
-  struct PendingDurable {
-    OutboxEntry entry;
-    Respond respond;
+  using OnAnswer = std::function<void(central::LinkResult result, Respond respond)>;
+  // What the shell holds for a forwarded request until the machine says Send or Drop.
+  struct Held {
+    wire::RequestBody body;
+    Alive alive;
+    std::string central_id;  // a reserve's id: remembered when sent
+    OnAnswer on_answer;
   };
 
   bool usable() const;
-  void reserve(const ReserveRequest& request, Respond respond);
+  // Sends `body` to the ledger for a gateway when the window has room; `on_answer` gets the
+  // link's result and the requester's Respond, unless the shutdown deadline answered it first.
+  void forward(wire::RequestBody body, Respond respond, Alive alive,
+               std::optional<OutboxEntry> follow_up, std::string central_id, OnAnswer on_answer);
+  void sendWaiting();
+  void answerEveryPending();
+  // Carries out the machine's effects (sends, replies, the durable write).
+  void perform(AgentEffects effects);
+  Respond takeResponder(uint64_t token);
+  void reserve(const ReserveRequest& request, Respond respond, Alive alive);
   void onReserveAnswer(const ReserveRequest& request, RolloutMode mode, central::LinkResult result,
                        Respond respond);
-  void start(const StartRequest& request, Respond respond);
-  void followUp(OutboxKind kind, wire::RequestBody body, Respond respond);
-  void query(const QueryRequest& request, Respond respond);
-  void forwardOther(wire::RequestBody body, Respond respond);
+  void start(const StartRequest& request, Respond respond, Alive alive);
+  void followUp(OutboxKind kind, wire::RequestBody body, Respond respond, Alive alive);
+  void query(const QueryRequest& request, Respond respond, Alive alive);
+  void forwardOther(wire::RequestBody body, Respond respond, Alive alive);
   // Answers `body` from the shard keeper if it owns `reservation_id`; false otherwise.
   bool answeredByShards(const std::string& reservation_id, const wire::RequestBody& body,
                         const Respond& respond);
@@ -144,19 +182,25 @@ class AgentService {
   std::optional<Policy> policy_;
   bool policy_fetch_in_flight_ = false;
   LocalBook local_;
-  std::unordered_map<std::string, Unknown> unknown_;
-  AgedIds unknown_ages_;
+  UnknownReservations unknown_;
+  std::unordered_map<std::string, std::vector<Respond>> unknown_waiters_;  // gateway retries
   AgedIds usage_unknown_;
-  Outbox outbox_;
-  uint64_t durable_seq_ = 0;  // every outbox seq up to here is in the store
-  std::vector<PendingDurable> pending_durable_;
+  AgentMachine machine_;  // the window, the outbox, shutdown answers
   uint64_t boot_epoch_ = 0;
   ShardKeeper* shards_ = nullptr;
   AgedIds central_ids_;
 
+  std::unordered_map<uint64_t, Respond> responders_;  // by token: requesters waiting for a reply
+  std::unordered_map<uint64_t, Held> held_;           // by token: forwarded, not yet sent
+  uint64_t next_token_ = 1;
+  uint64_t dropped_gone_ = 0;
+
   bool draining_ = false;
   uint64_t drain_deadline_ms_ = 0;
   std::function<void()> on_drained_;
+  bool shutting_down_ = false;
+  uint64_t shutdown_deadline_ms_ = 0;
+  bool shutdown_answered_ = false;
 };
 
 // Pure: the ledger request that delivers an outbox entry.

@@ -230,12 +230,18 @@ void GatewayServer::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
   connection->addPending(1, 0);
   // The handler may answer synchronously; the connection outlives this call (it is freed only
   // by its close callback, in a later loop phase).
-  handler_(std::move(decoded.body).value(), [this, connection_id = connection->id(), request_id,
-                                             answered = false](wire::ResponseBody body) mutable {
-    TALLY_ASSERT(!answered);
-    answered = true;
-    answer(connection_id, request_id, std::move(body));
-  });
+  const uint64_t connection_id = connection->id();
+  handler_(
+      std::move(decoded.body).value(),
+      [this, connection_id, request_id, answered = false](wire::ResponseBody body) mutable {
+        TALLY_ASSERT(!answered);
+        answered = true;
+        answer(connection_id, request_id, std::move(body));
+      },
+      [this, connection_id] {
+        auto it = connections_.find(connection_id);
+        return it != connections_.end() && !it->second->closing();
+      });
 }
 
 void GatewayServer::onBadFrame(net::FramedStream* stream, const Status& status) {

@@ -51,7 +51,11 @@ struct GatewayServerOptions {
 };
 
 using Respond = std::function<void(wire::ResponseBody body)>;
-using RequestHandler = std::function<void(wire::RequestBody body, Respond respond)>;
+// Whether the requester is still there to hear the answer (its connection open): lets the
+// handler drop a request whose requester is gone before doing anything for it. Callable until
+// the server is destroyed, on the loop thread.
+using Alive = std::function<bool()>;
+using RequestHandler = std::function<void(wire::RequestBody body, Respond respond, Alive alive)>;
 
 // Pure: whether a peer with these credentials may talk to the agent.
 bool peerAllowed(uint32_t uid, uint32_t gid, const std::vector<uint32_t>& allowed_uids,

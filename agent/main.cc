@@ -246,6 +246,10 @@ Result<std::vector<PublicKey>> trustedLedgerKeys(const AgentConfig& config) {
   return keys;
 }
 
+// How long after drain_timeout_ms the gateway server still waits for the answers the service
+// gives at that deadline before it closes connections regardless.
+constexpr uint64_t kGatewayDrainGraceMs = 1'000;
+
 // The daemon's parts, in construction order; destroyed after the loop ran dry.
 struct Daemon {
   Daemon(uv_loop_t* loop, const AgentConfig& config, Logger* logger, OutboxStore* store,
@@ -266,15 +270,16 @@ struct Daemon {
                 AgentServiceOptions{.policy_refresh_ms = config.policy_refresh_ms,
                                     .outbox_entries_max = config.outbox_entries_max}),
         server(loop, logger,
-               GatewayServerOptions{.socket_path = config.socket_path,
-                                    .socket_mode = config.socket_mode,
-                                    .inherited_fd = inherited_fd,
-                                    .allowed_uids = config.allowed_uids,
-                                    .allowed_gids = config.allowed_gids,
-                                    .frame_bytes_max = config.frame_bytes_max,
-                                    .drain_timeout_ms = config.drain_timeout_ms},
-               [this](wire::RequestBody body, Respond respond) {
-                 service.handle(std::move(body), std::move(respond));
+               GatewayServerOptions{
+                   .socket_path = config.socket_path,
+                   .socket_mode = config.socket_mode,
+                   .inherited_fd = inherited_fd,
+                   .allowed_uids = config.allowed_uids,
+                   .allowed_gids = config.allowed_gids,
+                   .frame_bytes_max = config.frame_bytes_max,
+                   .drain_timeout_ms = config.drain_timeout_ms + kGatewayDrainGraceMs},
+               [this](wire::RequestBody body, Respond respond, Alive alive) {
+                 service.handle(std::move(body), std::move(respond), std::move(alive));
                }),
         metrics_server(loop, logger, config.metrics_host, config.metrics_port,
                        [this] { return metrics.render(service.gauges()); }) {
@@ -293,6 +298,9 @@ struct Daemon {
     logger->info("draining",
                  {{"drain_timeout_ms", config.drain_timeout_ms}, {"in_flight", server.inFlight()}});
     const uint64_t deadline_ms = monotonicClockMs() + config.drain_timeout_ms;
+    // The service answers every waiting requester at the deadline (queued durably or "retry
+    // with the same id"); the server's own deadline, a grace later, only backs that up.
+    service.beginShutdown(config.drain_timeout_ms);
     server.stop([this, deadline_ms] {
       const uint64_t now_ms = monotonicClockMs();
       service.drain(deadline_ms > now_ms ? deadline_ms - now_ms : 0, [this] {

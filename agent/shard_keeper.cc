@@ -6,8 +6,8 @@
 #include <utility>
 #include <variant>
 
-#include "agent/decisions.h"
 #include "common/wall_clock.h"
+#include "core/agent_decisions.h"
 #include "core/assert.h"
 
 namespace tally::agent {
@@ -117,7 +117,7 @@ void ShardKeeper::stop() {
 }
 
 bool ShardKeeper::linkUsable() const {
-  return tally::agent::linkUsable(link_->connected(), link_->health());
+  return tally::linkUsable(link_->connected(), link_->health());
 }
 
 bool ShardKeeper::persist() {

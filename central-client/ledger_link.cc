@@ -450,6 +450,8 @@ bool LedgerLink::onFrame(Connection* connection, const wire::Frame& frame) {
   auto it = pending_.find(id);
   if (it == pending_.end()) {
     ++stats_.late_answers;
+    monitor_.onLateAnswer(nowMs());  // slow, not silent
+    noteHealth();
     logger_->debug("ledger_link_late_answer", {{"request_id", id}});
     return true;
   }
@@ -485,10 +487,12 @@ void LedgerLink::onDeadlineTimer(uv_timer_t* timer) {
   const uint64_t now_ms = link->nowMs();
   std::vector<std::function<void(LinkResult)>> expired;
   while (!link->pending_.empty() && link->pending_.begin()->second.deadline_ms <= now_ms) {
+    const uint64_t sent_ms =
+        link->pending_.begin()->second.deadline_ms - link->options_.request_timeout_ms;
     expired.push_back(std::move(link->pending_.begin()->second.done));
     link->pending_.erase(link->pending_.begin());
     ++link->stats_.timeouts;
-    link->monitor_.onFailure(now_ms);
+    link->monitor_.onTimeout(sent_ms, now_ms);  // a failure only if nothing answered meanwhile
   }
   // Answers removed the front early: the timer fired for nothing and is simply re-armed.
   link->armDeadlineTimer();

@@ -32,8 +32,9 @@
 //  * Losing the connection fails every pending request (kUnavailable, outcome unknown) and
 //    reconnects with exponential backoff and jitter. An answer that cannot be decoded, or that
 //    names a request id never sent, closes the connection the same way.
-//  * The LinkHealthMonitor is fed a success (with the measured latency) per answer and a failure
-//    per timeout, connection loss and failed connect; a periodic tick lets time alone partition.
+//  * The LinkHealthMonitor is fed a success (with the measured latency) per answer, a late
+//    answer as slowness, a timeout (a failure only if nothing answered while it waited), and a
+//    failure per connection loss and failed connect; a periodic tick lets time alone partition.
 //    Health transitions are logged (warn "ledger_link_health") and reported to the callback.
 //
 // Ownership: owns its handles, connections and write buffers; borrows `loop` and `logger`, which

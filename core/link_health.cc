@@ -29,6 +29,8 @@ void LinkHealthMonitor::moveTo(LinkHealth next, uint64_t now_ms) {
 
 void LinkHealthMonitor::onSuccess(uint64_t latency_us, uint64_t now_ms) {
   last_success_ms_ = now_ms > last_success_ms_ ? now_ms : last_success_ms_;
+  last_answer_ms_ = now_ms > last_answer_ms_ ? now_ms : last_answer_ms_;
+  answered_ = true;
   consecutive_failures_ = 0;
   if (latency_us > thresholds_.slow_request_us) {
     consecutive_fast_successes_ = 0;
@@ -57,6 +59,20 @@ void LinkHealthMonitor::onFailure(uint64_t now_ms) {
     moveTo(LinkHealth::kDegraded, now_ms);
   }
   tick(now_ms);
+}
+
+void LinkHealthMonitor::onTimeout(uint64_t sent_ms, uint64_t now_ms) {
+  if (!answered_ || last_answer_ms_ < sent_ms) {
+    onFailure(now_ms);  // nothing came back while it waited: silence
+    return;
+  }
+  consecutive_fast_successes_ = 0;
+  if (state_ == LinkHealth::kHealthy) moveTo(LinkHealth::kDegraded, now_ms);
+}
+
+void LinkHealthMonitor::onLateAnswer(uint64_t now_ms) {
+  // Slow, not silent: it ends a failing streak the way a slow success does.
+  onSuccess(UINT64_MAX, now_ms);
 }
 
 void LinkHealthMonitor::tick(uint64_t now_ms) {

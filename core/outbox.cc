@@ -43,6 +43,16 @@ void Outbox::restore(std::vector<OutboxEntry> entries) {
   in_flight_ = false;
 }
 
+OutboxCode Outbox::discardFrom(uint64_t seq, size_t* discarded) {
+  *discarded = 0;
+  if (in_flight_ && !entries_.empty() && entries_.front().seq >= seq) return OutboxCode::kNotHead;
+  while (!entries_.empty() && entries_.back().seq >= seq) {
+    entries_.pop_back();
+    ++*discarded;
+  }
+  return OutboxCode::kOk;
+}
+
 const OutboxEntry* Outbox::due(uint64_t now_ms) const {
   if (in_flight_ || entries_.empty()) return nullptr;
   const OutboxEntry& head = entries_.front();

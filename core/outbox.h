@@ -52,6 +52,12 @@ class Outbox {
   // Rebuilds from the durable record (any order); the next seq continues after the largest.
   void restore(std::vector<OutboxEntry> entries);
 
+  // Takes back the entries from `seq` on: the tail the shell failed to write durably, never
+  // acknowledged (the gateway retries it), so it must never be delivered nor block the queue.
+  // `*discarded` says how many. kNotHead (nothing changed) if that tail holds the entry in
+  // flight: only durable entries are ever sent.
+  OutboxCode discardFrom(uint64_t seq, size_t* discarded);
+
   // The head, if it is due and nothing is in flight; null otherwise.
   const OutboxEntry* due(uint64_t now_ms) const;
   OutboxCode markSent(uint64_t seq);

@@ -1,4 +1,4 @@
-#include "agent/decisions.h"
+#include "core/agent_decisions.h"
 
 #include <gtest/gtest.h>
 

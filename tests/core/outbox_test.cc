@@ -34,6 +34,31 @@ TEST(OutboxTest, DeliversInOrderOneAtATime) {
   EXPECT_EQ(outbox.size(), 1u);
 }
 
+// A batch whose durable write failed is taken back: it is never due, it does not block what is
+// queued after it, and what was durable before it stays, in order.
+TEST(OutboxTest, DiscardingANotDurableTailKeepsTheDurableHeadAndUnblocksTheQueue) {
+  Outbox outbox;
+  uint64_t durable = 0, lost1 = 0, lost2 = 0, later = 0;
+  ASSERT_EQ(outbox.append(settle("r1", 1), kT0, &durable), OutboxCode::kOk);
+  ASSERT_EQ(outbox.append(settle("r2", 2), kT0, &lost1), OutboxCode::kOk);
+  ASSERT_EQ(outbox.append(settle("r3", 3), kT0, &lost2), OutboxCode::kOk);
+  ASSERT_EQ(outbox.markSent(durable), OutboxCode::kOk);
+  size_t discarded = 0;
+  EXPECT_EQ(outbox.discardFrom(durable, &discarded), OutboxCode::kNotHead);  // in flight
+  EXPECT_EQ(discarded, 0u);
+  EXPECT_EQ(outbox.size(), 3u);
+  ASSERT_EQ(outbox.discardFrom(lost1, &discarded), OutboxCode::kOk);
+  EXPECT_EQ(discarded, 2u);
+  ASSERT_EQ(outbox.size(), 1u);
+  ASSERT_EQ(outbox.onDelivered(durable), OutboxCode::kOk);
+  EXPECT_EQ(outbox.due(kT0), nullptr);
+  ASSERT_EQ(outbox.append(settle("r4", 4), kT0, &later), OutboxCode::kOk);
+  EXPECT_GT(later, lost2);  // seqs never reused
+  const OutboxEntry* head = outbox.due(kT0);
+  ASSERT_NE(head, nullptr);
+  EXPECT_EQ(head->reservation_id, "r4");
+}
+
 TEST(OutboxTest, FailureBacksOffExponentiallyWithJitterAndCap) {
   Outbox outbox({.entries_max = 10, .backoff_initial_ms = 100, .backoff_max_ms = 1'000});
   uint64_t seq = 0;

@@ -45,7 +45,7 @@ Status AgentInstance::start(const std::string& ledger_address, const AgentSettin
     std::ofstream config(config_path_, std::ios::trunc);
     config << "request_timeout_ms = " << settings.request_timeout_ms << "\n"
            << "policy_refresh_ms = " << settings.policy_refresh_ms << "\n"
-           << "drain_timeout_ms = 2000\n"
+           << "drain_timeout_ms = " << settings.drain_timeout_ms << "\n"
            << "log_level = \"info\"\n"
            << settings.extra_toml << "\n"
            << "[health]\n"

@@ -35,6 +35,7 @@ struct AgentSettings {
   uint64_t policy_refresh_ms = 100;
   uint32_t failures_to_partition = 3;
   uint64_t partition_after_ms = 1'500;
+  uint64_t drain_timeout_ms = 2'000;
   std::string extra_toml;               // appended before the [health] table
   std::vector<std::string> extra_args;  // appended to the command line
 };

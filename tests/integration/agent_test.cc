@@ -964,5 +964,163 @@ TEST_F(AgentFleetTest, SigtermDrainsAndExitsZero) {
             << std::endl;
 }
 
+// Issue 9: SIGTERM with drain_timeout_ms = 1000 while the ledger is frozen and 64 requests are in
+// flight. At the deadline every one of them is answered under its own request id: the settles
+// (forwarded, answer not back) are queued durably and only then answered QUEUED; the reserves get
+// kUnavailable "retry with the same id". Every QUEUED settle is in the outbox at the next boot and
+// lands on the ledger once it is back; nothing is queued after the outbox's last write.
+TEST_F(AgentFleetTest, SigtermWithAFrozenLedgerAnswersEveryRequestAndQueuesOnlyDurably) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  ASSERT_NO_FATAL_FAILURE(publish({makeBudget({.burst = 1'000'000})}));
+  AgentSettings settings;
+  settings.request_timeout_ms = 20'000;  // nothing times out before the drain deadline
+  settings.drain_timeout_ms = 1'000;
+  ASSERT_NO_FATAL_FAILURE(startAgent(0, ledgerAddress(), settings));
+  std::unique_ptr<client::BlockingClient> gw = gateway(0);
+  ASSERT_NE(gw, nullptr);
+
+  constexpr int kEach = 32;
+  for (int n = 0; n < kEach; ++n) {
+    const std::string id = "term-held-" + std::to_string(n);
+    TALLY_ASSIGN_OR_FAIL(AgentAnswer reserved,
+                         callAgent(*gw, makeReserve({.id = id, .units = 10})));
+    ASSERT_TRUE(isOk(reserved)) << describe(reserved);
+    TALLY_ASSIGN_OR_FAIL(AgentAnswer started, callAgent(*gw, StartRequest{id, "op-" + id}));
+    ASSERT_TRUE(isOk(started)) << describe(started);
+  }
+  ASSERT_TRUE(ledger_.signal(SIGSTOP));
+
+  std::map<uint64_t, std::string> settles, reserves;  // request id -> reservation id
+  for (int n = 0; n < kEach; ++n) {
+    const std::string held = "term-held-" + std::to_string(n);
+    TALLY_ASSIGN_OR_FAIL(uint64_t settle_id, gw->send(SettleRequest{.reservation_id = held,
+                                                                    .operation_id = "op-" + held,
+                                                                    .actual_units = 3},
+                                                      kCallTimeoutMs));
+    settles[settle_id] = held;
+    const std::string fresh = "term-new-" + std::to_string(n);
+    TALLY_ASSIGN_OR_FAIL(uint64_t reserve_id,
+                         gw->send(makeReserve({.id = fresh, .units = 1}), kCallTimeoutMs));
+    reserves[reserve_id] = fresh;
+  }
+  // The agent answers a health check itself, in order after the 64 on this connection: once it
+  // is back, all 64 are in the agent's hands (forwarded to the frozen ledger).
+  TALLY_ASSIGN_OR_FAIL(uint64_t health_id, gw->send(wire::HealthRequest{}, kCallTimeoutMs));
+  std::map<uint64_t, AgentAnswer> answers;
+  for (bool health_seen = false; !health_seen;) {
+    TALLY_ASSIGN_OR_FAIL(wire::Response response, gw->receive(kReadTimeoutMs));
+    if (response.request_id == health_id) {
+      health_seen = true;
+    } else {
+      TALLY_ASSIGN_OR_FAIL(AgentAnswer early, agentAnswerOf(std::move(response)));
+      answers[response.request_id] = early;
+    }
+  }
+  ASSERT_TRUE(agents_[0]->signal(SIGTERM));
+  while (answers.size() < settles.size() + reserves.size()) {
+    Result<wire::Response> response = gw->receive(kAgentCallTimeoutMs);
+    if (!response.isOk()) break;
+    const uint64_t request_id = response.value().request_id;
+    TALLY_ASSIGN_OR_FAIL(AgentAnswer answer, agentAnswerOf(std::move(response)));
+    answers[request_id] = answer;
+  }
+  EXPECT_EQ(agents_[0]->waitExit(kExitTimeoutMs), 0) << "exit code after SIGTERM";
+
+  std::vector<std::string> queued;
+  for (const auto& [request_id, held] : settles) {
+    auto it = answers.find(request_id);
+    ASSERT_NE(it, answers.end()) << "no answer to the settle of " << held;
+    if (isQueued(it->second)) {
+      queued.push_back(held);
+    } else {
+      EXPECT_TRUE(isUnavailable(it->second)) << held << ": " << describe(it->second);
+      EXPECT_NE(it->second.error.message.find("same id"), std::string::npos)
+          << describe(it->second);
+    }
+  }
+  for (const auto& [request_id, fresh] : reserves) {
+    auto it = answers.find(request_id);
+    ASSERT_NE(it, answers.end()) << "no answer to the reserve of " << fresh;
+    EXPECT_TRUE(isUnavailable(it->second)) << fresh << ": " << describe(it->second);
+    EXPECT_NE(it->second.error.message.find("same id"), std::string::npos) << describe(it->second);
+  }
+  EXPECT_EQ(queued.size(), settles.size()) << "the store works: every sent settle is queued";
+  const std::string first_run = agents_[0]->log();
+  EXPECT_EQ(first_run.find("queued_after_link_failure"), std::string::npos) << first_run;
+
+  // The next boot restores exactly the queued settles and delivers them.
+  ASSERT_TRUE(ledger_.signal(SIGCONT));
+  ASSERT_NO_FATAL_FAILURE(startAgent(0, ledgerAddress(), settings));
+  const std::string restored = "event=outbox_restored";
+  const std::string second_run = agents_[0]->log().substr(first_run.size());
+  const size_t at = second_run.find(restored);
+  ASSERT_NE(at, std::string::npos) << second_run;
+  EXPECT_NE(second_run.find("entries=" + std::to_string(queued.size()), at), std::string::npos)
+      << second_run.substr(at, 200);
+  for (const std::string& held : queued) {
+    const ReservationReply on_ledger = waitForLedger(
+        held, [](const ReservationReply& r) { return settledState(r.receipt.state); });
+    EXPECT_TRUE(settledState(on_ledger.receipt.state)) << describe(on_ledger);
+  }
+}
+
+// Issue 9: a burst from gateway connections that then close, against a frozen ledger. The agent
+// sends at most its window (1,024 requests) and drops the rest before sending once their
+// requester is gone; the sent ones are resolved (RESERVATION_UNKNOWN, query with the same id).
+// Once the ledger answers again, a new gateway's reserve is forwarded and admitted.
+TEST_F(AgentFleetTest, RequestsOfGoneGatewaysAreDroppedBeforeTheyAreSent) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  ASSERT_NO_FATAL_FAILURE(publish({makeBudget({.burst = 1'000'000})}));
+  ASSERT_NO_FATAL_FAILURE(startAgent(0, ledgerAddress()));
+  constexpr int kConnections = 8;
+  constexpr int kEach = 500;
+  constexpr size_t kWindow = 1'024;  // AgentServiceOptions::ledger_window_max
+  ASSERT_TRUE(ledger_.signal(SIGSTOP));
+  {
+    std::vector<std::unique_ptr<client::BlockingClient>> gone;
+    for (int c = 0; c < kConnections; ++c) {
+      gone.push_back(gateway(0));
+      ASSERT_NE(gone.back(), nullptr);
+      for (int n = 0; n < kEach; ++n) {
+        const std::string id = "gone-" + std::to_string(c) + "-" + std::to_string(n);
+        ASSERT_TRUE(gone.back()->send(makeReserve({.id = id, .units = 1}), kCallTimeoutMs).isOk());
+      }
+    }
+  }  // every connection closes with its requests unanswered
+  // Frozen for longer than the agent's request timeout (500 ms): the sent ones time out (the
+  // window opens again) while their requesters are long gone.
+  pauseMs(1'500);
+  ASSERT_TRUE(ledger_.signal(SIGCONT));
+
+  std::unique_ptr<client::BlockingClient> fresh = gateway(0);
+  ASSERT_NE(fresh, nullptr);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  AgentAnswer admitted;
+  int attempts = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    Result<AgentAnswer> answer =
+        callAgent(*fresh, makeReserve({.id = "fresh-" + std::to_string(attempts++), .units = 1}));
+    ASSERT_TRUE(answer.isOk()) << answer.status().toString();
+    admitted = answer.value();
+    if (isOk(admitted)) break;
+    pauseMs(50);
+  }
+  EXPECT_TRUE(isOk(admitted)) << describe(admitted);
+
+  size_t on_ledger = 0;
+  for (int c = 0; c < kConnections; ++c) {
+    for (int n = 0; n < kEach; ++n) {
+      const std::string id = "gone-" + std::to_string(c) + "-" + std::to_string(n);
+      TALLY_ASSIGN_OR_FAIL(ReservationReply reply,
+                           callReservation(*client_, QueryRequest{.reservation_id = id}));
+      if (reply.code == ReplyCode::kOk) ++on_ledger;
+    }
+  }
+  std::cout << "[ gone     ] " << on_ledger << " of " << kConnections * kEach
+            << " reached the ledger; a fresh reserve admitted after " << attempts << " attempts"
+            << std::endl;
+  EXPECT_LE(on_ledger, kWindow) << "requests of gone gateways were sent to the ledger";
+}
+
 }  // namespace
 }  // namespace tally::testing

@@ -1,10 +1,10 @@
-#include "agent/decisions.h"
+#include "core/agent_decisions.h"
 
 #include <vector>
 
 #include "core/rollout.h"
 
-namespace tally::agent {
+namespace tally {
 
 RolloutMode rolloutModeFor(const std::optional<Policy>& policy, const std::string& subject,
                            const std::string& route) {
@@ -12,6 +12,17 @@ RolloutMode rolloutModeFor(const std::optional<Policy>& policy, const std::strin
   const Budget* budget = matchBudget(*policy, subject, route);
   if (budget == nullptr) return RolloutMode::kEnforce;
   return effectiveRolloutMode(budget->rollout, route);
+}
+
+ReserveRoute reserveRoute(const ReserveFacts& facts) {
+  if (facts.shard_owned) return ReserveRoute::kShards;
+  if (facts.local) return ReserveRoute::kLocalDuplicate;
+  if (facts.unknown) return ReserveRoute::kResolveUnknown;
+  if (facts.mode == RolloutMode::kOff) return ReserveRoute::kLocalOff;
+  if (facts.link_usable) return ReserveRoute::kForward;
+  if (facts.mode == RolloutMode::kShadow) return ReserveRoute::kShadowUnreachable;
+  if (!facts.shards_enabled) return ReserveRoute::kRejectUnavailable;
+  return facts.sent_to_ledger ? ReserveRoute::kSentToLedgerBefore : ReserveRoute::kTryShard;
 }
 
 bool linkUsable(bool connected, LinkHealth health) {
@@ -98,4 +109,4 @@ bool outboxAnswerDelivers(const ReservationReply* reply) {
          reply->code != ReplyCode::kArithmeticOverflow;
 }
 
-}  // namespace tally::agent
+}  // namespace tally

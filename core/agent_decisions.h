@@ -15,12 +15,36 @@
 // The agent's routing decisions as small pure functions, and the bounded id/age sets behind its
 // RESERVATION_UNKNOWN and USAGE_UNKNOWN gauges. No I/O, no clock: time is an argument.
 
-namespace tally::agent {
+namespace tally {
 
 // The rollout mode for (subject, route): the matched budget's effective mode; no policy known
 // yet, or no budget matching, means enforce (the ledger decides).
 RolloutMode rolloutModeFor(const std::optional<Policy>& policy, const std::string& subject,
                            const std::string& route);
+
+// What the agent knows about a reserve when it arrives.
+struct ReserveFacts {
+  bool shard_owned = false;  // the shard keeper holds this id
+  bool local = false;        // a reservation the agent admitted itself (off / shadow)
+  bool unknown = false;      // RESERVATION_UNKNOWN
+  RolloutMode mode = RolloutMode::kEnforce;
+  bool link_usable = false;
+  bool shards_enabled = false;  // a shard keeper is configured
+  bool sent_to_ledger = false;  // the id is among those recently sent to the ledger
+};
+// Where a reserve goes, by precedence.
+enum class ReserveRoute : uint8_t {
+  kShards,              // the shard keeper answers for its own reservation
+  kLocalDuplicate,      // the local receipt again
+  kResolveUnknown,      // resolved by a query with the same id, never a new id
+  kLocalOff,            // rollout off: admitted locally
+  kShadowUnreachable,   // shadow, link unusable: admitted locally
+  kSentToLedgerBefore,  // partition, the ledger may hold it: UNAVAILABLE, never a shard admission
+  kTryShard,            // partition: from a usable shard if one can, else rejected
+  kRejectUnavailable,   // partition, no shards: REJECTED ledger-unavailable
+  kForward,             // to the ledger (enforce, or shadow to learn its decision)
+};
+ReserveRoute reserveRoute(const ReserveFacts& facts);
 
 // The link can carry admissions and the start CAS: connected and not PARTITIONED.
 bool linkUsable(bool connected, LinkHealth health);
@@ -77,4 +101,4 @@ class AgedIds {
   std::set<std::pair<uint64_t, std::string>> by_age_;
 };
 
-}  // namespace tally::agent
+}  // namespace tally
