@@ -55,7 +55,7 @@ struct EmergencyOptions {
   uint64_t retention_ms = 24ull * 3600 * 1000;
 };
 
-// Our gateway identity and the two signing operations (wire/shard_crypto.h, libsodium).
+// Our gateway identity and the two signing operations (shard/crypto.h, libsodium).
 struct GatewaySigner {
   std::string gateway_name;
   PublicKey public_key{};

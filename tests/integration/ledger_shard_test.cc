@@ -1,6 +1,6 @@
 // Emergency shards against a real tally-ledger process (docs/SHARDS.md): the signing key and
 // `identity`, gateway enrollment, issue, report, revoke and write-off over the wire, signed with
-// real Ed25519 keys (common/identity, wire/shard_crypto), and a kill -9 that loses none of it.
+// real Ed25519 keys (shard/identity, shard/crypto), and a kill -9 that loses none of it.
 
 #include <gtest/gtest.h>
 
