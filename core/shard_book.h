@@ -21,7 +21,7 @@
 //
 // Pure and deterministic: every call takes `now_ms` (the agent's wall clock); expiry, shard
 // expiry and forgetting happen only in tick(). The agent shell persists what takeChanges() names
-// (agent/shard_store.h) before any reply that depends on it.
+// (shard/store.h) before any reply that depends on it.
 //
 // Invariants, asserted after every mutation:
 //  * every shard conserves: allocated = localAvailable + localReserved + localSpent +
