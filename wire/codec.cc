@@ -343,6 +343,8 @@ Status readAccount(schema::AccountAudit::Reader reader, AccountView* out) {
   balances.overdraft_repaid = reader.getOverdraftRepaid();
   balances.transferred_out = reader.getTransferredOut();
   out->conserved = reader.getConserved();
+  out->overdraft_breaches = {.count = reader.getOverdraftBreaches(),
+                             .units = reader.getOverdraftBreachUnits()};
   return Status::ok();
 }
 
@@ -359,6 +361,7 @@ Result<AuditReport> readAuditReply(schema::AuditReply::Reader reader) {
     out.accounts.push_back(std::move(view));
   }
   out.conserved = reader.getConserved();
+  out.as_of_ms = reader.getAsOfMs();
   auto violations = reader.getViolations();
   TALLY_WIRE_RETURN_IF_ERROR(checkListSize(violations.size(), kViolationsMax, "violations"));
   out.violations.reserve(violations.size());
@@ -765,8 +768,11 @@ void fromCore(const AuditReport& report, schema::AuditReply::Builder builder) {
     account.setOverdraftRepaid(view.balances.overdraft_repaid);
     account.setTransferredOut(view.balances.transferred_out);
     account.setConserved(view.conserved);
+    account.setOverdraftBreaches(view.overdraft_breaches.count);
+    account.setOverdraftBreachUnits(view.overdraft_breaches.units);
   }
   builder.setConserved(report.conserved);
+  builder.setAsOfMs(report.as_of_ms);
   auto violations = builder.initViolations(static_cast<capnp::uint>(report.violations.size()));
   for (size_t i = 0; i < report.violations.size(); ++i) {
     violations.set(static_cast<capnp::uint>(i), textOf(report.violations[i]));

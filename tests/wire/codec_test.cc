@@ -101,11 +101,13 @@ AuditReport sampleAudit() {
   view.accounting_epoch_ms = 1'700'000'000'000;
   view.generation_state = GenerationState::kDraining;
   view.conserved = false;
+  view.overdraft_breaches = {.count = 3, .units = 170};
   AccountView other = view;
   other.key.route = "/v1/embed";
   other.generation_state = GenerationState::kDrained;
   other.conserved = true;
-  return AuditReport{.accounts = {view, other},
+  return AuditReport{.as_of_ms = 1'700'000'003'200,
+                     .accounts = {view, other},
                      .conserved = false,
                      .violations = {"tenant-7 /v1/chat gen 9 does not conserve", "second"}};
 }
@@ -139,7 +141,9 @@ void expectSame(const AuditReport& a, const AuditReport& b) {
     EXPECT_EQ(a.accounts[i].accounting_epoch_ms, b.accounts[i].accounting_epoch_ms);
     EXPECT_EQ(a.accounts[i].generation_state, b.accounts[i].generation_state);
     EXPECT_EQ(a.accounts[i].conserved, b.accounts[i].conserved);
+    EXPECT_EQ(a.accounts[i].overdraft_breaches, b.accounts[i].overdraft_breaches);
   }
+  EXPECT_EQ(a.as_of_ms, b.as_of_ms);
   EXPECT_EQ(a.conserved, b.conserved);
   EXPECT_EQ(a.violations, b.violations);
 }
