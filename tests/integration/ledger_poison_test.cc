@@ -98,6 +98,44 @@ TEST(LedgerPoisonTest, ASettleOfTwoToThe64MinusOneIsRefusedAsInvalidArgument) {
   EXPECT_EQ(audit.value().accounts[0].balances.spent, 0u);
 }
 
+TEST(LedgerBreachTest, ASettleBeyondMaxOverdraftIsLoggedOnceAndCountedInTheAudit) {
+  TempDir dir;
+  LedgerInstance ledger(dir.file("data"), dir.file("ledger.log"));
+  ASSERT_TRUE(ledger.start().isOk()) << ledger.log();
+  auto client = ledger.connect();
+  ASSERT_TRUE(client.isOk()) << client.status().toString();
+  ASSERT_TRUE(
+      publishPolicy(*client.value(), {makeBudget({.burst = 100, .max_overdraft = 10})}).isOk());
+  ASSERT_TRUE(callReservation(*client.value(), makeReserve({.id = "b", .units = 100})).isOk());
+  ASSERT_TRUE(
+      callReservation(*client.value(), StartRequest{.reservation_id = "b", .operation_id = "op"})
+          .isOk());
+  const SettleRequest settle{.reservation_id = "b", .operation_id = "op", .actual_units = 150};
+  for (int i = 0; i < 2; ++i) {  // the second is a duplicate: not a second breach
+    Result<ReservationReply> settled = callReservation(*client.value(), settle);
+    ASSERT_TRUE(settled.isOk()) << settled.status().toString();
+    EXPECT_TRUE(settled.value().receipt.overdraft_breach);
+  }
+  Result<AuditReport> audit = auditLedger(*client.value());
+  ASSERT_TRUE(audit.isOk());
+  ASSERT_EQ(audit.value().accounts.size(), 1u);
+  EXPECT_EQ(audit.value().accounts[0].overdraft_breaches,
+            (OverdraftBreaches{.count = 1, .units = 40}));  // debt 50, max overdraft 10
+  EXPECT_EQ(ledger.terminate(), 0);
+  const std::string log = ledger.log();
+  const size_t first = log.find("event=overdraft_breach reservation=b");
+  EXPECT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find("event=overdraft_breach", first + 1), std::string::npos) << log;
+  // Durable: a restart shows the same count.
+  ASSERT_TRUE(ledger.start().isOk()) << ledger.log();
+  auto again = ledger.connect();
+  ASSERT_TRUE(again.isOk());
+  Result<AuditReport> after = auditLedger(*again.value());
+  ASSERT_TRUE(after.isOk());
+  ASSERT_EQ(after.value().accounts.size(), 1u);
+  EXPECT_EQ(after.value().accounts[0].overdraft_breaches.count, 1u);
+}
+
 TEST(LedgerPoisonTest, APoisonedStoreIsRefusedNamedCheckedRepairedAndThenServes) {
   TempDir dir;
   const std::string data_dir = dir.file("data");

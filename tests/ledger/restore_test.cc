@@ -241,13 +241,18 @@ bool names(const std::vector<BadRecord>& records, const std::string& table, cons
   });
 }
 
-TEST_F(RestorePoisonTest, AHealthyHistoryRestores) {
-  write(/*poisoned=*/false);
+TEST_F(RestorePoisonTest, AHealthyHistoryRestoresWithItsBreachCounters) {
+  StoreBatch batch = historyBatch(/*poisoned=*/false);
+  batch.accounts[0].breaches = {.count = 3, .units = 170};
+  ASSERT_TRUE(store_->commit(batch).isOk());
   EXPECT_TRUE(findBadRecords(contents()).empty());
   Ledger restored;
   Result<RestoreSummary> summary = restoreLedger(store_.get(), &restored, kT0 + 30);
   ASSERT_TRUE(summary.isOk()) << summary.status().toString();
   EXPECT_EQ(summary.value().reservations, 2u);
+  const AuditReport audit = restored.audit(kT0 + 30);
+  ASSERT_EQ(audit.accounts.size(), 1u);
+  EXPECT_EQ(audit.accounts[0].overdraft_breaches, (OverdraftBreaches{.count = 3, .units = 170}));
 }
 
 TEST_F(RestorePoisonTest, RestoreRefusesAPoisonedRecordNamingIt) {
