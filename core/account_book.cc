@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <functional>
 #include <set>
-#include <span>
 #include <utility>
 
 #include "core/assert.h"
@@ -402,50 +401,40 @@ AccountCode AccountBook::remint(const AccountKey& source, Units units, uint64_t 
 std::vector<AccountView> AccountBook::view(uint64_t now_ms) const {
   // As of now_ms: each subject/route's accounts are copied and rebalanced (refill up to now,
   // draining handovers and debt collection) by the rule admission applies, leaving the book as
-  // it is. Debt that refill has already repaid is not reported.
-  std::vector<AccountEntry> projected;
-  projected.reserve(account_count_);
+  // it is. Debt that refill has already repaid is not reported. One route's copies at a time.
+  std::vector<AccountView> views;
+  views.reserve(account_count_);
+  std::set<Generation> holding;  // non-active generations that still hold anything
+  std::vector<AccountEntry> copies;
   for (const auto& [route, route_accounts] : routes_) {
-    const size_t first = projected.size();
+    copies.clear();
     for (const std::unique_ptr<AccountEntry>& entry : route_accounts.by_generation) {
-      projected.push_back(*entry);
+      copies.push_back(*entry);
     }
-    std::span<AccountEntry> copies(projected.data() + first, projected.size() - first);
     rebalanceEntries(copies, active_generation_, now_ms, [](AccountEntry*) {});
+    for (const AccountEntry& entry : copies) {
+      const Balances& b = entry.account.balances();
+      if (b.reserved != 0 || b.retired_for_emergency != 0 || entry.account.debt() != 0) {
+        holding.insert(entry.key.generation);
+      }
+      views.push_back(AccountView{
+          .key = entry.key,
+          .balances = b,
+          .debt = entry.account.debt(),
+          .accounting_epoch_ms = accountingEpochStartMs(now_ms, entry.budget.accounting_epoch),
+          .conserved = isConserved(b),
+          .overdraft_breaches = entry.account.breaches(),
+      });
+    }
+  }
+  for (AccountView& view : views) {
+    if (view.key.generation == active_generation_) continue;
+    view.generation_state = holding.contains(view.key.generation) ? GenerationState::kDraining
+                                                                  : GenerationState::kDrained;
   }
   // The index is unordered: sort here so that every audit lists accounts in key order.
-  std::vector<const AccountEntry*> sorted;
-  sorted.reserve(projected.size());
-  for (const AccountEntry& entry : projected) sorted.push_back(&entry);
-  std::sort(sorted.begin(), sorted.end(), keyLess);
-  // One pass to learn which non-active generations still hold anything.
-  std::set<Generation> holding;
-  for (const AccountEntry* entry : sorted) {
-    const Balances& b = entry->account.balances();
-    if (b.reserved != 0 || b.retired_for_emergency != 0 || entry->account.debt() != 0) {
-      holding.insert(entry->key.generation);
-    }
-  }
-  std::vector<AccountView> views;
-  views.reserve(sorted.size());
-  for (const AccountEntry* entry_pointer : sorted) {
-    const AccountEntry& entry = *entry_pointer;
-    const AccountKey& key = entry.key;
-    GenerationState state = GenerationState::kActive;
-    if (key.generation != active_generation_) {
-      state =
-          holding.contains(key.generation) ? GenerationState::kDraining : GenerationState::kDrained;
-    }
-    views.push_back(AccountView{
-        .key = key,
-        .balances = entry.account.balances(),
-        .debt = entry.account.debt(),
-        .accounting_epoch_ms = accountingEpochStartMs(now_ms, entry.budget.accounting_epoch),
-        .generation_state = state,
-        .conserved = isConserved(entry.account.balances()),
-        .overdraft_breaches = entry.account.breaches(),
-    });
-  }
+  std::sort(views.begin(), views.end(),
+            [](const AccountView& a, const AccountView& b) { return a.key < b.key; });
   return views;
 }
 
