@@ -4,16 +4,18 @@
 
 #include "core/assert.h"
 #include "core/checked_math.h"
+#include "core/limits.h"
 
 namespace tally {
 namespace {
 
 using u128 = unsigned __int128;
 
-// Adds `delta` to `*field`; false if the result would not fit.
+// Adds `delta` to `*field`; false if the result would exceed the balance bound (which is far
+// below 2^64, so a record the ledger writes is always one its restore accepts).
 [[nodiscard]] bool add(Units* field, Units delta) {
   auto sum = checkedAdd(*field, delta);
-  if (!sum) return false;
+  if (!sum || *sum > limits::kBalanceUnitsMax) return false;
   *field = *sum;
   return true;
 }
@@ -35,6 +37,25 @@ bool isConserved(const Balances& b) {
   const u128 uses = u128{b.available} + b.reserved + b.spent + b.retired_for_emergency +
                     b.overdraft_repaid + b.transferred_out;
   return sources == uses && b.overdraft_repaid <= b.overdraft_issued;
+}
+
+std::vector<BalanceField> balancesAboveBound(const Balances& b) {
+  const BalanceField all[] = {
+      {"opening", b.opening},
+      {"minted", b.minted},
+      {"overdraftIssued", b.overdraft_issued},
+      {"available", b.available},
+      {"reserved", b.reserved},
+      {"spent", b.spent},
+      {"retiredForEmergency", b.retired_for_emergency},
+      {"overdraftRepaid", b.overdraft_repaid},
+      {"transferredOut", b.transferred_out},
+  };
+  std::vector<BalanceField> above;
+  for (const BalanceField& field : all) {
+    if (field.value > limits::kBalanceUnitsMax) above.push_back(field);
+  }
+  return above;
 }
 
 const char* accountCodeName(AccountCode code) {
@@ -158,6 +179,10 @@ SettleOutcome Account::chargeExcess(Balances next, Units excess_units, Units max
   }
   commit(next);
   outcome.overdraft_breach = debt() > max_overdraft;
+  if (outcome.overdraft_breach) {
+    breaches_.count = saturatingAdd(breaches_.count, 1);
+    breaches_.units = saturatingAdd(breaches_.units, debt() - max_overdraft);
+  }
   return outcome;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/types.h"
 
@@ -55,6 +56,24 @@ enum class AccountCode : uint8_t {
 
 const char* accountCodeName(AccountCode code);
 
+// Settles that left debt above the policy's max overdraft (SPEC §4 "breach"), counted per
+// account for the audit and metrics. `units` sums, over those settles, the debt beyond
+// max_overdraft right after each one. Durable with the account; no balance depends on it.
+struct OverdraftBreaches {
+  uint64_t count = 0;
+  Units units = 0;
+
+  bool operator==(const OverdraftBreaches&) const = default;
+};
+
+// The balances of `balances` above limits::kBalanceUnitsMax, by the store's field names. No
+// operation produces one (Account refuses it as kOverflow), so a stored one is poison.
+struct BalanceField {
+  const char* name = "";
+  Units value = 0;
+};
+std::vector<BalanceField> balancesAboveBound(const Balances& balances);
+
 struct RefillOutcome {
   Units minted = 0;  // total minted by this refill
   Units repaid = 0;  // the part of it that repaid debt
@@ -66,6 +85,7 @@ struct SettleOutcome {
   Units taken_from_available = 0;  // part of the excess covered by available
   Units debt_issued = 0;           // part of the excess recorded as overdraft
   bool overdraft_breach = false;   // debt after this settle exceeds the policy's max overdraft
+                                   // (counted in Account::breaches())
 };
 
 class Account {
@@ -78,10 +98,12 @@ class Account {
   // conserve (corruption), in which case the returned account must not be used.
   static Account restore(BucketParams bucket, const Balances& balances, uint64_t refill_clock_ms,
                          uint64_t refill_carry_unit_ms, bool* ok);
+  void restoreBreaches(const OverdraftBreaches& breaches) { breaches_ = breaches; }
 
   const Balances& balances() const { return balances_; }
   const BucketParams& bucket() const { return bucket_; }
   Units debt() const { return balances_.overdraft_issued - balances_.overdraft_repaid; }
+  const OverdraftBreaches& breaches() const { return breaches_; }
   uint64_t refillClockMs() const { return refill_clock_ms_; }
   // Sub-unit remainder of the last refill, in unit·ms / 1000 (always < 1000).
   uint64_t refillCarry() const { return refill_carry_; }
@@ -132,6 +154,7 @@ class Account {
   Balances balances_;
   uint64_t refill_clock_ms_ = 0;
   uint64_t refill_carry_ = 0;
+  OverdraftBreaches breaches_;
 };
 
 }  // namespace tally

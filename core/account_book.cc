@@ -14,6 +14,58 @@ namespace {
 
 bool keyLess(const AccountEntry* a, const AccountEntry* b) { return a->key < b->key; }
 
+// Moves `units` from `from.available` to `to` as one paired entry. Both or neither change.
+template <typename OnChange>
+bool transferAvailable(AccountEntry* from, AccountEntry* to, Units units, OnChange&& changed) {
+  TALLY_ASSERT(from != to);
+  Account from_next = from->account;
+  Account to_next = to->account;
+  if (from_next.transferOutAvailable(units) != AccountCode::kOk) return false;
+  if (to_next.receiveTransfer(units) != AccountCode::kOk) return false;
+  from->account = from_next;
+  to->account = to_next;
+  changed(from);
+  changed(to);
+  return true;
+}
+
+// The rebalance rule (see the header) on one subject/route's accounts, ascending by generation.
+// `changed` is called for every entry whose durable state moved. One rule for the book's own
+// accounts and for the audit's projected copies of them.
+AccountEntry* entryOf(const std::unique_ptr<AccountEntry>& owned) { return owned.get(); }
+AccountEntry* entryOf(AccountEntry& copy) { return &copy; }
+
+template <typename List, typename OnChange>
+void rebalanceEntries(List& list, Generation active_generation, uint64_t now_ms,
+                      OnChange&& changed) {
+  if (list.empty()) return;
+  AccountEntry* active = nullptr;
+  if (entryOf(list.back())->key.generation == active_generation) {
+    active = entryOf(list.back());
+    const uint64_t clock_before = active->account.refillClockMs();
+    const uint64_t carry_before = active->account.refillCarry();
+    (void)active->account.refill(now_ms);
+    if (active->account.refillClockMs() != clock_before ||
+        active->account.refillCarry() != carry_before) {
+      changed(active);  // the refill clock is durable state too
+    }
+  }
+  for (auto& item : list) {
+    AccountEntry* draining = entryOf(item);
+    if (draining->key.generation == active_generation) continue;
+    if (now_ms > draining->account.refillClockMs() || draining->account.refillCarry() != 0) {
+      draining->account.holdRefillClock(now_ms);
+      changed(draining);
+    }
+    if (active == nullptr) continue;
+    const Units handed =
+        std::min(draining->account.balances().available, active->account.mintRoom());
+    if (handed > 0) (void)transferAvailable(draining, active, handed, changed);
+    const Units repaid = std::min(draining->account.debt(), active->account.balances().available);
+    if (repaid > 0) (void)transferAvailable(active, draining, repaid, changed);
+  }
+}
+
 }  // namespace
 
 const char* generationStateName(GenerationState state) {
@@ -25,13 +77,16 @@ const char* generationStateName(GenerationState state) {
   return "UNKNOWN";
 }
 
-PolicyReply AccountBook::publish(Policy policy) {
+PolicyReply AccountBook::publish(Policy policy, uint64_t now_ms) {
   if (Status status = validatePolicy(policy); !status.isOk()) {
     return {.code = ReplyCode::kInvalidArgument, .message = status.message()};
   }
   if (generations_.size() >= limits::kGenerationsMax) {
     return {.code = ReplyCode::kResourceExhausted, .message = "too many policy generations"};
   }
+  // The outgoing generation stops refilling the moment it starts draining: mint what it has
+  // earned up to now first, or the handover would carry only what it had at its last touch.
+  refillAll(now_ms);
   const Generation generation = active_generation_ + 1;
   policy.generation = generation;
   generations_.emplace(generation, GenerationEntry{.policy = std::move(policy)});
@@ -40,7 +95,7 @@ PolicyReply AccountBook::publish(Policy policy) {
   return {.code = ReplyCode::kOk, .generation = generation};
 }
 
-PolicyReply AccountBook::rollback() {
+PolicyReply AccountBook::rollback(uint64_t now_ms) {
   if (generations_.size() < 2) {
     return {.code = ReplyCode::kInvalidState, .message = "no earlier policy to roll back to"};
   }
@@ -53,7 +108,7 @@ PolicyReply AccountBook::rollback() {
     return {.code = ReplyCode::kInvalidState, .message = "no earlier policy to roll back to"};
   }
   Policy republished = generations_.at(target).policy;
-  PolicyReply reply = publish(std::move(republished));
+  PolicyReply reply = publish(std::move(republished), now_ms);
   if (reply.code == ReplyCode::kOk) generations_.at(reply.generation).republished_from = target;
   return reply;
 }
@@ -76,7 +131,8 @@ Status AccountBook::restorePolicy(Policy policy, Generation republished_from) {
 }
 
 Status AccountBook::restoreAccount(const AccountKey& key, const Balances& balances,
-                                   uint64_t refill_clock_ms, uint64_t refill_carry) {
+                                   uint64_t refill_clock_ms, uint64_t refill_carry,
+                                   const OverdraftBreaches& breaches) {
   const std::string name = key.subject + "/" + key.route + "@" + std::to_string(key.generation);
   const Policy* owner = policy(key.generation);
   const Budget* budget = owner == nullptr ? nullptr : matchBudget(*owner, key.subject, key.route);
@@ -87,6 +143,12 @@ Status AccountBook::restoreAccount(const AccountKey& key, const Balances& balanc
   const BucketParams bucket{.refill_per_second = budget->refill_per_second, .burst = budget->burst};
   Account account = Account::restore(bucket, balances, refill_clock_ms, refill_carry, &ok);
   if (!ok) return Status::corruption("account " + name + " does not conserve");
+  if (const std::vector<BalanceField> above = balancesAboveBound(balances); !above.empty()) {
+    return Status::corruption("account " + name + " " + above.front().name + " " +
+                              std::to_string(above.front().value) + " is above the balance bound " +
+                              std::to_string(limits::kBalanceUnitsMax));
+  }
+  account.restoreBreaches(breaches);
   if (!insertEntry(std::make_unique<AccountEntry>(
           AccountEntry{.key = key, .budget = *budget, .account = account}))) {
     return Status::corruption("account " + name + " stored twice");
@@ -254,17 +316,8 @@ Admission AccountBook::admit(const std::string& subject, const std::string& rout
   return admission;
 }
 
-bool AccountBook::transferAvailable(AccountEntry* from, AccountEntry* to, Units units) {
-  TALLY_ASSERT(from != to);
-  Account from_next = from->account;
-  Account to_next = to->account;
-  if (from_next.transferOutAvailable(units) != AccountCode::kOk) return false;
-  if (to_next.receiveTransfer(units) != AccountCode::kOk) return false;
-  from->account = from_next;
-  to->account = to_next;
-  markChanged(from);
-  markChanged(to);
-  return true;
+void AccountBook::refillAll(uint64_t now_ms) {
+  for (const auto& [route, route_accounts] : routes_) rebalance(route_accounts, now_ms);
 }
 
 void AccountBook::rebalance(const SubjectRoute& subject_route, uint64_t now_ms) {
@@ -278,33 +331,8 @@ void AccountBook::rebalance(std::string_view subject, std::string_view route, ui
 }
 
 void AccountBook::rebalance(const RouteAccounts& route_accounts, uint64_t now_ms) {
-  const auto& list = route_accounts.by_generation;
-  if (list.empty()) return;
-  AccountEntry* active = nullptr;
-  if (list.back()->key.generation == active_generation_) {
-    active = list.back().get();
-    const uint64_t clock_before = active->account.refillClockMs();
-    const uint64_t carry_before = active->account.refillCarry();
-    (void)active->account.refill(now_ms);
-    if (active->account.refillClockMs() != clock_before ||
-        active->account.refillCarry() != carry_before) {
-      markChanged(active);  // the refill clock is durable state too
-    }
-  }
-  for (const std::unique_ptr<AccountEntry>& owned : list) {
-    AccountEntry* draining = owned.get();
-    if (draining->key.generation == active_generation_) continue;
-    if (now_ms > draining->account.refillClockMs() || draining->account.refillCarry() != 0) {
-      draining->account.holdRefillClock(now_ms);
-      markChanged(draining);
-    }
-    if (active == nullptr) continue;
-    const Units handed =
-        std::min(draining->account.balances().available, active->account.mintRoom());
-    if (handed > 0) (void)transferAvailable(draining, active, handed);
-    const Units repaid = std::min(draining->account.debt(), active->account.balances().available);
-    if (repaid > 0) (void)transferAvailable(active, draining, repaid);
-  }
+  rebalanceEntries(route_accounts.by_generation, active_generation_, now_ms,
+                   [this](AccountEntry* entry) { markChanged(entry); });
 }
 
 Units AccountBook::debt(const SubjectRoute& subject_route) const {
@@ -371,42 +399,42 @@ AccountCode AccountBook::remint(const AccountKey& source, Units units, uint64_t 
 }
 
 std::vector<AccountView> AccountBook::view(uint64_t now_ms) const {
-  // The index is unordered: sort here so that every audit lists accounts in key order.
-  std::vector<const AccountEntry*> sorted;
-  sorted.reserve(account_count_);
-  for (const auto& [route, route_accounts] : routes_) {
-    for (const std::unique_ptr<AccountEntry>& entry : route_accounts.by_generation) {
-      sorted.push_back(entry.get());
-    }
-  }
-  std::sort(sorted.begin(), sorted.end(), keyLess);
-  // One pass to learn which non-active generations still hold anything.
-  std::set<Generation> holding;
-  for (const AccountEntry* entry : sorted) {
-    const Balances& b = entry->account.balances();
-    if (b.reserved != 0 || b.retired_for_emergency != 0 || entry->account.debt() != 0) {
-      holding.insert(entry->key.generation);
-    }
-  }
+  // As of now_ms: each subject/route's accounts are copied and rebalanced (refill up to now,
+  // draining handovers and debt collection) by the rule admission applies, leaving the book as
+  // it is. Debt that refill has already repaid is not reported. One route's copies at a time.
   std::vector<AccountView> views;
-  views.reserve(sorted.size());
-  for (const AccountEntry* entry_pointer : sorted) {
-    const AccountEntry& entry = *entry_pointer;
-    const AccountKey& key = entry.key;
-    GenerationState state = GenerationState::kActive;
-    if (key.generation != active_generation_) {
-      state =
-          holding.contains(key.generation) ? GenerationState::kDraining : GenerationState::kDrained;
+  views.reserve(account_count_);
+  std::set<Generation> holding;  // non-active generations that still hold anything
+  std::vector<AccountEntry> copies;
+  for (const auto& [route, route_accounts] : routes_) {
+    copies.clear();
+    for (const std::unique_ptr<AccountEntry>& entry : route_accounts.by_generation) {
+      copies.push_back(*entry);
     }
-    views.push_back(AccountView{
-        .key = key,
-        .balances = entry.account.balances(),
-        .debt = entry.account.debt(),
-        .accounting_epoch_ms = accountingEpochStartMs(now_ms, entry.budget.accounting_epoch),
-        .generation_state = state,
-        .conserved = isConserved(entry.account.balances()),
-    });
+    rebalanceEntries(copies, active_generation_, now_ms, [](AccountEntry*) {});
+    for (const AccountEntry& entry : copies) {
+      const Balances& b = entry.account.balances();
+      if (b.reserved != 0 || b.retired_for_emergency != 0 || entry.account.debt() != 0) {
+        holding.insert(entry.key.generation);
+      }
+      views.push_back(AccountView{
+          .key = entry.key,
+          .balances = b,
+          .debt = entry.account.debt(),
+          .accounting_epoch_ms = accountingEpochStartMs(now_ms, entry.budget.accounting_epoch),
+          .conserved = isConserved(b),
+          .overdraft_breaches = entry.account.breaches(),
+      });
+    }
   }
+  for (AccountView& view : views) {
+    if (view.key.generation == active_generation_) continue;
+    view.generation_state = holding.contains(view.key.generation) ? GenerationState::kDraining
+                                                                  : GenerationState::kDrained;
+  }
+  // The index is unordered: sort here so that every audit lists accounts in key order.
+  std::sort(views.begin(), views.end(),
+            [](const AccountView& a, const AccountView& b) { return a.key < b.key; });
   return views;
 }
 

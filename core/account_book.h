@@ -54,16 +54,17 @@ class AccountBook {
   AccountBook(const AccountBook&) = delete;
   AccountBook& operator=(const AccountBook&) = delete;
 
-  // Validates and publishes; the previous active generation starts draining.
-  PolicyReply publish(Policy policy);
-  // Republishes the policy before the active one as a new generation.
-  PolicyReply rollback();
+  // Validates and publishes; the previous active generation starts draining. Every account is
+  // first refilled up to `now_ms` (what the outgoing generation earned is handed over).
+  PolicyReply publish(Policy policy, uint64_t now_ms);
+  // Republishes the policy before the active one as a new generation (refilling first, too).
+  PolicyReply rollback(uint64_t now_ms);
 
   // Rebuilding from the durable record, before serving. Policies first (any order), then
   // accounts. Errors name what is inconsistent; the shell refuses to start on any.
   Status restorePolicy(Policy policy, Generation republished_from);
   Status restoreAccount(const AccountKey& key, const Balances& balances, uint64_t refill_clock_ms,
-                        uint64_t refill_carry);
+                        uint64_t refill_carry, const OverdraftBreaches& breaches = {});
 
   Generation activeGeneration() const { return active_generation_; }
   Generation republishedFrom(Generation generation) const;
@@ -89,6 +90,9 @@ class AccountBook {
   void rebalance(const SubjectRoute& subject_route, uint64_t now_ms);
   void rebalance(std::string_view subject, std::string_view route, uint64_t now_ms);
 
+  // Rebalances every subject/route: each active account refilled up to `now_ms`.
+  void refillAll(uint64_t now_ms);
+
   // Debt summed over every generation of (subject, route).
   Units debt(const SubjectRoute& subject_route) const;
 
@@ -99,7 +103,8 @@ class AccountBook {
   // generation's account, as far as its burst allows. What does not fit stays retired.
   AccountCode remint(const AccountKey& source, Units units, uint64_t now_ms, Units* reminted);
 
-  // Audit of balances only (the Ledger adds the reservation cross-check), sorted by key.
+  // Audit of balances only (the Ledger adds the reservation cross-check), sorted by key, as of
+  // `now_ms`: refill and handovers earned by then are projected onto copies; nothing changes.
   std::vector<AccountView> view(uint64_t now_ms) const;
 
   // Records that `entry`'s balances changed (the Ledger calls it for every balance operation it
@@ -161,8 +166,6 @@ class AccountBook {
                             bool* table_full);
   void rebalance(const RouteAccounts& route_accounts, uint64_t now_ms);
   Units debt(const RouteAccounts& route_accounts) const;
-  // Moves `units` from `from.available` to `to` as one paired entry. Both or neither change.
-  bool transferAvailable(AccountEntry* from, AccountEntry* to, Units units);
 
   std::map<Generation, GenerationEntry> generations_;
   Generation active_generation_ = 0;

@@ -225,12 +225,12 @@ Status Ledger::finishRestore(uint64_t now_ms) {
 
 PolicyReply Ledger::publishPolicy(Policy policy, uint64_t now_ms) {
   advance(now_ms);
-  return accounts_.publish(std::move(policy));
+  return accounts_.publish(std::move(policy), now_ms_);
 }
 
 PolicyReply Ledger::rollbackPolicy(uint64_t now_ms) {
   advance(now_ms);
-  return accounts_.rollback();
+  return accounts_.rollback(now_ms_);
 }
 
 ReservationReply Ledger::reject(const ReserveRequest& request, uint64_t id_hash,
@@ -487,7 +487,8 @@ ShardReply Ledger::writeOffShard(const std::string& shard_id, uint64_t now_ms) {
 
 AuditReport Ledger::audit(uint64_t now_ms) const {
   AuditReport report;
-  report.accounts = accounts_.view(std::max(now_ms, now_ms_));
+  report.as_of_ms = std::max(now_ms, now_ms_);
+  report.accounts = accounts_.view(report.as_of_ms);
   std::map<AccountKey, Units> held;
   reservations_.forEach([&](const Record& record) {
     const Reservation& reservation = record.reservation;

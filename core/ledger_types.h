@@ -98,11 +98,15 @@ struct AccountView {
   uint64_t accounting_epoch_ms = 0;
   GenerationState generation_state = GenerationState::kActive;
   bool conserved = true;
+  OverdraftBreaches overdraft_breaches;  // settles that left debt above max overdraft
 
   bool operator==(const AccountView&) const = default;
 };
 
 struct AuditReport {
+  // Balances are as of this ledger time: refill earned up to it is applied (projected; the
+  // audit changes nothing), not as of each account's last touch.
+  uint64_t as_of_ms = 0;
   std::vector<AccountView> accounts;
   // Every account conserves, no balance is negative, and each account's `reserved` equals the
   // sum of units held by its live reservations.

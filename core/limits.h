@@ -16,9 +16,15 @@ inline constexpr uint64_t kUnitNameBytesMax = 64;
 // Units in any one request: reserved, actual, reported actual, shard size.
 inline constexpr uint64_t kUnitsPerRequestMax = uint64_t{1} << 40;
 
-// Policy values: bounded so that no sequence of operations over centuries overflows 64 bits.
-inline constexpr uint64_t kBurstUnitsMax = uint64_t{1} << 50;
-inline constexpr uint64_t kRefillPerSecondMax = uint64_t{1} << 40;
+// Policy values: bounded so that no sequence of operations over centuries overflows 64 bits
+// (docs/LEDGER.md "Bounds" has the arithmetic). Refill is what accumulates: at the maximum,
+// minted reaches kBalanceUnitsMax / 2 after 2^35 s (~1,089 years).
+inline constexpr uint64_t kBurstUnitsMax = kUnitsPerRequestMax;  // also max_single, max_overdraft
+inline constexpr uint64_t kRefillPerSecondMax = uint64_t{1} << 26;
+// Every balance of an account. Account refuses (kOverflow) an operation whose result would
+// exceed it, and a restore refuses a stored record above it, so the two always agree; bounded
+// inputs reach it only after centuries.
+inline constexpr uint64_t kBalanceUnitsMax = uint64_t{1} << 62;
 inline constexpr uint64_t kHoldTtlMsMax = 7ull * 24 * 3600 * 1000;
 inline constexpr uint64_t kHardExecutionLimitMsMax = 30ull * 24 * 3600 * 1000;
 inline constexpr uint64_t kBudgetsPerPolicyMax = 100'000;

@@ -8,6 +8,10 @@
 namespace tally {
 namespace {
 
+// max_single_reservation and emergency.shard_units are at most burst, so every unit value of a
+// budget is within the request maximum the wire enforces.
+static_assert(limits::kBurstUnitsMax <= limits::kUnitsPerRequestMax);
+
 constexpr uint64_t kHourMs = 3600ull * 1000;
 constexpr uint64_t kDayMs = 24 * kHourMs;
 
@@ -100,7 +104,7 @@ Status validateBudget(const Budget& b) {
       !s.isOk()) {
     return s;
   }
-  if (Status s = checkRange("max_overdraft", b.max_overdraft, 0, limits::kBurstUnitsMax);
+  if (Status s = checkRange("max_overdraft", b.max_overdraft, 0, limits::kUnitsPerRequestMax);
       !s.isOk()) {
     return s;
   }

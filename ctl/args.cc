@@ -531,10 +531,13 @@ JSON fields:
                debtUnits, policyGeneration, accountingEpoch, accountingEpochMs, expiresAt,
                expiresAtMs, origin ("central" or a shard id), message;
                rejections add limitingDimension and retryAfterMs (-1: never under this policy)
-  audit        conservation, accounts[] (subject, route, policyGeneration, generationState,
-               accountingEpoch, accountingEpochMs, debt, opening, minted, overdraftIssued,
-               available, reserved, spent, retiredForEmergency, overdraftRepaid,
-               transferredOut, conserved), violations[]
+  audit        conservation, asOf, asOfMs (the ledger time the balances are as of: refill
+               earned up to it is applied), accounts[] (subject, route, policyGeneration,
+               generationState, accountingEpoch, accountingEpochMs, debt, opening, minted,
+               overdraftIssued, available, reserved, spent, retiredForEmergency,
+               overdraftRepaid, transferredOut, conserved, overdraftBreaches (settles that left
+               debt above max overdraft), overdraftBreachUnits (the debt beyond it, summed)),
+               violations[]
   policy       code, policyGeneration, message (show adds budgets[] with the TOML keys)
   gateway      code, duplicate, message, gateways[] (gatewayId (the name), publicKey (base64),
                enabled, enrolledAt, enrolledAtMs)

@@ -188,7 +188,15 @@ void accountJson(JsonWriter& w, const AccountView& a) {
   w.field("overdraftRepaid", b.overdraft_repaid);
   w.field("transferredOut", b.transferred_out);
   w.field("conserved", a.conserved);
+  w.field("overdraftBreaches", a.overdraft_breaches.count);
+  w.field("overdraftBreachUnits", a.overdraft_breaches.units);
   w.endObject();
+}
+
+std::string breachesHuman(const OverdraftBreaches& breaches) {
+  if (breaches.count == 0) return "";
+  return "  overdraft breaches " + std::to_string(breaches.count) + " (" +
+         std::to_string(breaches.units) + " units beyond max overdraft)";
 }
 
 std::string accountHuman(const AccountView& a) {
@@ -202,7 +210,8 @@ std::string accountHuman(const AccountView& a) {
          std::to_string(b.spent) + " + retiredForEmergency " +
          std::to_string(b.retired_for_emergency) + " + overdraftRepaid " +
          std::to_string(b.overdraft_repaid) + " + transferredOut " +
-         std::to_string(b.transferred_out) + "\n  debt " + std::to_string(a.debt) + "\n";
+         std::to_string(b.transferred_out) + "\n  debt " + std::to_string(a.debt) +
+         breachesHuman(a.overdraft_breaches) + "\n";
 }
 
 }  // namespace
@@ -276,6 +285,7 @@ std::string renderAudit(const AuditReport& report, bool json) {
     JsonWriter w;
     w.beginObject();
     w.field("conservation", conserved);
+    timeField(w, "asOf", report.as_of_ms);
     w.key("accounts").beginArray();
     for (const AccountView& account : report.accounts) accountJson(w, account);
     w.endArray();
@@ -290,7 +300,8 @@ std::string renderAudit(const AuditReport& report, bool json) {
   }
   std::string out = std::string("conservation: ") + (conserved ? "OK" : "FAILED") + " (" +
                     std::to_string(report.accounts.size()) +
-                    (report.accounts.size() == 1 ? " account)\n" : " accounts)\n");
+                    (report.accounts.size() == 1 ? " account)" : " accounts)") +
+                    "  balances as of " + timeText(report.as_of_ms) + " (refill applied)\n";
   for (const AccountView& account : report.accounts) out += accountHuman(account);
   if (!report.shards.empty()) {
     out += std::to_string(report.shards.size()) +

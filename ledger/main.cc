@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/wall_clock.h"
 #include "core/ledger.h"
+#include "ledger/check_commands.h"
 #include "ledger/config.h"
 #include "ledger/metrics.h"
 #include "ledger/restore.h"
@@ -34,6 +35,7 @@ constexpr int kExitOk = 0;
 constexpr int kExitUsage = 2;
 constexpr int kExitStartup = 1;
 constexpr int kExitIoError = 74;  // EX_IOERR: a commit failed; restart rebuilds from disk
+constexpr int kExitBadRecord = kExitCheckBadRecords;  // 65: a stored record cannot be applied
 
 constexpr const char* kUsage =
     "usage: tally-ledger --data-dir DIR [--listen HOST:PORT] [--config FILE]\n"
@@ -41,6 +43,7 @@ constexpr const char* kUsage =
     "                    [--ready-fd FD]"
     "                    [--signing-key-file PATH]\n"
     "       tally-ledger --data-dir DIR [--signing-key-file PATH] identity [--json]\n"
+    "       tally-ledger --data-dir DIR check | repair\n"
     "       tally-ledger --version | --help\n"
     "\n"
     "The central capacity ledger. Keeps accounts and reservations in memory with SQLite\n"
@@ -57,11 +60,19 @@ constexpr const char* kUsage =
     "\"keyId HEX16\" and \"publicKey BASE64\" lines, or with --json as\n"
     "{\"keyId\":\"HEX16\",\"publicKey\":\"BASE64\"}; agents trust the public key\n"
     "(--ledger-public-key). Exit 0.\n"
-    "Exit: 0 after SIGTERM/SIGINT drain, 1 startup failure, 2 usage, 74 storage failure.\n";
+    "check: list every stored record the ledger cannot apply (table, key, field, value, why),\n"
+    "without starting; exit 0 if there is none, 65 otherwise. Run it with the ledger stopped.\n"
+    "repair: quarantine what check lists, with a correcting entry that keeps every account's\n"
+    "equation, each appended to DIR/quarantine.jsonl (docs/RUNBOOK.md); exit 0 once the store\n"
+    "restores cleanly, 65 if something cannot be repaired (nothing is written then).\n"
+    "Exit: 0 after SIGTERM/SIGINT drain, 1 startup failure, 2 usage, 65 a stored record cannot\n"
+    "be applied (see check), 74 storage failure.\n";
 
 struct Command {
   bool identity = false;  // `identity`: print the signing key and exit
   bool json = false;
+  bool check = false;   // `check`: list the records a restore cannot apply, and exit
+  bool repair = false;  // `repair`: quarantine them, and exit
 };
 
 // Returns kExitOk to continue, or an exit code.
@@ -97,6 +108,10 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
       config->signing_key_file = v;
     } else if (arg == "identity") {
       command->identity = true;
+    } else if (arg == "check") {
+      command->check = true;
+    } else if (arg == "repair") {
+      command->repair = true;
     } else if (arg == "--json" && command->identity) {
       command->json = true;
     } else if (arg == "--ready-fd") {
@@ -225,11 +240,25 @@ int run(const LedgerConfig& config) {
 
   Ledger ledger(LedgerOptions{.retention_ms = config.retention_ms});
   ledger.setShardCrypto(&crypto);
-  Result<RestoreSummary> restored = restoreLedger(store.get(), &ledger, wallClockMs());
+  std::vector<BadRecord> bad_records;
+  Result<RestoreSummary> restored =
+      restoreLedger(store.get(), &ledger, wallClockMs(), &bad_records);
   if (!restored.isOk()) {
-    logger.error("restore_failed",
-                 {{"data_dir", config.data_dir}, {"error", restored.status().toString()}});
-    return kExitStartup;
+    for (const BadRecord& bad : bad_records) {
+      logger.error("bad_record", {{"table", bad.table},
+                                  {"key", bad.key},
+                                  {"field", bad.field},
+                                  {"value", bad.value},
+                                  {"why", bad.why}});
+    }
+    logger.error(
+        "restore_failed",
+        {{"data_dir", config.data_dir},
+         {"error", restored.status().toString()},
+         {"hint", bad_records.empty() ? std::string()
+                                      : "tally-ledger --data-dir " + config.data_dir +
+                                            " check lists them; docs/RUNBOOK.md has the way out"}});
+    return bad_records.empty() ? kExitStartup : kExitBadRecord;
   }
   const RestoreSummary& summary = restored.value();
   logger.info("restored", {{"data_dir", config.data_dir},
@@ -338,5 +367,7 @@ int main(int argc, char** argv) {
   if (parsed == -1) return 0;
   if (parsed != 0) return parsed;
   if (command.identity) return tally::ledger::printIdentity(config, command.json);
+  if (command.check) return tally::ledger::runCheck(config.data_dir, tally::wallClockMs());
+  if (command.repair) return tally::ledger::runRepair(config.data_dir, tally::wallClockMs());
   return tally::ledger::run(config);
 }

@@ -5,10 +5,26 @@
 
 namespace tally::ledger {
 
-Result<RestoreSummary> restoreLedger(Store* store, Ledger* ledger, uint64_t wall_now_ms) {
+Result<RestoreSummary> restoreLedger(Store* store, Ledger* ledger, uint64_t wall_now_ms,
+                                     std::vector<BadRecord>* bad_records) {
   Result<StoreContents> loaded = store->load();
   if (!loaded.isOk()) return loaded.status();
-  StoreContents contents = std::move(loaded).value();
+  return restoreLedger(std::move(loaded).value(), ledger, wall_now_ms, bad_records);
+}
+
+Result<RestoreSummary> restoreLedger(StoreContents contents, Ledger* ledger, uint64_t wall_now_ms,
+                                     std::vector<BadRecord>* bad_records) {
+  // Checked before anything is applied: a record no bounded request can produce would reach
+  // an invariant of the core (an assertion) later, on every restart.
+  std::vector<BadRecord> bad = findBadRecords(contents);
+  if (!bad.empty()) {
+    const std::string first = describe(bad.front());
+    const size_t count = bad.size();
+    if (bad_records != nullptr) *bad_records = std::move(bad);
+    return Status::corruption(std::to_string(count) +
+                              (count == 1 ? " stored record" : " stored records") +
+                              " cannot be applied; first: " + first);
+  }
   RestoreSummary summary;
   for (PolicyRecord& record : contents.policies) {
     if (Status s =
@@ -19,8 +35,9 @@ Result<RestoreSummary> restoreLedger(Store* store, Ledger* ledger, uint64_t wall
     ++summary.policies;
   }
   for (const AccountRecord& record : contents.accounts) {
-    if (Status s = ledger->accounts().restoreAccount(record.key, record.balances,
-                                                     record.refill_clock_ms, record.refill_carry);
+    if (Status s =
+            ledger->accounts().restoreAccount(record.key, record.balances, record.refill_clock_ms,
+                                              record.refill_carry, record.breaches);
         !s.isOk()) {
       return s;
     }

@@ -1,9 +1,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/ledger.h"
 #include "core/status.h"
+#include "ledger/restore_check.h"
 #include "ledger/store.h"
 
 // Rebuilds a fresh core Ledger from the durable record: policies, then accounts, then
@@ -21,6 +23,13 @@ struct RestoreSummary {
   uint64_t ledger_clock_ms = 0;  // max(persisted high-water mark, now)
 };
 
-Result<RestoreSummary> restoreLedger(Store* store, Ledger* ledger, uint64_t wall_now_ms);
+// Refuses (kCorruption) a store holding any record findBadRecords() names, before applying
+// anything, and lists them in `*bad_records` when given: the shell names each and exits with
+// its own code, and `tally-ledger check` / `repair` take it from there.
+Result<RestoreSummary> restoreLedger(Store* store, Ledger* ledger, uint64_t wall_now_ms,
+                                     std::vector<BadRecord>* bad_records = nullptr);
+// The same from contents already loaded (check and repair try a restore without committing).
+Result<RestoreSummary> restoreLedger(StoreContents contents, Ledger* ledger, uint64_t wall_now_ms,
+                                     std::vector<BadRecord>* bad_records = nullptr);
 
 }  // namespace tally::ledger

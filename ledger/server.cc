@@ -45,6 +45,21 @@ wire::ErrorReply internalError(std::string message) {
   return {.code = wire::ErrorCode::kInternal, .message = std::move(message)};
 }
 
+// A settle (or late receipt) that left debt above max overdraft: logged once, when applied.
+ReservationReply loggedBreach(ReservationReply reply, Logger* logger) {
+  const Reservation& r = reply.receipt;
+  if (reply.code == ReplyCode::kOk && !reply.duplicate && r.overdraft_breach) {
+    logger->warn("overdraft_breach", {{"reservation", r.reservation_id},
+                                      {"subject", r.subject},
+                                      {"route", r.route},
+                                      {"generation", r.policy_generation},
+                                      {"reserved_units", r.reserved_units},
+                                      {"actual_units", r.actual_units},
+                                      {"debt_units", r.debt_units}});
+  }
+  return reply;
+}
+
 }  // namespace
 
 Server::Server(uv_loop_t* loop, Ledger* ledger, Store* store, LedgerClock* clock, Logger* logger,
@@ -206,13 +221,13 @@ wire::ResponseBody Server::dispatch(const wire::RequestBody& body, uint64_t now_
         } else if constexpr (std::is_same_v<T, StartRequest>) {
           return ledger_->start(request, now_ms);
         } else if constexpr (std::is_same_v<T, SettleRequest>) {
-          return ledger_->settle(request, now_ms);
+          return loggedBreach(ledger_->settle(request, now_ms), logger_);
         } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
           return ledger_->release(request, now_ms);
         } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
           return ledger_->markUnknown(request, now_ms);
         } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
-          return ledger_->reportOperation(request, now_ms);
+          return loggedBreach(ledger_->reportOperation(request, now_ms), logger_);
         } else if constexpr (std::is_same_v<T, QueryRequest>) {
           return ledger_->query(request);
         } else if constexpr (std::is_same_v<T, wire::AuditRequest>) {

@@ -41,6 +41,7 @@ struct AccountRecord {
   Balances balances;
   uint64_t refill_clock_ms = 0;
   uint64_t refill_carry = 0;
+  OverdraftBreaches breaches;
 
   bool operator==(const AccountRecord&) const = default;
 };

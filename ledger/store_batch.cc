@@ -20,7 +20,8 @@ StoreBatch storeBatchOf(const Ledger& ledger, LedgerChangedRows* rows, uint64_t 
     batch.accounts.push_back(AccountRecord{.key = entry->key,
                                            .balances = entry->account.balances(),
                                            .refill_clock_ms = entry->account.refillClockMs(),
-                                           .refill_carry = entry->account.refillCarry()});
+                                           .refill_carry = entry->account.refillCarry(),
+                                           .breaches = entry->account.breaches()});
   }
   batch.reservations.reserve(rows->reservations_upserted.size());
   for (const Reservation* reservation : rows->reservations_upserted) {

@@ -125,6 +125,8 @@ void buildAccount(const AccountRecord& record, schema::AccountRecordV1::Builder 
   builder.setTransferredOut(b.transferred_out);
   builder.setRefillClockMs(record.refill_clock_ms);
   builder.setRefillCarry(record.refill_carry);
+  builder.setOverdraftBreaches(record.breaches.count);
+  builder.setOverdraftBreachUnits(record.breaches.units);
 }
 
 void buildReservation(const Reservation& reservation,
@@ -215,6 +217,8 @@ Result<AccountRecord> readAccount(schema::AccountRecordV1::Reader reader) {
   b.transferred_out = reader.getTransferredOut();
   record.refill_clock_ms = reader.getRefillClockMs();
   record.refill_carry = reader.getRefillCarry();
+  record.breaches = {.count = reader.getOverdraftBreaches(),
+                     .units = reader.getOverdraftBreachUnits()};
   return record;
 }
 

@@ -210,6 +210,8 @@ struct AccountAudit {
   overdraftRepaid @13 :UInt64;
   transferredOut @14 :UInt64;
   conserved @15 :Bool;
+  overdraftBreaches @16 :UInt64;     # settles that left debt above the budget's max overdraft
+  overdraftBreachUnits @17 :UInt64;  # the debt beyond max overdraft, summed over those settles
 }
 
 enum ShardState {
@@ -252,6 +254,7 @@ struct AuditReply {
   conserved @1 :Bool;
   violations @2 :List(Text);       # human-readable, empty when conserved
   shards @3 :List(ShardAudit);
+  asOfMs @4 :UInt64;               # ledger time the balances are as of (refill applied up to it)
 }
 
 struct HealthReply {

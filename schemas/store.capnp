@@ -40,6 +40,8 @@ struct AccountRecordV1 {
   transferredOut @11 :UInt64;
   refillClockMs @12 :UInt64;
   refillCarry @13 :UInt64;
+  overdraftBreaches @14 :UInt64;     # core OverdraftBreaches: settles that left debt above
+  overdraftBreachUnits @15 :UInt64;  # max overdraft, and the debt beyond it summed over them
 }
 
 struct ReservationRecordV1 {

@@ -8,6 +8,7 @@
 #include <capnp/blob.h>
 #include <kj/exception.h>
 
+#include "core/limits.h"
 #include "core/status.h"
 #include "wire/enum_mapping.h"
 
@@ -70,6 +71,28 @@ Status readEnum(Wire value, const char* field, Core* out) {
   }
   *out = *core;
   return Status::ok();
+}
+
+// A unit count from outside (core/limits.h kUnitsPerRequestMax unless the caller names another
+// bound): a value above it is refused, so balances built from it stay far from 2^64.
+inline Status readUnits(uint64_t value, const char* field, uint64_t* out,
+                        uint64_t units_max = limits::kUnitsPerRequestMax) {
+  if (value > units_max) {
+    return Status::invalidArgument(std::string(field) + ": " + std::to_string(value) +
+                                   " units, at most " + std::to_string(units_max) + " allowed");
+  }
+  *out = value;
+  return Status::ok();
+}
+
+// The unit counts of a receipt received from a peer, each within the request maximum.
+template <typename Receipt>
+Status checkReceiptUnits(const Receipt& receipt) {
+  uint64_t ignored = 0;
+  TALLY_WIRE_RETURN_IF_ERROR(readUnits(receipt.reserved_units, "reservedUnits", &ignored));
+  TALLY_WIRE_RETURN_IF_ERROR(readUnits(receipt.actual_units, "actualUnits", &ignored));
+  TALLY_WIRE_RETURN_IF_ERROR(readUnits(receipt.refunded_units, "refundedUnits", &ignored));
+  return readUnits(receipt.debt_units, "debtUnits", &ignored);
 }
 
 inline Status checkListSize(uint64_t size, uint64_t size_max, const char* field) {

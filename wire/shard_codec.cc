@@ -12,10 +12,12 @@ namespace {
 
 using field::catchDecodeErrors;
 using field::checkListSize;
+using field::checkReceiptUnits;
 using field::dataOf;
 using field::readBytes;
 using field::readEnum;
 using field::readText;
+using field::readUnits;
 using field::textOf;
 using field::withContext;
 
@@ -52,7 +54,8 @@ Status readGrant(schema::EmergencyShardV1::Reader reader, SignatureRule rule, Sh
       readGatewayName(reader.getGatewayName(), "gatewayName", &out->gateway_name));
   out->gateway_boot_epoch = reader.getGatewayBootEpoch();
   out->fence = reader.getFence();
-  out->allocated_units = reader.getAllocatedUnits();
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readUnits(reader.getAllocatedUnits(), "allocatedUnits", &out->allocated_units));
   out->issued_at_ms = reader.getIssuedAtMs();
   out->expires_at_ms = reader.getExpiresAtMs();
   TALLY_WIRE_RETURN_IF_ERROR(
@@ -84,11 +87,17 @@ Result<ShardReport> readReport(schema::ShardReportV1::Reader reader) {
     return withContext(status, "shard");
   }
   out.balances.allocated = out.shard.allocated_units;
-  out.balances.local_available = reader.getLocalAvailable();
-  out.balances.local_reserved = reader.getLocalReserved();
-  out.balances.local_spent = reader.getLocalSpent();
-  out.balances.local_retired = reader.getLocalRetired();
-  out.balances.overspent = reader.getOverspentUnits();
+  ShardBalances& balances = out.balances;
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readUnits(reader.getLocalAvailable(), "localAvailable", &balances.local_available));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readUnits(reader.getLocalReserved(), "localReserved", &balances.local_reserved));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readUnits(reader.getLocalSpent(), "localSpent", &balances.local_spent));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readUnits(reader.getLocalRetired(), "localRetired", &balances.local_retired));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readUnits(reader.getOverspentUnits(), "overspentUnits", &balances.overspent));
   auto receipts = reader.getReceipts();
   // Checked before anything of the list is converted.
   TALLY_WIRE_RETURN_IF_ERROR(
@@ -98,6 +107,9 @@ Result<ShardReport> readReport(schema::ShardReportV1::Reader reader) {
     Result<Reservation> receipt = toCore(receipts[i]);
     if (!receipt.isOk())
       return withContext(receipt.status(), "receipts[" + std::to_string(i) + "]");
+    if (Status status = checkReceiptUnits(receipt.value()); !status.isOk()) {
+      return withContext(status, "receipts[" + std::to_string(i) + "]");
+    }
     out.receipts.push_back(std::move(receipt).value());
   }
   out.gateway_boot_epoch = reader.getGatewayBootEpoch();

@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <ostream>
 #include <sstream>
+#include <vector>
+
+#include "core/limits.h"
 
 namespace tally {
 
@@ -811,6 +814,46 @@ TEST(AccountOverflowTest, HugeElapsedTimeAndRateDoNotWrap) {
   EXPECT_EQ(outcome.minted, uint64_t{1} << 50);
   EXPECT_EQ(account.balances().available, uint64_t{1} << 50);
   EXPECT_TRUE(conserved(account));
+}
+
+// The balance bound, far below 2^64: an operation whose result would pass it is refused like an
+// overflow, so the ledger never writes a record that its restore (which refuses balances above
+// the bound) would not apply.
+TEST(AccountOverflowTest, ResultsAboveTheBalanceBoundAreRefusedAndChangeNothing) {
+  const Units bound = limits::kBalanceUnitsMax;
+  Account account = restored(kBucket, {.opening = bound, .reserved = 100, .spent = bound - 100});
+  const Balances before = account.balances();
+  EXPECT_EQ(account.settle(100, 101, kMaxOverdraft).code, AccountCode::kOverflow);
+  EXPECT_EQ(account.balances(), before);
+  const SettleOutcome at_bound = account.settle(100, 100, kMaxOverdraft);
+  EXPECT_EQ(at_bound.code, AccountCode::kOk);  // spent exactly at the bound is fine
+  EXPECT_EQ(account.balances().spent, bound);
+  EXPECT_TRUE(conserved(account));
+}
+
+TEST(AccountBoundsTest, BalancesAboveTheBoundAreNamed) {
+  EXPECT_TRUE(balancesAboveBound({.opening = limits::kBalanceUnitsMax}).empty());
+  const std::vector<BalanceField> above =
+      balancesAboveBound({.overdraft_issued = kMax - 900, .spent = kMax});
+  ASSERT_EQ(above.size(), 2u);
+  EXPECT_STREQ(above[0].name, "overdraftIssued");
+  EXPECT_EQ(above[0].value, kMax - 900);
+  EXPECT_STREQ(above[1].name, "spent");
+  EXPECT_EQ(above[1].value, kMax);
+}
+
+TEST(AccountBreachTest, EveryBreachingSettleIsCountedWithTheDebtBeyondTheMaximum) {
+  Account account = Account::open(kBucket, 1000, 0);
+  ASSERT_EQ(account.reserve(500, kMaxSingle), AccountCode::kOk);
+  ASSERT_EQ(account.reserve(500, kMaxSingle), AccountCode::kOk);
+  // Debt 400 ≤ 500: no breach. Then 400 + 300 = 700: a breach by 200.
+  EXPECT_FALSE(account.settle(500, 900, kMaxOverdraft).overdraft_breach);
+  EXPECT_EQ(account.breaches(), OverdraftBreaches{});
+  EXPECT_TRUE(account.settle(500, 800, kMaxOverdraft).overdraft_breach);
+  EXPECT_EQ(account.breaches(), (OverdraftBreaches{.count = 1, .units = 200}));
+  // A late receipt charging 50 more: debt 750, a breach by 250.
+  EXPECT_TRUE(account.chargeExtra(50, kMaxOverdraft).overdraft_breach);
+  EXPECT_EQ(account.breaches(), (OverdraftBreaches{.count = 2, .units = 450}));
 }
 
 TEST(AccountCodeTest, Names) {

@@ -3,7 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/limits.h"
 
@@ -107,6 +110,46 @@ TEST(ValidateBudgetTest, RefillAboveLimit) {
   expectRefusedNaming(b, "refill_per_second");
   b.refill_per_second = 0;  // a budget that never refills is allowed
   EXPECT_TRUE(validateBudget(b).isOk());
+}
+
+// Every unit value of a budget is bounded by the request maximum (and refill by its own), the
+// maximum itself accepted and one more refused naming the key.
+TEST(ValidateBudgetTest, UnitValuesAtTheirMaximumAreAcceptedAndOneMoreRefused) {
+  const Units max = limits::kUnitsPerRequestMax;
+  Budget b = validBudget();
+  b.burst = max;
+  b.max_single_reservation = max;
+  b.max_overdraft = max;
+  b.refill_per_second = limits::kRefillPerSecondMax;
+  b.emergency = {.enabled = true, .shard_units = max, .shard_ttl_ms = 60'000};
+  EXPECT_TRUE(validateBudget(b).isOk()) << validateBudget(b).toString();
+  const std::vector<std::pair<std::string, std::function<void(Budget*)>>> over = {
+      {"burst", [&](Budget* x) { x->burst = max + 1; }},
+      {"max_single_reservation", [&](Budget* x) { x->max_single_reservation = max + 1; }},
+      {"max_overdraft", [&](Budget* x) { x->max_overdraft = max + 1; }},
+      {"refill_per_second",
+       [&](Budget* x) { x->refill_per_second = limits::kRefillPerSecondMax + 1; }},
+      {"emergency.shard_units", [&](Budget* x) { x->emergency.shard_units = max + 1; }},
+  };
+  for (const auto& [key, set] : over) {
+    Budget refused = b;
+    set(&refused);
+    expectRefusedNaming(refused, key);
+  }
+}
+
+// docs/LEDGER.md "Bounds": at the maximum refill, minted stays below half the balance bound for
+// a thousand years (the old 2^40/s reached 2^64 in ~194 days), and the balance bound leaves
+// room for a whole request on top of any balance.
+TEST(ValidateBudgetTest, RefillMaximumKeepsMintedFarFromTwoToThe64ForCenturies) {
+  constexpr unsigned __int128 kThousandYearsS = 1000ull * 36525 * 24 * 3600 / 100;
+  static_assert(kThousandYearsS * limits::kRefillPerSecondMax < limits::kBalanceUnitsMax / 2);
+  using u128 = unsigned __int128;
+  static_assert(u128{limits::kBalanceUnitsMax} * 4 == u128{1} << 64);  // sums of balances fit
+  static_assert(limits::kBurstUnitsMax <= limits::kUnitsPerRequestMax);
+  EXPECT_GT(static_cast<double>(limits::kBalanceUnitsMax / 2) / limits::kRefillPerSecondMax /
+                (3600.0 * 24 * 365.25),
+            1000.0);  // ~1,089 years
 }
 
 TEST(ValidateBudgetTest, MaxSingleReservationZeroOrAboveBurst) {

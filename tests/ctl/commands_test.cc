@@ -309,6 +309,26 @@ TEST(CommandsTest, AuditJson) {
   EXPECT_CONTAINS(out.out, "conservation: FAILED");
 }
 
+// Issue 9: the audit says which time its balances are as of, and shows overdraft breaches per
+// account, in JSON and in text.
+TEST(CommandsTest, AuditShowsItsTimeAndOverdraftBreaches) {
+  AuditReport report = sampleAudit(true);
+  report.as_of_ms = 1784469603200;
+  report.accounts[0].overdraft_breaches = {.count = 2, .units = 800};
+  FakePeer peer;
+  peer.answer = wire::Response{.request_id = 1, .body = report};
+  CommandOutput out = run(peer, {"--json", "audit"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  for (const char* field : {R"("asOf":"2026-07-19T14:00:03.200Z")", R"("asOfMs":1784469603200)",
+                            R"("overdraftBreaches":2)", R"("overdraftBreachUnits":800)"}) {
+    EXPECT_CONTAINS(out.out, field);
+  }
+  out = run(peer, {"audit"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  EXPECT_CONTAINS(out.out, "balances as of 2026-07-19T14:00:03.200Z (refill applied)");
+  EXPECT_CONTAINS(out.out, "overdraft breaches 2 (800 units beyond max overdraft)");
+}
+
 TEST(CommandsTest, AuditFailsOnAnyAccount) {
   AuditReport report = sampleAudit(true);
   report.accounts[0].conserved = false;  // the report-level flag alone must not hide it

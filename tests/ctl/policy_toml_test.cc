@@ -247,7 +247,10 @@ TEST(PolicyTomlTest, ImpossibleValuesAreNamed) {
   const std::pair<Doc, const char*> cases[] = {
       {Doc().set("max_single_reservation", "2000"), "max_single_reservation"},
       {Doc().set("burst", "0"), "burst"},
-      {Doc().set("burst", "1125899906842625"), "burst"},  // 2^50 + 1
+      {Doc().set("burst", "1125899906842625"), "burst"},                  // 2^50 + 1
+      {Doc().set("burst", "1099511627777"), "burst"},                     // 2^40 + 1
+      {Doc().set("refill_per_second", "67108865"), "refill_per_second"},  // 2^26 + 1
+      {Doc().set("max_overdraft", "1099511627777"), "max_overdraft"},
       {Doc().set("hold_ttl_ms", "0"), "hold_ttl_ms"},
       {Doc().set("hard_execution_limit_ms", "0"), "hard_execution_limit_ms"},
       {Doc().set("weight", "0"), "weight"},

@@ -3,6 +3,7 @@
 
 #include "ledger/restore.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include "core/ledger.h"
+#include "core/limits.h"
+#include "ledger/restore_check.h"
 #include "ledger/sqlite_store.h"
 #include "ledger/store_batch.h"
 #include "tests/core/shard_fake_crypto.h"
@@ -156,6 +159,201 @@ TEST_F(RestoreShardsTest, RestartRebuildsTheExactRegistry) {
   EXPECT_EQ(restored.tick(kT0 + kTtlMs).shards_reminted, 1u);
   EXPECT_EQ(restored.shards().find(grant.shard_id)->reminted_units, 50u);
   EXPECT_TRUE(restored.audit(kT0 + kTtlMs).conserved);
+}
+
+// --- A record the ledger cannot apply (issue 9, defect 1) -------------------------------------
+//
+// What the ledger wrote before units were bounded: a settle of 2^64 - 1 units on "q" (SETTLED_
+// WITH_DEBT, an absurd debt) in the account that also holds "p", USAGE_UNKNOWN, whose close at
+// the hard limit then overflowed `spent` and aborted the ledger on every restart.
+
+constexpr uint64_t kHuge = UINT64_MAX;
+constexpr Units kOpening = 1000;
+const AccountKey kPoisonedKey{"tenant-7", "/v1/chat", 1};
+
+Budget poisonBudget() {
+  return Budget{.subject_pattern = "tenant-7",
+                .route = "/v1/chat",
+                .unit = "tokens",
+                .refill_per_second = 0,
+                .burst = kOpening,
+                .max_single_reservation = kOpening,
+                .hold_ttl_ms = 30'000,
+                .hard_execution_limit_ms = 60'000,
+                .max_overdraft = 500};
+}
+
+Reservation storedReservation(const std::string& id, ReservationState state) {
+  Reservation r;
+  r.reservation_id = id;
+  r.request_digest.fill(7);
+  r.subject = kPoisonedKey.subject;
+  r.route = kPoisonedKey.route;
+  r.policy_generation = 1;
+  r.reserved_units = 100;
+  r.operation_id = "op-" + id;
+  r.created_at_ms = kT0;
+  r.expires_at_ms = kT0 + 30'000;
+  r.started_at_ms = kT0 + 10;
+  r.state = state;
+  return r;
+}
+
+// The batch as the old ledger committed it; `poisoned` false: the same history with q settled
+// at 100 (a healthy store, to show that only the poison is refused).
+StoreBatch historyBatch(bool poisoned) {
+  Reservation q = storedReservation("q", ReservationState::kSettled);
+  q.actual_units = 100;
+  q.closed_at_ms = kT0 + 20;
+  // opening 1000 = available 800 + reserved 100 (p) + spent 100 (q).
+  Balances balances{.opening = kOpening, .available = 800, .reserved = 100, .spent = 100};
+  if (poisoned) {
+    q.state = ReservationState::kSettledWithDebt;
+    q.actual_units = kHuge;
+    q.debt_units = kHuge - 100 - 800;
+    balances.available = 0;
+    balances.spent = kHuge;
+    balances.overdraft_issued = kHuge - 100 - 800;
+  }
+  EXPECT_TRUE(isConserved(balances));  // the poison conserves: only the bounds catch it
+  StoreBatch batch;
+  batch.ledger_clock_ms = kT0 + 20;
+  batch.policies.push_back({.policy = Policy{.generation = 1, .budgets = {poisonBudget()}}});
+  batch.accounts.push_back({.key = kPoisonedKey, .balances = balances, .refill_clock_ms = kT0});
+  batch.reservations = {storedReservation("p", ReservationState::kUsageUnknown), q};
+  return batch;
+}
+
+class RestorePoisonTest : public RestoreShardsTest {
+ protected:
+  void write(bool poisoned) { ASSERT_TRUE(store_->commit(historyBatch(poisoned)).isOk()); }
+  StoreContents contents() {
+    Result<StoreContents> loaded = store_->load();
+    EXPECT_TRUE(loaded.isOk()) << loaded.status().toString();
+    return loaded.isOk() ? std::move(loaded).value() : StoreContents{};
+  }
+};
+
+bool names(const std::vector<BadRecord>& records, const std::string& table, const std::string& key,
+           const std::string& field, const std::string& value) {
+  return std::any_of(records.begin(), records.end(), [&](const BadRecord& r) {
+    return r.table == table && r.key == key && r.field == field && r.value == value;
+  });
+}
+
+TEST_F(RestorePoisonTest, AHealthyHistoryRestoresWithItsBreachCounters) {
+  StoreBatch batch = historyBatch(/*poisoned=*/false);
+  batch.accounts[0].breaches = {.count = 3, .units = 170};
+  ASSERT_TRUE(store_->commit(batch).isOk());
+  EXPECT_TRUE(findBadRecords(contents()).empty());
+  Ledger restored;
+  Result<RestoreSummary> summary = restoreLedger(store_.get(), &restored, kT0 + 30);
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  EXPECT_EQ(summary.value().reservations, 2u);
+  const AuditReport audit = restored.audit(kT0 + 30);
+  ASSERT_EQ(audit.accounts.size(), 1u);
+  EXPECT_EQ(audit.accounts[0].overdraft_breaches, (OverdraftBreaches{.count = 3, .units = 170}));
+}
+
+TEST_F(RestorePoisonTest, RestoreRefusesAPoisonedRecordNamingIt) {
+  write(/*poisoned=*/true);
+  Ledger restored;
+  std::vector<BadRecord> bad;
+  Result<RestoreSummary> summary = restoreLedger(store_.get(), &restored, kT0 + 30, &bad);
+  ASSERT_FALSE(summary.isOk());
+  EXPECT_EQ(summary.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(summary.status().message().find("4 stored records cannot be applied"),
+            std::string::npos)
+      << summary.status().toString();
+  const std::string huge = std::to_string(kHuge);
+  EXPECT_TRUE(names(bad, "accounts", "tenant-7 /v1/chat @1", "spent", huge));
+  EXPECT_TRUE(names(bad, "accounts", "tenant-7 /v1/chat @1", "overdraftIssued",
+                    std::to_string(kHuge - 900)));
+  EXPECT_TRUE(names(bad, "reservations", "q", "actualUnits", huge));
+  EXPECT_TRUE(names(bad, "reservations", "q", "debtUnits", std::to_string(kHuge - 900)));
+  EXPECT_EQ(bad.size(), 4u);
+  EXPECT_EQ(describe(bad.front()),
+            "accounts tenant-7 /v1/chat @1: overdraftIssued = " + std::to_string(kHuge - 900) +
+                ": above the balance bound 4611686018427387904");
+  // `check` lists the same records.
+  EXPECT_EQ(findBadRecords(contents()), bad);
+}
+
+TEST_F(RestorePoisonTest, RepairQuarantinesThePoisonAndTheLedgerStartsAndAuditsClean) {
+  write(/*poisoned=*/true);
+  const RepairPlan plan = planRepair(contents());
+  ASSERT_TRUE(plan.unrepairable.empty()) << describe(plan.unrepairable.front());
+  ASSERT_EQ(plan.corrections.size(), 4u);
+  EXPECT_EQ(plan.batch.deleted_reservations, std::vector<std::string>{"q"});
+  ASSERT_EQ(plan.batch.accounts.size(), 1u);
+  // Rebased: nothing available (it was 0), p's 100 still reserved, opening their sum; the
+  // absurd spent and debt stay only in the quarantine log.
+  const Balances expected{.opening = 100, .reserved = 100};
+  EXPECT_EQ(plan.batch.accounts[0].balances, expected);
+  for (const Correction& c : plan.corrections) {
+    const std::string line = quarantineLine(c, kT0 + 40);
+    EXPECT_EQ(line.front(), '{');
+    EXPECT_EQ(line.back(), '\n');
+    EXPECT_NE(line.find("\"table\":\"" + c.record.table + "\""), std::string::npos) << line;
+  }
+  ASSERT_TRUE(store_->commit(plan.batch).isOk());
+  EXPECT_TRUE(findBadRecords(contents()).empty());
+  EXPECT_TRUE(planRepair(contents()).corrections.empty());  // a second repair finds nothing
+
+  Ledger restored;
+  Result<RestoreSummary> summary = restoreLedger(store_.get(), &restored, kT0 + 40);
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  EXPECT_EQ(summary.value().reservations, 1u);
+  EXPECT_TRUE(restored.audit(kT0 + 40).conserved);
+  // The tick that used to abort: p reaches its hard limit and closes as fully consumed.
+  EXPECT_EQ(restored.tick(kT0 + 10 + 60'000).closed_by_hard_limit, 1u);
+  const AuditReport after = restored.audit(kT0 + 10 + 60'000);
+  EXPECT_TRUE(after.conserved);
+  ASSERT_EQ(after.accounts.size(), 1u);
+  EXPECT_EQ(after.accounts[0].balances.spent, 100u);
+  EXPECT_EQ(after.accounts[0].debt, 0u);
+}
+
+TEST_F(RestorePoisonTest, AHealthyAccountGivesAQuarantinedLiveReservationsUnitsToSpent) {
+  StoreBatch batch = historyBatch(/*poisoned=*/false);
+  batch.reservations[0].reserved_units = limits::kUnitsPerRequestMax + 1;  // p, USAGE_UNKNOWN
+  batch.accounts[0].balances.reserved = limits::kUnitsPerRequestMax + 1;
+  batch.accounts[0].balances.opening = limits::kUnitsPerRequestMax + 1 + 900;
+  ASSERT_TRUE(store_->commit(batch).isOk());
+  const std::vector<BadRecord> bad = findBadRecords(contents());
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_TRUE(names(bad, "reservations", "p", "reservedUnits",
+                    std::to_string(limits::kUnitsPerRequestMax + 1)));
+  const RepairPlan plan = planRepair(contents());
+  ASSERT_TRUE(plan.unrepairable.empty());
+  ASSERT_EQ(plan.batch.accounts.size(), 1u);
+  const Balances& fixed = plan.batch.accounts[0].balances;
+  EXPECT_EQ(fixed.reserved, 0u);
+  EXPECT_EQ(fixed.spent, 100 + limits::kUnitsPerRequestMax + 1);
+  EXPECT_EQ(fixed.available, 800u);
+  EXPECT_TRUE(isConserved(fixed));
+  ASSERT_TRUE(store_->commit(plan.batch).isOk());
+  Ledger restored;
+  Result<RestoreSummary> summary = restoreLedger(store_.get(), &restored, kT0 + 40);
+  ASSERT_TRUE(summary.isOk()) << summary.status().toString();
+  EXPECT_TRUE(restored.audit(kT0 + 40).conserved);
+}
+
+TEST_F(RestorePoisonTest, APolicyAboveTodaysMaximaIsNamedAndClampedByRepair) {
+  StoreBatch batch = historyBatch(/*poisoned=*/false);
+  batch.policies[0].policy.budgets[0].refill_per_second = uint64_t{1} << 40;  // valid before
+  ASSERT_TRUE(store_->commit(batch).isOk());
+  const std::vector<BadRecord> bad = findBadRecords(contents());
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_TRUE(names(bad, "policies", "generation 1", "budgets[0].refill_per_second",
+                    std::to_string(uint64_t{1} << 40)));
+  const RepairPlan plan = planRepair(contents());
+  ASSERT_EQ(plan.batch.policies.size(), 1u);
+  EXPECT_EQ(plan.batch.policies[0].policy.budgets[0].refill_per_second,
+            limits::kRefillPerSecondMax);
+  ASSERT_TRUE(store_->commit(plan.batch).isOk());
+  Ledger restored;
+  ASSERT_TRUE(restoreLedger(store_.get(), &restored, kT0 + 40).isOk());
 }
 
 }  // namespace

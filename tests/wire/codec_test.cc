@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include <capnp/schema.h>
@@ -100,11 +101,13 @@ AuditReport sampleAudit() {
   view.accounting_epoch_ms = 1'700'000'000'000;
   view.generation_state = GenerationState::kDraining;
   view.conserved = false;
+  view.overdraft_breaches = {.count = 3, .units = 170};
   AccountView other = view;
   other.key.route = "/v1/embed";
   other.generation_state = GenerationState::kDrained;
   other.conserved = true;
-  return AuditReport{.accounts = {view, other},
+  return AuditReport{.as_of_ms = 1'700'000'003'200,
+                     .accounts = {view, other},
                      .conserved = false,
                      .violations = {"tenant-7 /v1/chat gen 9 does not conserve", "second"}};
 }
@@ -138,7 +141,9 @@ void expectSame(const AuditReport& a, const AuditReport& b) {
     EXPECT_EQ(a.accounts[i].accounting_epoch_ms, b.accounts[i].accounting_epoch_ms);
     EXPECT_EQ(a.accounts[i].generation_state, b.accounts[i].generation_state);
     EXPECT_EQ(a.accounts[i].conserved, b.accounts[i].conserved);
+    EXPECT_EQ(a.accounts[i].overdraft_breaches, b.accounts[i].overdraft_breaches);
   }
+  EXPECT_EQ(a.as_of_ms, b.as_of_ms);
   EXPECT_EQ(a.conserved, b.conserved);
   EXPECT_EQ(a.violations, b.violations);
 }
@@ -233,14 +238,16 @@ TEST(CodecRequest, MarkUnknownAndReportOperationRoundTrip) {
       {.request_id = 6, .body = MarkUnknownRequest{.reservation_id = "m", .operation_id = "op"}});
   EXPECT_EQ(bodyAs<MarkUnknownRequest>(mark).reservation_id, "m");
   EXPECT_EQ(bodyAs<MarkUnknownRequest>(mark).operation_id, "op");
-  Request report = requestRoundTrip(
-      {.request_id = 7,
-       .body = ReportOperationRequest{
-           .reservation_id = "p", .operation_id = "op2", .actual_units = UINT64_MAX}});
+  Request report =
+      requestRoundTrip({.request_id = 7,
+                        .body = ReportOperationRequest{
+                            .reservation_id = "p",
+                            .operation_id = "op2",
+                            .actual_units = limits::kUnitsPerRequestMax}});  // the largest accepted
   const auto& body = bodyAs<ReportOperationRequest>(report);
   EXPECT_EQ(body.reservation_id, "p");
   EXPECT_EQ(body.operation_id, "op2");
-  EXPECT_EQ(body.actual_units, UINT64_MAX);
+  EXPECT_EQ(body.actual_units, limits::kUnitsPerRequestMax);
 }
 
 TEST(CodecRequest, AuditHealthRollbackShowRoundTrip) {
@@ -488,6 +495,92 @@ TEST(CodecValidation, RejectsOverLongTextNamingTheField) {
       }
     }
   }
+}
+
+// Every unit count from outside: the maximum is accepted, one more is refused naming the field
+// and the maximum (defect: a settle of 2^64 - 1 units was accepted and poisoned the account).
+struct UnitsCase {
+  const char* field;
+  std::function<void(schema::Request::Builder, uint64_t)> set;
+};
+
+TEST(CodecValidation, UnitsAboveTheRequestMaximumAreRefusedNamingTheField) {
+  const uint64_t max = limits::kUnitsPerRequestMax;
+  const auto report = [](schema::Request::Builder root) {
+    auto built = root.initReportShard();
+    fromCore(test::sampleReport(), built);
+    return built;
+  };
+  const std::vector<UnitsCase> cases = {
+      {"units", [](auto root, uint64_t v) { validReserve(root).setUnits(v); }},
+      {"actualUnits",
+       [](auto root, uint64_t v) {
+         auto settle = root.initSettle();
+         settle.setReservationId("r");
+         settle.setActualUnits(v);
+       }},
+      {"actualUnits",
+       [](auto root, uint64_t v) {
+         auto report_op = root.initReportOperation();
+         report_op.setReservationId("r");
+         report_op.setActualUnits(v);
+       }},
+      {"shard.allocatedUnits",
+       [&](auto root, uint64_t v) { report(root).getShard().setAllocatedUnits(v); }},
+      {"localAvailable", [&](auto root, uint64_t v) { report(root).setLocalAvailable(v); }},
+      {"localReserved", [&](auto root, uint64_t v) { report(root).setLocalReserved(v); }},
+      {"localSpent", [&](auto root, uint64_t v) { report(root).setLocalSpent(v); }},
+      {"localRetired", [&](auto root, uint64_t v) { report(root).setLocalRetired(v); }},
+      {"overspentUnits", [&](auto root, uint64_t v) { report(root).setOverspentUnits(v); }},
+      {"receipts[0].reservedUnits",
+       [&](auto root, uint64_t v) { report(root).getReceipts()[0].setReservedUnits(v); }},
+      {"receipts[0].actualUnits",
+       [&](auto root, uint64_t v) { report(root).getReceipts()[0].setActualUnits(v); }},
+      {"receipts[0].refundedUnits",
+       [&](auto root, uint64_t v) { report(root).getReceipts()[0].setRefundedUnits(v); }},
+      {"receipts[0].debtUnits",
+       [&](auto root, uint64_t v) { report(root).getReceipts()[0].setDebtUnits(v); }},
+  };
+  for (const UnitsCase& c : cases) {
+    for (uint64_t value : {max, max + 1, std::numeric_limits<uint64_t>::max()}) {
+      capnp::MallocMessageBuilder message;
+      auto root = message.initRoot<schema::Request>();
+      root.setRequestId(78);
+      c.set(root, value);
+      DecodedRequest decoded = decodeRequest(payloadOf(message));
+      if (value <= max) {
+        EXPECT_TRUE(decoded.body.isOk()) << c.field << ": " << decoded.body.status().toString();
+      } else {
+        ASSERT_FALSE(decoded.body.isOk()) << c.field;
+        expectInvalidArgumentNaming(decoded.body.status(),
+                                    std::string(c.field) + ": " + std::to_string(value) +
+                                        " units, at most 1099511627776 allowed");
+        EXPECT_EQ(errorReplyFor(decoded.body.status()).code, ErrorCode::kInvalidArgument);
+      }
+    }
+  }
+}
+
+TEST(CodecValidation, ReceiptUnitsInAReplyAreBounded) {
+  capnp::MallocMessageBuilder message;
+  auto receipt = message.initRoot<schema::Response>().initReservation().initReceipt();
+  fromCore(sampleReservation(), receipt);
+  receipt.setActualUnits(limits::kUnitsPerRequestMax + 1);
+  Result<Response> got = decodeResponse(payloadOf(message));
+  ASSERT_FALSE(got.isOk());
+  expectInvalidArgumentNaming(got.status(), "receipt.actualUnits");
+}
+
+// The ledger's store reads its own records through toCore(LimitReservationV1): a stored value
+// above the bounds must reach the restore check, which names it, instead of failing the load.
+TEST(CodecValidation, AReservationValueAboveTheBoundsStillDecodesForTheRestoreToName) {
+  capnp::MallocMessageBuilder message;
+  auto receipt = message.initRoot<schema::LimitReservationV1>();
+  fromCore(sampleReservation(), receipt);
+  receipt.setActualUnits(std::numeric_limits<uint64_t>::max());
+  Result<Reservation> got = toCore(receipt.asReader());
+  ASSERT_TRUE(got.isOk()) << got.status().toString();
+  EXPECT_EQ(got.value().actual_units, std::numeric_limits<uint64_t>::max());
 }
 
 TEST(CodecValidation, RejectsReceiptWithOverLongOrigin) {
