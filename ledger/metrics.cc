@@ -58,8 +58,8 @@ void LedgerMetrics::countRequest(const wire::RequestBody& request,
                                  const wire::ResponseBody& response) {
   ++requests_[{requestOpName(request), outcomeOf(response)}];
   if (const auto* reply = std::get_if<ReservationReply>(&response)) {
-    if (reply->code == ReplyCode::kOk && reply->receipt.state == ReservationState::kRejected &&
-        !reply->duplicate) {
+    if (std::holds_alternative<ReserveRequest>(request) &&
+        reply->receipt.state == ReservationState::kRejected && !reply->duplicate) {
       ++rejections_[limitingDimensionName(reply->receipt.limiting_dimension)];
     }
   }

@@ -174,6 +174,28 @@ TEST_F(FramedStreamTest, PendingRepliesStopServingAndResumeWhenSettled) {
   EXPECT_EQ(handler_.frames.back(), "f");
 }
 
+// The ledger's case: replies held in a batch until their commit count by their bytes, so a
+// client is not served past the byte bound while nothing has reached its socket yet.
+TEST_F(FramedStreamTest, PromisedReplyBytesStopServingUntilSettled) {
+  constexpr uint64_t kQueueMax = 1000;
+  open({.write_queue_bytes_max = kQueueMax});
+  handler_.on_frame = [](FramedStream* stream) { stream->addPending(1, 600); };
+  std::vector<uint8_t> bytes;
+  for (const char* payload : {"a", "b", "c"}) {
+    const std::vector<uint8_t> frame = frameOf(payload);
+    bytes.insert(bytes.end(), frame.begin(), frame.end());
+  }
+  peerWrite(bytes);
+  turn();
+  // 600 then 1200 bytes owed: the third request waits, and the peer is not read.
+  EXPECT_EQ(handler_.frames, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(stream_->queuedBytes(), 1200u);
+  EXPECT_FALSE(stream_->reading());
+  stream_->settlePending(2, 1200);  // the batch committed (and, here, was dropped)
+  EXPECT_EQ(handler_.frames, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_TRUE(stream_->reading());
+}
+
 TEST_F(FramedStreamTest, UndrainedRepliesStopServingAndResumeWhenThePeerReads) {
   constexpr uint64_t kQueueMax = 64 * 1024;
   open({.write_queue_bytes_max = kQueueMax});
