@@ -29,6 +29,26 @@ ReservationReply overflow(const Reservation& reservation) {
           .message = "settled units overflow"};
 }
 
+// A start of a reservation that is no longer RESERVED: a repeat of the winning start is a
+// duplicate, another operation id lost the CAS, an expiry that won is EXPIRED, anything else is
+// INVALID_STATE.
+ReservationReply startOfUnreserved(const Reservation& reservation,
+                                   const std::string& operation_id) {
+  switch (reservation.state) {
+    case S::kStarted:
+    case S::kUsageUnknown:
+    case S::kSettled:
+    case S::kSettledWithDebt:
+      if (reservation.operation_id == operation_id) {
+        return answer(ReplyCode::kOk, reservation, /*duplicate=*/true);
+      }
+      return answer(ReplyCode::kOperationConflict, reservation);
+    case S::kExpiring:
+    case S::kExpired: return answer(ReplyCode::kExpired, reservation);
+    default: return answer(ReplyCode::kInvalidState, reservation);
+  }
+}
+
 bool sameRequest(const Reservation& existing, const ReserveRequest& request) {
   if (existing.request_digest != request.request_digest || existing.subject != request.subject ||
       existing.route != request.route || existing.reserved_units != request.units) {
@@ -150,7 +170,7 @@ ReservationReply start(Reservation* reservation, const StartRequest& request,
   }
   if (reservation == nullptr) return notFound(request.reservation_id, what);
   if (reservation->state != S::kReserved) {
-    return replies::startOfUnreserved(*reservation, request.operation_id);
+    return startOfUnreserved(*reservation, request.operation_id);
   }
   if (beginExpiry(reservation, holder, now_ms)) {
     // The hold ran out before the start arrived: the expiry wins the CAS.

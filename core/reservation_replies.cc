@@ -35,21 +35,4 @@ ReservationReply answer(ReplyCode code, const Reservation& receipt, bool duplica
       .code = code, .duplicate = duplicate, .refunded_units = refunded_units, .receipt = receipt};
 }
 
-ReservationReply startOfUnreserved(const Reservation& reservation,
-                                   const std::string& operation_id) {
-  switch (reservation.state) {
-    case ReservationState::kStarted:
-    case ReservationState::kUsageUnknown:
-    case ReservationState::kSettled:
-    case ReservationState::kSettledWithDebt:
-      if (reservation.operation_id == operation_id) {
-        return answer(ReplyCode::kOk, reservation, /*duplicate=*/true);
-      }
-      return answer(ReplyCode::kOperationConflict, reservation);
-    case ReservationState::kExpiring:
-    case ReservationState::kExpired: return answer(ReplyCode::kExpired, reservation);
-    default: return answer(ReplyCode::kInvalidState, reservation);
-  }
-}
-
 }  // namespace tally::replies

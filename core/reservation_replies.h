@@ -4,8 +4,8 @@
 
 #include "core/ledger_types.h"
 
-// Building blocks of the answers the two reservation state machines give — the central Ledger
-// and the agent's ShardBook — so that both phrase argument checks and replies the same way.
+// Building blocks of the answers of the reservation lifecycle (core/reservation_lifecycle.h) and
+// the tables that use it, so that all phrase argument checks and replies the same way.
 
 namespace tally::replies {
 
@@ -18,10 +18,5 @@ ReservationReply invalidArgument(std::string message);
 ReservationReply notFound(const std::string& reservation_id, const char* what = "reservation");
 ReservationReply answer(ReplyCode code, const Reservation& receipt, bool duplicate = false,
                         Units refunded_units = 0);
-
-// The answer to a start of a reservation that is no longer RESERVED (the same for central and
-// shard reservations): a repeat of the winning start is a duplicate, another operation id lost
-// the CAS, an expiry that won is EXPIRED, anything else is INVALID_STATE.
-ReservationReply startOfUnreserved(const Reservation& reservation, const std::string& operation_id);
 
 }  // namespace tally::replies

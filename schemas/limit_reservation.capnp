@@ -55,4 +55,10 @@ struct LimitReservationV1 {
   overdraftBreach @18 :Bool;
   limitingDimension @19 :LimitingDimension;  # rejections only
   retryAfterMs @20 :Int64;         # rejections only; -1: never under this policy
+  # The request's own fields the idempotency check compares (core Reservation::priority,
+  # requested_generation). requestFieldsKnown is false in records written before they were:
+  # a repeat of such a reservation is compared on digest, subject, route and units only.
+  priority @21 :UInt32;
+  requestedGeneration @22 :UInt64;  # the request's generation pin; 0: the active one
+  requestFieldsKnown @23 :Bool;
 }

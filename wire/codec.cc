@@ -152,6 +152,9 @@ Result<Reservation> readReservation(schema::LimitReservationV1::Reader reader) {
   out.overdraft_breach = reader.getOverdraftBreach();
   TALLY_WIRE_RETURN_IF_ERROR(
       readEnum(reader.getLimitingDimension(), "limitingDimension", &out.limiting_dimension));
+  out.priority = reader.getPriority();
+  out.requested_generation = reader.getRequestedGeneration();
+  out.request_fields_known = reader.getRequestFieldsKnown();
   out.retry_after_ms = reader.getRetryAfterMs();
   return out;
 }
@@ -631,6 +634,9 @@ void fromCore(const Reservation& reservation, schema::LimitReservationV1::Builde
   builder.setClosedByHardLimit(reservation.closed_by_hard_limit);
   builder.setOverdraftBreach(reservation.overdraft_breach);
   builder.setLimitingDimension(enumFromCore(reservation.limiting_dimension));
+  builder.setPriority(reservation.priority);
+  builder.setRequestedGeneration(reservation.requested_generation);
+  builder.setRequestFieldsKnown(reservation.request_fields_known);
   builder.setRetryAfterMs(reservation.retry_after_ms);
 }
 

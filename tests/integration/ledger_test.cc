@@ -330,6 +330,43 @@ TEST_F(LedgerServiceTest, OverdraftFreezesAdmissionUntilRefillRepaysTheDebt) {
   for (const AccountView& view : audit.accounts) EXPECT_EQ(view.debt, 0u) << describe(audit);
 }
 
+// Issue 9: the ledger used to trust the client's digest: the same id and digest with other
+// units, subject, priority or generation pin was answered duplicate=true. It compares the
+// request's own fields, and still does after a restart (they are stored with the receipt).
+TEST_F(LedgerServiceTest, SameIdAndDigestWithOtherFieldsIsAConflictAcrossARestart) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  ASSERT_NO_FATAL_FAILURE(publish({makeBudget({.subject = "tenant-1", .burst = 1'000}),
+                                   makeBudget({.subject = "tenant-2", .burst = 1'000})}));
+  const ReserveRequest first = makeReserve({.id = "q", .units = 5});
+  TALLY_ASSIGN_OR_FAIL(ReservationReply admitted, callReservation(*client_, first));
+  ASSERT_EQ(admitted.code, ReplyCode::kOk) << describe(admitted);
+  std::vector<ReserveRequest> others(4, first);  // the same digest each time
+  others[0].units = 600;
+  others[1].subject = "tenant-2";
+  others[2].priority = 3;
+  others[3].policy_generation = admitted.receipt.policy_generation;
+  for (int round = 0; round < 2; ++round) {
+    for (const ReserveRequest& other : others) {
+      TALLY_ASSIGN_OR_FAIL(ReservationReply reply, callReservation(*client_, other));
+      EXPECT_EQ(reply.code, ReplyCode::kIdempotencyConflict) << round << ": " << describe(reply);
+      EXPECT_FALSE(reply.duplicate);
+    }
+    TALLY_ASSIGN_OR_FAIL(ReservationReply again, callReservation(*client_, first));
+    EXPECT_EQ(again.code, ReplyCode::kOk) << describe(again);
+    EXPECT_TRUE(again.duplicate);
+    if (round == 0) {
+      ledger_.kill9();
+      ASSERT_NO_FATAL_FAILURE(startLedger());
+    }
+  }
+  AuditReport audit;
+  ASSERT_NO_FATAL_FAILURE(auditConserved(&audit));
+  const AccountView* account =
+      findAccount(audit, {"tenant-1", "chat", admitted.receipt.policy_generation});
+  ASSERT_NE(account, nullptr) << describe(audit);
+  EXPECT_EQ(account->balances.reserved, 5u) << describe(audit);
+}
+
 // Checks the ledger's balances against what the clients know after a restart: nothing is held
 // or spent that the reservations do not account for, and no capacity appeared or vanished.
 void expectBalancesMatch(const AuditReport& audit, const DurabilitySummary& summary,
