@@ -889,7 +889,10 @@ TEST_F(StoreTest, FoldFailureInTheBackgroundStopsCommits) {
   rawSql(dbPath(), "UPDATE log SET body = ?1 WHERE seq = 2", &garbage);
   auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 1});
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->commit(crashBatch(6)).isOk());  // wakes the fold thread
+  // With 5 rows pending and a threshold of 1 the fold thread may start (and fail) at open,
+  // before this commit; either way the commit after the failure is refused.
+  const Status sixth = store->commit(crashBatch(6));
+  ASSERT_TRUE(sixth.isOk() || sixth.code() == StatusCode::kFailedPrecondition) << sixth.toString();
   ASSERT_TRUE(eventually([&] { return !store->foldStatus().isOk(); }));
   EXPECT_EQ(store->foldStatus().code(), StatusCode::kCorruption);
   EXPECT_NE(store->foldStatus().message().find("log seq 2"), std::string::npos)
@@ -897,7 +900,7 @@ TEST_F(StoreTest, FoldFailureInTheBackgroundStopsCommits) {
   EXPECT_EQ(store->commit(crashBatch(7)).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store->checkpoint().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store->foldedSeq(), 0);
-  EXPECT_EQ(store->pendingLogRows(), 6u);
+  EXPECT_EQ(store->pendingLogRows(), sixth.isOk() ? 6u : 5u);
 }
 
 // --- Refusals and damage ------------------------------------------------------------------------
