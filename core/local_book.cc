@@ -2,6 +2,7 @@
 
 #include "core/assert.h"
 #include "core/checked_math.h"
+#include "core/limits.h"
 #include "core/reservation_lifecycle.h"
 
 namespace tally {
@@ -42,6 +43,12 @@ class LocalBook::NoHolder final : public CapacityHolder {
     if (to == ReservationState::kReserved) {
       book_->expiry_.emplace(reservation.expires_at_ms, reservation.reservation_id);
     }
+    if (from == ReservationState::kUsageUnknown) {
+      book_->hard_limit_.erase({book_->hardLimitAt(reservation), reservation.reservation_id});
+    }
+    if (to == ReservationState::kUsageUnknown) {
+      book_->hard_limit_.emplace(book_->hardLimitAt(reservation), reservation.reservation_id);
+    }
     if (isTerminal(to) && !isTerminal(from)) {
       book_->terminal_order_.push_back(reservation.reservation_id);
     }
@@ -53,6 +60,12 @@ class LocalBook::NoHolder final : public CapacityHolder {
 
 LocalBook::LocalBook(LocalBookOptions options) : options_(options) {
   TALLY_ASSERT(options_.entries_max > 0);
+  TALLY_ASSERT(options_.hard_execution_limit_ms > 0 &&
+               options_.hard_execution_limit_ms <= limits::kHardExecutionLimitMsMax);
+}
+
+uint64_t LocalBook::hardLimitAt(const Reservation& reservation) const {
+  return saturatingAdd(reservation.started_at_ms, options_.hard_execution_limit_ms);
 }
 
 Reservation* LocalBook::find(const std::string& reservation_id) {
@@ -82,8 +95,14 @@ ReservationReply LocalBook::admit(const ReserveRequest& request, const std::stri
     return lifecycle::repeatedReserve(*existing, request);
   }
   if (!makeRoom()) {
+    // None is terminal: each one is RESERVED (until its hold expires), STARTED (until a settle,
+    // a report or a mark-unknown; SPEC §5 never closes it on time alone) or USAGE_UNKNOWN
+    // (until a receipt or the hard execution limit).
     return {.code = ReplyCode::kResourceExhausted,
-            .message = "agent local reservation table is full"};
+            .message =
+                "agent local reservation table is full: " + std::to_string(options_.entries_max) +
+                " off/shadow reservations are still open (reserved, started or usage "
+                "unknown)"};
   }
   Reservation fresh = lifecycle::newRecord(request, now_ms);
   fresh.policy_generation = request.policy_generation;
@@ -129,16 +148,24 @@ ReservationReply LocalBook::query(const QueryRequest& request) const {
 }
 
 uint64_t LocalBook::tick(uint64_t now_ms) {
-  uint64_t expired = 0;
+  uint64_t closed = 0;
   NoHolder holder(this);
   while (!expiry_.empty() && expiry_.begin()->first <= now_ms) {
     Reservation* reservation = find(expiry_.begin()->second);
     TALLY_ASSERT(reservation != nullptr && reservation->state == ReservationState::kReserved);
     const bool done = lifecycle::expire(reservation, &holder, now_ms);  // leaves expiry_
     TALLY_ASSERT(done);
-    ++expired;
+    ++closed;
   }
-  return expired;
+  while (!hard_limit_.empty() && hard_limit_.begin()->first <= now_ms) {
+    Reservation* reservation = find(hard_limit_.begin()->second);
+    TALLY_ASSERT(reservation != nullptr && reservation->state == ReservationState::kUsageUnknown);
+    // Nothing holds the units, so nothing can overflow; leaves hard_limit_.
+    const bool done = lifecycle::closeByHardLimit(reservation, &holder, now_ms);
+    TALLY_ASSERT(done);
+    ++closed;
+  }
+  return closed;
 }
 
 }  // namespace tally

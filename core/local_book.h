@@ -17,8 +17,10 @@
 // a duplicate, IDEMPOTENCY_CONFLICT for a different request under a known id) so that gateways
 // see the same protocol in every mode.
 //
-// Pure and bounded: a RESERVED reservation expires hold_ttl_ms after admission (in tick()); at
-// entries_max, the reservation that became terminal first is evicted; if none is terminal,
+// Pure and bounded: a RESERVED reservation expires hold_ttl_ms after admission, and a
+// USAGE_UNKNOWN one is closed as fully consumed hard_execution_limit_ms after it started, as the
+// Ledger does (both in tick()); a STARTED one stays until its receipt or mark-unknown (SPEC §5).
+// At entries_max, the reservation that became terminal first is evicted; if none is terminal,
 // admission answers kResourceExhausted. Time is an argument. Not thread-safe: owned by the
 // agent on its loop thread.
 
@@ -30,6 +32,10 @@ inline constexpr const char* kOriginShadow = "shadow";
 struct LocalBookOptions {
   uint64_t entries_max = 100'000;
   uint64_t hold_ttl_ms = 30'000;  // as ShardBookOptions::hold_ttl_ms
+  // USAGE_UNKNOWN closes as fully consumed at startedAt + this (1..kHardExecutionLimitMsMax).
+  // A budget's hard_execution_limit_ms is a required policy key with no default; 10 min is the
+  // value of examples/policy.toml and SPEC's bound for UNKNOWN to converge (p99 within 10 min).
+  uint64_t hard_execution_limit_ms = 600'000;
 };
 
 class LocalBook {
@@ -50,8 +56,10 @@ class LocalBook {
   ReservationReply reportOperation(const ReportOperationRequest& request, uint64_t now_ms);
   ReservationReply query(const QueryRequest& request) const;
 
-  // Expires RESERVED reservations past expiresAt (they become eviction candidates). Returns how
-  // many expired.
+  // Expires RESERVED reservations at expiresAt and closes USAGE_UNKNOWN ones at startedAt +
+  // hard_execution_limit_ms as fully consumed (lifecycle::closeByHardLimit: a later, larger
+  // receipt is charged once, as in the Ledger). Both become eviction candidates. Returns how many
+  // reservations it closed.
   uint64_t tick(uint64_t now_ms);
 
   size_t size() const { return entries_.size(); }
@@ -62,12 +70,15 @@ class LocalBook {
   class NoHolder;
 
   Reservation* find(const std::string& reservation_id);
+  uint64_t hardLimitAt(const Reservation& reservation) const;
   bool makeRoom();
 
   LocalBookOptions options_;
   std::unordered_map<std::string, Reservation> entries_;
   std::set<std::pair<uint64_t, std::string>> expiry_;  // RESERVED ones by expiresAt
-  std::deque<std::string> terminal_order_;             // eviction candidates, oldest first
+  // USAGE_UNKNOWN ones by startedAt + hard_execution_limit_ms
+  std::set<std::pair<uint64_t, std::string>> hard_limit_;
+  std::deque<std::string> terminal_order_;  // eviction candidates, oldest first
 };
 
 }  // namespace tally

@@ -5,7 +5,10 @@
 //  * refund 0 on every duplicate, and never refund a reservation more than its units;
 //  * never let both the start and the expiry win;
 //  * change a reservation's state only along canTransition (a path of it within one call);
-//  * answer the same request under a known id as a duplicate and any other as a conflict.
+//  * answer the same request under a known id as a duplicate and any other as a conflict;
+//  * close a USAGE_UNKNOWN reservation as fully consumed by the tick at startedAt + the hard
+//    execution limit, never before (the Ledger and local admission; a shard keeps it until a
+//    receipt, docs/SHARDS.md).
 //
 // Sequences: RC_PARAMS (ctest sets max_success=10000). A failure prints the seed; replay with
 // RC_PARAMS="reproduce=…" as RapidCheck prints it.
@@ -49,6 +52,8 @@ class Book {
   virtual ReservationReply markUnknown(const MarkUnknownRequest& request, uint64_t now) = 0;
   virtual const Reservation* find(const std::string& id) const = 0;
   virtual void tick(uint64_t now) = 0;
+  // Whether tick() closes USAGE_UNKNOWN at startedAt + kHardLimitMs.
+  virtual bool closesUnknownAtHardLimit() const = 0;
 };
 
 class LedgerBook final : public Book {
@@ -92,6 +97,7 @@ class LedgerBook final : public Book {
     (void)ledger_.tick(now);
     RC_ASSERT(ledger_.audit(now).conserved);
   }
+  bool closesUnknownAtHardLimit() const override { return true; }
 
  private:
   Ledger ledger_;
@@ -149,6 +155,7 @@ class ShardBookBook final : public Book {
     (void)book_.tick(now);
     RC_ASSERT(book_.audit().empty());
   }
+  bool closesUnknownAtHardLimit() const override { return false; }
 
  private:
   testing::KeyedFakeShardCrypto crypto_;
@@ -157,7 +164,10 @@ class ShardBookBook final : public Book {
 
 class LocalBookBook final : public Book {
  public:
-  LocalBookBook() : book_({.entries_max = 1'000, .hold_ttl_ms = kHoldTtlMs}) {}
+  LocalBookBook()
+      : book_({.entries_max = 1'000,
+               .hold_ttl_ms = kHoldTtlMs,
+               .hard_execution_limit_ms = kHardLimitMs}) {}
   std::optional<ReservationReply> reserve(const ReserveRequest& r, uint64_t now) override {
     return book_.admit(r, kOriginOff, now);
   }
@@ -183,6 +193,7 @@ class LocalBookBook final : public Book {
     return &last_;
   }
   void tick(uint64_t now) override { (void)book_.tick(now); }
+  bool closesUnknownAtHardLimit() const override { return true; }
 
  private:
   LocalBook book_;
@@ -275,8 +286,9 @@ class Harness {
       case kRelease: reply = book_->release({id}, now_); break;
       case kMarkUnknown: reply = book_->markUnknown({id, op}, now_); break;
       case kAdvance:
-        now_ += step.b % 1'500;
+        now_ = step.b % 3 == 0 ? nearHardLimit(step.b / 3 % 2) : now_ + step.b % 1'500;
         book_->tick(now_);
+        ticked_ = true;
         break;
       default: break;
     }
@@ -285,9 +297,23 @@ class Harness {
       seen_[index].refunded_total += reply->refunded_units;
     }
     for (int i = 0; i < kReservationIds; ++i) checkRecord(i);
+    ticked_ = false;
   }
 
  private:
+  // The first hard-limit deadline of a USAGE_UNKNOWN reservation still ahead, or 1 ms before it
+  // (`early`), so that ticks land on the boundary; now_ if there is none.
+  uint64_t nearHardLimit(bool early) const {
+    uint64_t next = now_;
+    for (int i = 0; i < kReservationIds; ++i) {
+      const Reservation* reservation = book_->find("r" + std::to_string(i));
+      if (reservation == nullptr || reservation->state != ReservationState::kUsageUnknown) continue;
+      const uint64_t at = reservation->started_at_ms + kHardLimitMs - (early ? 1 : 0);
+      if (at > now_ && (next == now_ || at < next)) next = at;
+    }
+    return next;
+  }
+
   // The same request again under a known id is a duplicate; any other, a conflict.
   void checkRepeat(int index, const ReserveRequest& request, const ReservationReply& reply) {
     if (!seen_[index].known) return;
@@ -324,10 +350,21 @@ class Harness {
     const bool expired = reservation->state == ReservationState::kExpiring ||
                          reservation->state == ReservationState::kExpired;
     RC_ASSERT(!(expired && seen.start_won));
+    // The hard-limit close: at startedAt + the limit (once a tick has seen it), never before.
+    const uint64_t hard_limit_at = reservation->started_at_ms + kHardLimitMs;
+    if (reservation->closed_by_hard_limit) {
+      RC_ASSERT(book_->closesUnknownAtHardLimit());
+      RC_ASSERT(reservation->closed_at_ms >= hard_limit_at);
+    }
+    if (ticked_ && book_->closesUnknownAtHardLimit() &&
+        reservation->state == ReservationState::kUsageUnknown) {
+      RC_ASSERT(now_ < hard_limit_at);
+    }
   }
 
   std::unique_ptr<Book> book_;
   uint64_t now_ = kStartMs;
+  bool ticked_ = false;  // the step being checked was a tick
   std::array<Seen, kReservationIds> seen_{};
 };
 

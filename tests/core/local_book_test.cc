@@ -110,6 +110,84 @@ TEST(LocalBook, AReservationNeverSettledExpiresAndFreesItsSlot) {
   EXPECT_EQ(table.size(), 1u);
 }
 
+// Issue 9: a gateway that reserves, starts, marks unknown and walks away must not fill the
+// agent. The close is the Ledger's (LedgerTest.HardLimitClosesAsFullyConsumedAndALateReceipt…):
+// from startedAt, at exactly the limit, fully consumed; a later, larger receipt is charged once.
+TEST(LocalBook, UsageUnknownClosesAtTheHardLimitAndFreesItsSlot) {
+  LocalBook table({.entries_max = 1, .hold_ttl_ms = 30'000, .hard_execution_limit_ms = 60'000});
+  ASSERT_EQ(table.admit(reserveOf("a"), kOriginOff, 1'000).code, ReplyCode::kOk);
+  ASSERT_EQ(table.start({.reservation_id = "a", .operation_id = "op"}, 2'000).code, ReplyCode::kOk);
+  ASSERT_EQ(table.markUnknown({.reservation_id = "a", .operation_id = "op"}, 5'000).code,
+            ReplyCode::kOk);
+  EXPECT_EQ(table.admit(reserveOf("b"), kOriginOff, 6'000).code, ReplyCode::kResourceExhausted);
+
+  // The limit runs from startedAt (2 000), not from the mark or the admission.
+  EXPECT_EQ(table.tick(61'999), 0u);
+  EXPECT_EQ(table.query({.reservation_id = "a"}).receipt.state, ReservationState::kUsageUnknown);
+  EXPECT_EQ(table.admit(reserveOf("b"), kOriginOff, 61'999).code, ReplyCode::kResourceExhausted);
+  EXPECT_EQ(table.tick(62'000), 1u);
+  const Reservation closed = table.query({.reservation_id = "a"}).receipt;
+  EXPECT_EQ(closed.state, ReservationState::kSettled);
+  EXPECT_TRUE(closed.closed_by_hard_limit);
+  EXPECT_EQ(closed.actual_units, 600u);
+  EXPECT_EQ(closed.refunded_units, 0u);
+  EXPECT_EQ(closed.closed_at_ms, 62'000u);
+  EXPECT_EQ(table.tick(62'000), 0u);  // not twice
+
+  // The receipt finally arrives: 1100 used, 500 more than was held, charged once.
+  const ReservationReply late = table.reportOperation(
+      {.reservation_id = "a", .operation_id = "op", .actual_units = 1'100}, 62'001);
+  ASSERT_EQ(late.code, ReplyCode::kOk);
+  EXPECT_FALSE(late.duplicate);
+  EXPECT_EQ(late.refunded_units, 0u);
+  EXPECT_EQ(late.receipt.state, ReservationState::kSettledWithDebt);
+  EXPECT_EQ(late.receipt.actual_units, 1'100u);
+  EXPECT_EQ(late.receipt.debt_units, 500u);  // nothing holds local units: all of the excess
+  EXPECT_TRUE(late.receipt.late_receipt_applied);
+  const ReservationReply second =
+      table.settle({.reservation_id = "a", .operation_id = "op", .actual_units = 2'000}, 62'002);
+  EXPECT_EQ(second.code, ReplyCode::kOk);
+  EXPECT_TRUE(second.duplicate);
+  EXPECT_EQ(second.receipt.actual_units, 1'100u);
+  EXPECT_EQ(second.receipt.debt_units, 500u);
+
+  // Closed, it is the eviction candidate that makes room.
+  ASSERT_EQ(table.admit(reserveOf("b"), kOriginOff, 62'003).code, ReplyCode::kOk);
+  EXPECT_FALSE(table.contains("a"));
+  EXPECT_EQ(table.size(), 1u);
+}
+
+TEST(LocalBook, ASmallerLateReceiptRefundsNothing) {
+  LocalBook table({.hard_execution_limit_ms = 1'000});
+  ASSERT_EQ(table.admit(reserveOf("a"), kOriginShadow, 0).code, ReplyCode::kOk);
+  ASSERT_EQ(table.start({.reservation_id = "a", .operation_id = "op"}, 10).code, ReplyCode::kOk);
+  ASSERT_EQ(table.markUnknown({.reservation_id = "a", .operation_id = "op"}, 20).code,
+            ReplyCode::kOk);
+  EXPECT_EQ(table.tick(1'010), 1u);
+  const ReservationReply late = table.reportOperation(
+      {.reservation_id = "a", .operation_id = "op", .actual_units = 100}, 1'011);
+  ASSERT_EQ(late.code, ReplyCode::kOk);
+  EXPECT_EQ(late.refunded_units, 0u);
+  EXPECT_EQ(late.receipt.state, ReservationState::kSettled);
+  EXPECT_EQ(late.receipt.actual_units, 600u);
+  EXPECT_TRUE(late.receipt.late_receipt_applied);
+}
+
+// SPEC §5: a STARTED reservation stays until an operation receipt or a mark-unknown; time alone
+// never closes it. When such ones fill the table, the refusal says why.
+TEST(LocalBook, AStartedReservationIsNeverClosedByTimeAndAFullTableSaysWhy) {
+  LocalBook table({.entries_max = 1, .hold_ttl_ms = 100, .hard_execution_limit_ms = 1'000});
+  ASSERT_EQ(table.admit(reserveOf("a"), kOriginOff, 0).code, ReplyCode::kOk);
+  ASSERT_EQ(table.start({.reservation_id = "a", .operation_id = "op"}, 50).code, ReplyCode::kOk);
+  EXPECT_EQ(table.tick(uint64_t{1} << 50), 0u);
+  EXPECT_EQ(table.query({.reservation_id = "a"}).receipt.state, ReservationState::kStarted);
+  const ReservationReply refused = table.admit(reserveOf("b"), kOriginOff, uint64_t{1} << 50);
+  EXPECT_EQ(refused.code, ReplyCode::kResourceExhausted);
+  EXPECT_NE(refused.message.find("local reservation table is full: 1 "), std::string::npos)
+      << refused.message;
+  EXPECT_NE(refused.message.find("started"), std::string::npos) << refused.message;
+}
+
 TEST(LocalBook, AStartAfterTheHoldRanOutLosesToTheExpiry) {
   LocalBook table({.hold_ttl_ms = 100});
   ASSERT_EQ(table.admit(reserveOf("a"), kOriginShadow, 1'000).code, ReplyCode::kOk);
