@@ -2,6 +2,8 @@
 
 #include <variant>
 
+#include "core/checked_math.h"
+
 namespace tally::ledger {
 
 using net::promHeader;
@@ -43,10 +45,11 @@ LedgerGauges ledgerGauges(const Ledger& ledger, uint64_t now_ms) {
       ++gauges.accounts_in_debt;
       gauges.debt_units += view.debt;
     }
+    gauges.overdraft_breaches =
+        saturatingAdd(gauges.overdraft_breaches, view.overdraft_breaches.count);
   }
   ledger.forEachReservation([&gauges](const Reservation& reservation) {
     ++gauges.reservations[static_cast<size_t>(reservation.state)];
-    if (reservation.overdraft_breach) ++gauges.overdraft_breaches;
   });
   for (const ShardLedgerView& shard : ledger.listShards("", std::nullopt).shards) {
     ++gauges.shards[static_cast<size_t>(shard.state)];
@@ -116,7 +119,8 @@ std::string LedgerMetrics::render(const LedgerGauges& g) const {
   promHeader(&out, "tally_ledger_debt_units", "gauge", "Debt owed, summed over all accounts.");
   promSample(&out, "tally_ledger_debt_units", "", count(g.debt_units));
   promHeader(&out, "tally_ledger_overdraft_breaches", "gauge",
-             "Kept reservations whose settle left debt above the policy's maximum overdraft.");
+             "Settles that left an account's debt above the policy's maximum overdraft, summed "
+             "over accounts (durable per account: never goes down, compaction included).");
   promSample(&out, "tally_ledger_overdraft_breaches", "", count(g.overdraft_breaches));
   promHeader(&out, "tally_ledger_reservations", "gauge",
              "Reservations kept, by state (terminal ones until compacted after retention).");

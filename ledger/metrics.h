@@ -28,7 +28,8 @@ struct LedgerGauges {
   uint64_t accounts = 0;
   uint64_t accounts_in_debt = 0;
   uint64_t debt_units = 0;
-  uint64_t overdraft_breaches = 0;  // reservations settled with debt above max overdraft
+  // Settles that left debt above max overdraft: the accounts' durable counters, summed.
+  uint64_t overdraft_breaches = 0;
   std::array<uint64_t, kReservationStateCount> reservations{};  // kept, by state
   std::array<uint64_t, kShardStateCount> shards{};
   uint64_t store_bytes = 0;
