@@ -329,7 +329,13 @@ TEST_F(LedgerBadInputTest, ClientThatNeverReadsBlocksNeitherOthersNorShutdown) {
   const uint64_t resident_kib = residentKiB(ledger_.pid());
   std::cout << "[ hog      ] ledger resident set: " << resident_kib / 1024 << " MiB" << std::endl;
   EXPECT_GT(resident_kib, 0u);
+#if defined(__SANITIZE_ADDRESS__)
+  // ASan's allocator keeps freed memory in a quarantine of up to 256 MiB, so the resident set
+  // of a sanitizer build says nothing about what the ledger holds; the release run checks it.
+  std::cout << "[ hog      ] resident-set bound not checked under AddressSanitizer" << std::endl;
+#else
   EXPECT_LT(resident_kib, uint64_t{64} * 1024) << "the ledger holds far more than its bound";
+#endif
   ASSERT_NO_FATAL_FAILURE(expectHealthy("a client that never reads"));
   {
     // A client that connects now is served too.
