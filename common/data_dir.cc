@@ -29,6 +29,26 @@ Status syncDirectory(const std::string& dir) {
   return Status::ok();
 }
 
+Status syncParentDirectory(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return syncDirectory(slash == std::string::npos ? "."
+                                                  : (slash == 0 ? "/" : path.substr(0, slash)));
+}
+
+Status writeAllAndSync(int fd, const std::string& path, std::string_view content) {
+  size_t written = 0;
+  while (written < content.size()) {
+    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::ioError("write " + path + ": " + errnoText(errno));
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) return Status::ioError("fsync " + path + ": " + errnoText(errno));
+  return Status::ok();
+}
+
 Status makeDataDir(const std::string& dir) {
   for (size_t end = 1; end <= dir.size(); ++end) {
     if (end != dir.size() && dir[end] != '/') continue;

@@ -12,6 +12,11 @@ namespace tally {
 
 // Makes the entries of `dir` durable (fsync of the directory).
 Status syncDirectory(const std::string& dir);
+// Makes the entry of `path` in its directory durable (syncDirectory of its parent).
+Status syncParentDirectory(const std::string& path);
+// Writes all of `content` to `fd` (retrying short writes and EINTR), then fsyncs it. `path`
+// only names the file in errors; the caller owns and closes `fd`.
+Status writeAllAndSync(int fd, const std::string& path, std::string_view content);
 
 // Creates `dir` and any missing parent with mode 0750, and makes each new entry durable by
 // syncing its parent directory. kFailedPrecondition when `dir` exists and is not a directory.

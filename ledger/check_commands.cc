@@ -9,6 +9,7 @@
 #include <memory>
 #include <utility>
 
+#include "common/data_dir.h"
 #include "core/ledger.h"
 #include "ledger/restore.h"
 #include "ledger/restore_check.h"
@@ -31,27 +32,16 @@ Status trialRestore(StoreContents contents, uint64_t wall_now_ms) {
   return restored.isOk() ? Status::ok() : restored.status();
 }
 
+// Appends `text` to `path` (created if absent) and makes it and its directory entry durable.
 Status appendDurably(const std::string& path, const std::string& text) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
   if (fd < 0) return Status::ioError("open " + path + ": " + std::strerror(errno));
-  size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + written, text.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const Status status = Status::ioError("write " + path + ": " + std::strerror(errno));
-      ::close(fd);
-      return status;
-    }
-    written += static_cast<size_t>(n);
+  const Status written = writeAllAndSync(fd, path, text);
+  if (::close(fd) != 0 && written.isOk()) {
+    return Status::ioError("close " + path + ": " + std::strerror(errno));
   }
-  if (::fsync(fd) != 0) {
-    const Status status = Status::ioError("fsync " + path + ": " + std::strerror(errno));
-    ::close(fd);
-    return status;
-  }
-  if (::close(fd) != 0) return Status::ioError("close " + path + ": " + std::strerror(errno));
-  return Status::ok();
+  if (!written.isOk()) return written;
+  return syncParentDirectory(path);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "common/data_dir.h"
 #include "core/assert.h"
 #include "core/limits.h"
 
@@ -79,17 +80,6 @@ Result<int> openExisting(const std::string& path) {
   return fd;
 }
 
-Status syncParentDirectory(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::ioError("open " + dir + ": " + errnoText(errno));
-  FileCloser closer(fd);
-  if (::fsync(fd) != 0) return Status::ioError("fsync " + dir + ": " + errnoText(errno));
-  return Status::ok();
-}
-
 // Creates `path` with O_CREAT|O_EXCL and `mode`, writes `content`, and makes it durable.
 // kFailedPrecondition if it already exists (someone else created it first).
 Status createFile(const std::string& path, const std::string& content, mode_t mode) {
@@ -101,16 +91,7 @@ Status createFile(const std::string& path, const std::string& content, mode_t mo
   FileCloser closer(fd);
   // The umask may have cleared bits of `mode`, never added any; set it exactly.
   if (::fchmod(fd, mode) != 0) return Status::ioError("chmod " + path + ": " + errnoText(errno));
-  size_t written = 0;
-  while (written < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + written, content.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::ioError("write " + path + ": " + errnoText(errno));
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) return Status::ioError("fsync " + path + ": " + errnoText(errno));
+  if (Status status = writeAllAndSync(fd, path, content); !status.isOk()) return status;
   return syncParentDirectory(path);
 }
 
