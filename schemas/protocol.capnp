@@ -41,7 +41,7 @@ struct ReserveRequest {
   units @4 :UInt64;
   policyGeneration @5 :UInt64;     # 0: whatever generation is active
   priority @6 :UInt32;
-  region @7 :Text;                 # "" = none; selects the budget (docs/LEDGER.md "Regions")
+  region @7 :Text;                 # "" = none; a fence, not a key (docs/LEDGER.md "Regions")
 }
 
 struct StartRequest {
