@@ -6,6 +6,7 @@
 
 #include "common/wall_clock.h"
 #include "core/assert.h"
+#include "core/region_fence.h"
 #include "tally/version.h"
 
 namespace tally::agent {
@@ -345,6 +346,11 @@ void AgentService::reserve(const ReserveRequest& request, Respond respond, Alive
                           "the same id"));
       return;
     case ReserveRoute::kTryShard:
+      if (std::optional<ReservationReply> refused =
+              shardRegionRefusal(policy_, request, options_.unavailable_retry_after_ms, now_ms)) {
+        respond(*std::move(refused));
+        return;
+      }
       if (shards_->admit(request, now_ms, respond)) return;
       [[fallthrough]];
     case ReserveRoute::kRejectUnavailable:

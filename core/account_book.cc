@@ -14,6 +14,14 @@ namespace {
 
 bool keyLess(const AccountEntry* a, const AccountEntry* b) { return a->key < b->key; }
 
+// A request from another region than the one `budget` is fenced to: "no budget" for it, said
+// with both regions, and no account opened.
+Admission regionFenced(const Budget& budget, std::string_view region, Generation generation) {
+  return {.refused = LimitingDimension::kNoBudget,
+          .generation = generation,
+          .message = regionRefusal(budget, region)};
+}
+
 // Moves `units` from `from.available` to `to` as one paired entry. Both or neither change.
 template <typename OnChange>
 bool transferAvailable(AccountEntry* from, AccountEntry* to, Units units, OnChange&& changed) {
@@ -277,7 +285,8 @@ AccountEntry* AccountBook::openAccount(const AccountKey& key, const Budget& budg
 }
 
 Admission AccountBook::admit(const std::string& subject, const std::string& route,
-                             Generation pinned_generation, uint64_t now_ms, bool* table_full) {
+                             Generation pinned_generation, uint64_t now_ms, bool* table_full,
+                             std::string_view region) {
   *table_full = false;
   if (active_generation_ == 0) return {.refused = LimitingDimension::kNoBudget};
   if (pinned_generation != 0 && pinned_generation != active_generation_) {
@@ -300,11 +309,14 @@ Admission AccountBook::admit(const std::string& subject, const std::string& rout
       }
       return {.refused = LimitingDimension::kNoBudget, .generation = active_generation_};
     }
+    if (!regionAdmits(*budget, region)) return regionFenced(*budget, region, active_generation_);
     entry =
         openAccount(AccountKey{subject, route, active_generation_}, *budget, now_ms, table_full);
     if (entry == nullptr) return {.refused = LimitingDimension::kNone};
     route_accounts = findRoute(subject, route);
     TALLY_ASSERT(route_accounts != nullptr);
+  } else if (!regionAdmits(entry->budget, region)) {
+    return regionFenced(entry->budget, region, active_generation_);
   }
   rebalance(*route_accounts, now_ms);
   Admission admission{.generation = active_generation_, .entry = entry};

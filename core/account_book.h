@@ -46,6 +46,7 @@ struct Admission {
   LimitingDimension refused = LimitingDimension::kNone;  // kNone: admissible account found
   Generation generation = 0;      // the matched generation (also for refusals, where known)
   AccountEntry* entry = nullptr;  // the active account, refilled and rebalanced
+  std::string message;            // why, when the reason is more than the dimension (a region)
 };
 
 class AccountBook {
@@ -74,9 +75,12 @@ class AccountBook {
 
   // Finds, opens if needed, refills and rebalances the account that may admit for
   // (subject, route). `pinned_generation` 0 means "the active one". Returns the refusal
-  // dimension when nothing may be admitted (no budget, draining generation, debt).
+  // dimension when nothing may be admitted (no budget, draining generation, debt). A budget
+  // fenced to another region than the request's `region` ("": none said, as for a shard
+  // carve) is kNoBudget with a message, and opens no account (core/policy.h regionAdmits).
   Admission admit(const std::string& subject, const std::string& route,
-                  Generation pinned_generation, uint64_t now_ms, bool* table_full);
+                  Generation pinned_generation, uint64_t now_ms, bool* table_full,
+                  std::string_view region = {});
 
   AccountEntry* find(const AccountKey& key);
   const AccountEntry* find(const AccountKey& key) const;

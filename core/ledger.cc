@@ -269,7 +269,7 @@ ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms)
 
   bool table_full = false;
   Admission admission = accounts_.admit(request.subject, request.route, request.policy_generation,
-                                        now_ms, &table_full);
+                                        now_ms, &table_full, request.region);
   if (table_full)
     return {.code = ReplyCode::kResourceExhausted, .message = "account table is full"};
   if (admission.refused != LimitingDimension::kNone) {
@@ -283,8 +283,10 @@ ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms)
                                      .refill_per_second = account.bucket().refill_per_second,
                                      .burst = account.bucket().burst});
     }
-    return reject(request, id_hash, admission.generation, admission.refused, retry_after_ms,
-                  now_ms);
+    ReservationReply rejected =
+        reject(request, id_hash, admission.generation, admission.refused, retry_after_ms, now_ms);
+    rejected.message = std::move(admission.message);
+    return rejected;
   }
 
   AccountEntry& entry = *admission.entry;

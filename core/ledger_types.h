@@ -40,6 +40,10 @@ struct ReserveRequest {
   Units units = 0;
   Generation policy_generation = 0;  // 0: whatever generation is active
   uint32_t priority = 0;
+  // The gateway's region ("" = the gateway does not say). Not a key: a budget fenced to
+  // another region refuses the request (core/policy.h regionAdmits). Part of the canonical
+  // digest when non-empty.
+  std::string region;
 };
 
 struct StartRequest {

@@ -139,10 +139,14 @@ Status validatePolicy(const Policy& policy) {
     if (Status s = validateBudget(budget); !s.isOk()) {
       return Status::invalidArgument("budget #" + std::to_string(i + 1) + ": " + s.message());
     }
+    // The region is a fence on the budget, not part of its key: the accounts of a
+    // subject/route are governed by one budget whatever the requests' regions.
     if (!seen.emplace(budget.subject_pattern, budget.route).second) {
-      return Status::invalidArgument("budget #" + std::to_string(i + 1) + ": subject '" +
-                                     budget.subject_pattern + "' and route '" + budget.route +
-                                     "' already have a budget");
+      return Status::invalidArgument(
+          "budget #" + std::to_string(i + 1) + ": subject '" + budget.subject_pattern +
+          "' and route '" + budget.route +
+          "' already have a budget (whatever its region: budgets per region of one route are "
+          "made with one ledger per region, or with distinct routes)");
     }
   }
   return Status::ok();
@@ -162,6 +166,16 @@ const Budget* matchBudget(const Policy& policy, const std::string& subject,
     }
   }
   return best;
+}
+
+bool regionAdmits(const Budget& budget, std::string_view region) {
+  return budget.region.empty() || region.empty() || budget.region == region;
+}
+
+std::string regionRefusal(const Budget& budget, std::string_view region) {
+  return "no budget for subject/route in region '" + std::string(region) +
+         "': the budget of subject '" + budget.subject_pattern + "' and route '" + budget.route +
+         "' is fenced to region '" + budget.region + "'";
 }
 
 }  // namespace tally

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -40,7 +41,7 @@ struct Budget {
   // "tenant-7" matches exactly; "tenant-*" matches every subject with that prefix; "*" all.
   std::string subject_pattern;
   std::string route;
-  std::string region;
+  std::string region;  // "": any region; otherwise a fence (regionAdmits)
   std::string unit;
   Units refill_per_second = 0;
   Units burst = 0;
@@ -70,12 +71,21 @@ bool subjectMatches(const std::string& pattern, const std::string& subject);
 
 // Checks one budget; the error names the offending key as the policy file spells it.
 Status validateBudget(const Budget& budget);
-// Checks every budget and that no two budgets share (subject_pattern, route).
+// Checks every budget and that no two budgets share (subject_pattern, route), whatever their
+// regions: a region fences a budget, it does not key one (docs/LEDGER.md "Regions").
 Status validatePolicy(const Policy& policy);
 
 // The budget that governs (subject, route): an exact subject match wins over a pattern; among
-// patterns, the longest prefix wins. Null if none.
+// patterns, the longest prefix wins. Null if none. The region plays no part here: an account
+// (subject, route, generation) has one budget; regionAdmits() is then the fence.
 const Budget* matchBudget(const Policy& policy, const std::string& subject,
                           const std::string& route);
+
+// Whether `budget` may admit a request from `region`: a budget without a region admits every
+// region, a request without one ("the gateway does not say") is admitted by every budget, and
+// otherwise the two must be equal.
+bool regionAdmits(const Budget& budget, std::string_view region);
+// The refusal message when regionAdmits() is false; names both regions.
+std::string regionRefusal(const Budget& budget, std::string_view region);
 
 }  // namespace tally

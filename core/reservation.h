@@ -77,6 +77,9 @@ struct Reservation {
   uint32_t priority = 0;
   Generation requested_generation = 0;  // the request's generation pin; 0: the active one
   bool request_fields_known = false;
+  // The request's region ("" = none), compared by every repeat whatever request_fields_known
+  // says: a row written before regions existed was written for a request without one.
+  std::string region;
 
   bool operator==(const Reservation&) const = default;
 };

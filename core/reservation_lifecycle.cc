@@ -51,7 +51,8 @@ ReservationReply startOfUnreserved(const Reservation& reservation,
 
 bool sameRequest(const Reservation& existing, const ReserveRequest& request) {
   if (existing.request_digest != request.request_digest || existing.subject != request.subject ||
-      existing.route != request.route || existing.reserved_units != request.units) {
+      existing.route != request.route || existing.reserved_units != request.units ||
+      existing.region != request.region) {
     return false;
   }
   return !existing.request_fields_known ||
@@ -126,6 +127,10 @@ std::optional<ReservationReply> checkReserve(const ReserveRequest& request) {
   if (request.route.empty() || request.route.size() > limits::kRouteBytesMax) {
     return invalidArgument("route must be 1.." + std::to_string(limits::kRouteBytesMax) + " bytes");
   }
+  if (request.region.size() > limits::kRegionBytesMax) {
+    return invalidArgument("region must be at most " + std::to_string(limits::kRegionBytesMax) +
+                           " bytes");
+  }
   return std::nullopt;
 }
 
@@ -150,6 +155,7 @@ Reservation newRecord(const ReserveRequest& request, uint64_t now_ms) {
       .priority = request.priority,
       .requested_generation = request.policy_generation,
       .request_fields_known = true,
+      .region = request.region,
   };
 }
 

@@ -28,6 +28,7 @@ enum class Flag : uint8_t {
   kPublicKey,
   kGateway,
   kState,
+  kRegion,
 };
 
 struct FlagName {
@@ -47,6 +48,7 @@ constexpr FlagName kFlags[] = {
     {"public-key", Flag::kPublicKey},
     {"gateway", Flag::kGateway},
     {"state", Flag::kState},
+    {"region", Flag::kRegion},
 };
 
 struct CommandSpec {
@@ -64,7 +66,9 @@ const CommandSpec& specFor(Command command) {
       {Command::kPolicyPublish, {}, {}},
       {Command::kPolicyRollback, {}, {}},
       {Command::kPolicyShow, {}, {F::kGeneration}},
-      {Command::kReserve, {F::kId, F::kSubject, F::kRoute, F::kUnits}, {F::kDigest, F::kPriority}},
+      {Command::kReserve,
+       {F::kId, F::kSubject, F::kRoute, F::kUnits},
+       {F::kDigest, F::kPriority, F::kRegion}},
       {Command::kStart, {F::kId, F::kOperation}, {}},
       {Command::kSettle, {F::kId, F::kOperation, F::kActual}, {}},
       {Command::kRelease, {F::kId}, {}},
@@ -191,6 +195,7 @@ Status applyFlag(Flag flag, const std::string& value, Invocation* inv) {
       inv->subject = value;
       return checkText(name, value, limits::kSubjectBytesMax);
     case Flag::kRoute: inv->route = value; return checkText(name, value, limits::kRouteBytesMax);
+    case Flag::kRegion: inv->region = value; return checkText(name, value, limits::kRegionBytesMax);
     case Flag::kOperation:
       inv->operation_id = value;
       return checkText(name, value, limits::kOperationIdBytesMax);
@@ -483,8 +488,9 @@ Commands:
   policy rollback                 republish the previous policy as a new generation
   policy show [--generation G]    print the active (or generation G's) policy as TOML
   reserve --id ID --subject S --route R --units N [--digest HEX] [--priority P]
-                                  reserve N units; without --digest the canonical request
-                                  digest is computed from these fields
+          [--region REGION]       reserve N units; without --digest the canonical request
+                                  digest is computed from these fields; REGION is the
+                                  gateway's region: a budget fenced to another one refuses it
   start   --id ID --operation OP  RESERVED -> STARTED, binding operation OP
   settle  --id ID --operation OP --actual N
                                   record actual usage N; the unused part is refunded

@@ -63,6 +63,7 @@ struct Invocation {
   Units actual_units = 0;
   std::optional<Digest> digest;  // reserve --digest; absent: computed from the request
   uint32_t priority = 0;
+  std::string region;  // reserve --region; "" = none
 
   // gateway enroll/disable/enable --id NAME; shard list/revoke --gateway NAME.
   std::string gateway_name;

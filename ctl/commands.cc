@@ -130,7 +130,8 @@ Result<wire::RequestBody> buildRequest(const Invocation& inv) {
                              .subject = inv.subject,
                              .route = inv.route,
                              .units = inv.units,
-                             .priority = inv.priority};
+                             .priority = inv.priority,
+                             .region = inv.region};
       request.request_digest = inv.digest ? *inv.digest : wire::canonicalRequestDigest(request);
       return wire::RequestBody(std::move(request));
     }

@@ -88,6 +88,7 @@ std::string reservationJson(const ReservationView& view) {
   w.field("state", reservationStateName(r.state));
   w.field("subject", r.subject);
   w.field("route", r.route);
+  w.field("region", r.region);
   w.field("operationId", r.operation_id);
   w.field("reservedUnits", r.reserved_units);
   w.field("actualUnits", r.actual_units);
@@ -123,11 +124,13 @@ std::string reservationHuman(const ReservationView& view) {
     out += std::string(replyCodeName(reply.code)) + (why.empty() ? "" : ": " + why) + "\n";
   }
   out += std::string(reservationStateName(r.state)) + " " + r.reservation_id + "  " + r.subject +
-         " / " + r.route + (reply.duplicate ? "  (duplicate: nothing changed)" : "") + "\n";
+         " / " + r.route + (r.region.empty() ? "" : "  region " + r.region) +
+         (reply.duplicate ? "  (duplicate: nothing changed)" : "") + "\n";
   if (isRejection(reply)) {
     out += "  limited by " + std::string(limitingDimensionName(r.limiting_dimension)) + "; retry " +
            retryText(r.retry_after_ms) + "; policy generation " +
            std::to_string(r.policy_generation) + "\n";
+    if (!reply.message.empty()) out += "  " + reply.message + "\n";
     return out;
   }
   out += "  reserved " + std::to_string(r.reserved_units) + "  actual " +

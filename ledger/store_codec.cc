@@ -98,6 +98,7 @@ void assertStorable(const Reservation& reservation) {
   TALLY_ASSERT(reservation.route.size() <= limits::kRouteBytesMax);
   TALLY_ASSERT(reservation.operation_id.size() <= limits::kOperationIdBytesMax);
   TALLY_ASSERT(reservation.origin.size() <= wire::kOriginBytesMax);
+  TALLY_ASSERT(reservation.region.size() <= limits::kRegionBytesMax);
 }
 
 void buildPolicy(const PolicyRecord& record, schema::PolicyRecordV1::Builder builder) {

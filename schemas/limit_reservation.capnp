@@ -61,4 +61,6 @@ struct LimitReservationV1 {
   priority @21 :UInt32;
   requestedGeneration @22 :UInt64;  # the request's generation pin; 0: the active one
   requestFieldsKnown @23 :Bool;
+  region @24 :Text;                # the request's region ("" = none); compared by every repeat
+  # (records written before it existed were written for requests without a region)
 }

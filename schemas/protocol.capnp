@@ -26,6 +26,9 @@ struct CanonicalReserve {
   units @3 :UInt64;
   policyGeneration @4 :UInt64;
   priority @5 :UInt32;
+  region @6 :Text;
+  # Appended, and left unset when empty: canonical form drops a null pointer, so a request
+  # without a region keeps exactly the digest it had before this field existed.
 }
 
 # --- Requests --------------------------------------------------------------------------------
@@ -38,6 +41,7 @@ struct ReserveRequest {
   units @4 :UInt64;
   policyGeneration @5 :UInt64;     # 0: whatever generation is active
   priority @6 :UInt32;
+  region @7 :Text;                 # "" = none; a fence, not a key (docs/LEDGER.md "Regions")
 }
 
 struct StartRequest {

@@ -155,6 +155,8 @@ Result<Reservation> readReservation(schema::LimitReservationV1::Reader reader) {
   out.priority = reader.getPriority();
   out.requested_generation = reader.getRequestedGeneration();
   out.request_fields_known = reader.getRequestFieldsKnown();
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getRegion(), limits::kRegionBytesMax, "region", &out.region));
   out.retry_after_ms = reader.getRetryAfterMs();
   return out;
 }
@@ -181,6 +183,8 @@ Result<ReserveRequest> readReserve(schema::ReserveRequest::Reader reader) {
   TALLY_WIRE_RETURN_IF_ERROR(readUnits(reader.getUnits(), "units", &out.units));
   out.policy_generation = reader.getPolicyGeneration();
   out.priority = reader.getPriority();
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getRegion(), limits::kRegionBytesMax, "region", &out.region));
   return out;
 }
 
@@ -637,6 +641,7 @@ void fromCore(const Reservation& reservation, schema::LimitReservationV1::Builde
   builder.setPriority(reservation.priority);
   builder.setRequestedGeneration(reservation.requested_generation);
   builder.setRequestFieldsKnown(reservation.request_fields_known);
+  if (!reservation.region.empty()) builder.setRegion(textOf(reservation.region));
   builder.setRetryAfterMs(reservation.retry_after_ms);
 }
 
@@ -648,6 +653,7 @@ void fromCore(const ReserveRequest& request, schema::ReserveRequest::Builder bui
   builder.setUnits(request.units);
   builder.setPolicyGeneration(request.policy_generation);
   builder.setPriority(request.priority);
+  if (!request.region.empty()) builder.setRegion(textOf(request.region));
 }
 
 void fromCore(const StartRequest& request, schema::StartRequest::Builder builder) {

@@ -53,6 +53,9 @@ Digest canonicalRequestDigest(const ReserveRequest& request) {
   canonical.setUnits(request.units);
   canonical.setPolicyGeneration(request.policy_generation);
   canonical.setPriority(request.priority);
+  // Unset when empty (an empty Text would be a non-null pointer): the digest of a request
+  // without a region is the one it had before regions existed.
+  if (!request.region.empty()) canonical.setRegion(textOf(request.region));
   // Canonical form: one segment, no padding or far pointers, fields in schema order, so the
   // bytes depend only on the values.
   kj::Array<capnp::word> words = capnp::canonicalize(canonical.asReader());

@@ -1048,6 +1048,108 @@ TEST_F(LedgerTest, SubjectWithoutBudgetIsRejectedForever) {
   EXPECT_TRUE(audited(kT0));
 }
 
+// ---- the region fence (docs/LEDGER.md "Regions") ----------------------------------------------
+
+ReserveRequest fromRegion(ReserveRequest request, const std::string& region) {
+  request.region = region;
+  return request;
+}
+
+Policy regionPolicy(const std::string& region) {
+  Budget budget = testBudget();
+  budget.region = region;
+  return Policy{.budgets = {budget}};
+}
+
+TEST(LedgerRegionTest, ABudgetOfARegionAdmitsItAndRequestsThatSayNone) {
+  Ledger ledger;
+  ASSERT_EQ(ledger.publishPolicy(regionPolicy("eu-west-1"), kT0).code, ReplyCode::kOk);
+  const ReservationReply eu =
+      ledger.reserve(fromRegion(reserveRequest("eu", 10, 1), "eu-west-1"), kT0);
+  EXPECT_EQ(eu.code, ReplyCode::kOk) << eu.message;
+  EXPECT_EQ(eu.receipt.region, "eu-west-1");
+  const ReservationReply none = ledger.reserve(reserveRequest("none", 10, 2), kT0);
+  EXPECT_EQ(none.code, ReplyCode::kOk) << none.message;
+  EXPECT_EQ(none.receipt.region, "");
+  // Both draw on the one account of the subject/route: the region does not key accounts.
+  EXPECT_EQ(ledger.accounts().accountCount(), 1u);
+  EXPECT_EQ(balancesOf(ledger, 1), (Balances{.opening = 1000, .available = 980, .reserved = 20}));
+  EXPECT_TRUE(audited(ledger, kT0));
+}
+
+TEST(LedgerRegionTest, AnotherRegionIsRefusedAsNoBudgetNamingBothRegions) {
+  Ledger ledger;
+  ASSERT_EQ(ledger.publishPolicy(regionPolicy("eu-west-1"), kT0).code, ReplyCode::kOk);
+  // Before and after the account exists: the fence holds either way, and opens nothing.
+  for (const auto& [id, accounts] : {std::pair<const char*, uint64_t>{"us-first", 0},
+                                     std::pair<const char*, uint64_t>{"us-again", 1}}) {
+    const ReservationReply us =
+        ledger.reserve(fromRegion(reserveRequest(id, 10, 1), "us-east-1"), kT0);
+    EXPECT_EQ(us.code, ReplyCode::kRejected) << id;
+    EXPECT_EQ(us.receipt.state, S::kRejected) << id;
+    EXPECT_EQ(us.receipt.limiting_dimension, LimitingDimension::kNoBudget) << id;
+    EXPECT_EQ(us.receipt.retry_after_ms, kRetryNever) << id;
+    EXPECT_EQ(us.receipt.reserved_units, 10u) << id;
+    EXPECT_THAT(us.message, HasSubstr("region 'us-east-1'")) << id;
+    EXPECT_THAT(us.message, HasSubstr("region 'eu-west-1'")) << id;
+    EXPECT_EQ(ledger.accounts().accountCount(), accounts) << id;
+    ASSERT_EQ(ledger.reserve(reserveRequest(std::string(id) + "-none", 1, 2), kT0).code,
+              ReplyCode::kOk);
+    EXPECT_EQ(ledger.accounts().accountCount(), 1u);
+  }
+  EXPECT_EQ(balancesOf(ledger, 1), (Balances{.opening = 1000, .available = 998, .reserved = 2}));
+  EXPECT_TRUE(audited(ledger, kT0));
+}
+
+TEST(LedgerRegionTest, ABudgetWithoutARegionAdmitsEveryRegion) {
+  Ledger ledger;
+  ASSERT_EQ(ledger.publishPolicy(regionPolicy(""), kT0).code, ReplyCode::kOk);
+  EXPECT_EQ(ledger.reserve(fromRegion(reserveRequest("a", 1, 1), "eu-west-1"), kT0).code,
+            ReplyCode::kOk);
+  EXPECT_EQ(ledger.reserve(fromRegion(reserveRequest("b", 1, 1), "us-east-1"), kT0).code,
+            ReplyCode::kOk);
+  EXPECT_EQ(ledger.reserve(reserveRequest("c", 1, 1), kT0).code, ReplyCode::kOk);
+  EXPECT_EQ(ledger.accounts().accountCount(), 1u);
+}
+
+TEST(LedgerRegionTest, TheSameIdFromAnotherRegionIsAnIdempotencyConflict) {
+  // Same id and the same (client-supplied) digest: the ledger compares the region itself.
+  Ledger ledger;
+  ASSERT_EQ(ledger.publishPolicy(testPolicy(), kT0).code, ReplyCode::kOk);
+  ASSERT_EQ(ledger.reserve(fromRegion(reserveRequest("q", 5, 1), "eu-west-1"), kT0).code,
+            ReplyCode::kOk);
+  for (const char* region : {"us-east-1", ""}) {
+    const ReservationReply reply =
+        ledger.reserve(fromRegion(reserveRequest("q", 5, 1), region), kT0);
+    EXPECT_EQ(reply.code, ReplyCode::kIdempotencyConflict) << "'" << region << "'";
+    EXPECT_EQ(reply.receipt.region, "eu-west-1");
+  }
+  EXPECT_TRUE(ledger.reserve(fromRegion(reserveRequest("q", 5, 1), "eu-west-1"), kT0).duplicate);
+  // A record restored from a row written before regions (no region, request fields unknown)
+  // was a request without a region: a repeat naming one is another request.
+  const ReservationReply admitted = ledger.reserve(reserveRequest("old", 5, 1), kT0);
+  ASSERT_EQ(admitted.code, ReplyCode::kOk);
+  Reservation old = admitted.receipt;
+  old.request_fields_known = false;
+  Ledger restored;
+  ASSERT_TRUE(restored.restoreReservation(old).isOk());
+  EXPECT_TRUE(restored.reserve(reserveRequest("old", 5, 1), kT0).duplicate);
+  EXPECT_EQ(restored.reserve(fromRegion(reserveRequest("old", 5, 1), "eu-west-1"), kT0).code,
+            ReplyCode::kIdempotencyConflict);
+}
+
+TEST(LedgerRegionTest, ARegionLongerThanTheMaximumIsInvalid) {
+  Ledger ledger;
+  ASSERT_EQ(ledger.publishPolicy(testPolicy(), kT0).code, ReplyCode::kOk);
+  const std::string too_long(limits::kRegionBytesMax + 1, 'r');
+  EXPECT_EQ(ledger.reserve(fromRegion(reserveRequest("r", 1, 1), too_long), kT0).code,
+            ReplyCode::kInvalidArgument);
+  EXPECT_EQ(ledger.accounts().accountCount(), 0u);
+  const std::string longest(limits::kRegionBytesMax, 'r');
+  EXPECT_EQ(ledger.reserve(fromRegion(reserveRequest("r", 1, 1), longest), kT0).code,
+            ReplyCode::kOk);
+}
+
 TEST(LedgerNoPolicyTest, NothingPublishedMeansNoBudget) {
   Ledger ledger;
   const ReservationReply refused = ledger.reserve(reserveRequest("r1", 10, 1), kT0);

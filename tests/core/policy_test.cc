@@ -306,6 +306,60 @@ TEST(MatchBudgetTest, RouteMustMatch) {
   EXPECT_EQ(matchBudget(policy, "tenant-8", "/a"), nullptr);
 }
 
+Budget inRegion(Budget budget, const std::string& region) {
+  budget.region = region;
+  return budget;
+}
+
+TEST(ValidatePolicyTest, ARegionDoesNotMakeASecondBudgetOfOneSubjectAndRoute) {
+  // Region fences a budget, it does not key one: two budgets of one subject/route are refused
+  // whatever their regions, with the way to get per-region budgets.
+  for (const auto& [first, second] : std::vector<std::pair<std::string, std::string>>{
+           {"eu-west", "us-east"}, {"eu-west", ""}, {"", "us-east"}}) {
+    const Policy policy{
+        .budgets = {inRegion(validBudget(), first), inRegion(validBudget(), second)}};
+    const Status status = validatePolicy(policy);
+    ASSERT_FALSE(status.isOk()) << "'" << first << "' and '" << second << "'";
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr("budget #2"));
+    EXPECT_THAT(status.message(), HasSubstr("already have a budget"));
+    EXPECT_THAT(status.message(), HasSubstr("one ledger per region, or with distinct routes"));
+  }
+}
+
+TEST(MatchBudgetTest, TheRegionPlaysNoPartInMatching) {
+  // tenant-7's own budget is fenced to eu-west; it still governs tenant-7 (the fence refuses
+  // other regions, it does not hand them to the pattern's budget).
+  const Policy policy{.budgets = {budgetFor("tenant-*", "/r", 1),
+                                  inRegion(budgetFor("tenant-7", "/r", 2), "eu-west")}};
+  EXPECT_EQ(matchBudget(policy, "tenant-7", "/r")->burst, 2u);
+  EXPECT_EQ(matchBudget(policy, "tenant-8", "/r")->burst, 1u);
+}
+
+TEST(RegionFenceTest, ABudgetWithoutARegionAdmitsEveryRegion) {
+  const Budget any = inRegion(validBudget(), "");
+  EXPECT_TRUE(regionAdmits(any, ""));
+  EXPECT_TRUE(regionAdmits(any, "eu-west"));
+  EXPECT_TRUE(regionAdmits(any, "us-east"));
+}
+
+TEST(RegionFenceTest, ABudgetWithARegionAdmitsItAndRequestsThatSayNone) {
+  const Budget eu = inRegion(validBudget(), "eu-west");
+  EXPECT_TRUE(regionAdmits(eu, "eu-west"));
+  EXPECT_TRUE(regionAdmits(eu, ""));  // the gateway does not say: existing clients keep working
+}
+
+TEST(RegionFenceTest, AnotherRegionIsRefusedNamingBothRegions) {
+  const Budget eu = inRegion(validBudget(), "eu-west");
+  EXPECT_FALSE(regionAdmits(eu, "us-east"));
+  EXPECT_FALSE(regionAdmits(eu, "eu-west-2"));  // equal, not a prefix
+  EXPECT_FALSE(regionAdmits(eu, "EU-WEST"));    // bytes, not case-folded
+  const std::string message = regionRefusal(eu, "us-east");
+  EXPECT_THAT(message, HasSubstr("region 'us-east'"));
+  EXPECT_THAT(message, HasSubstr("region 'eu-west'"));
+  EXPECT_THAT(message, HasSubstr("subject 'tenant-7'"));
+}
+
 TEST(MatchBudgetTest, NoBudgetsNoMatch) {
   EXPECT_EQ(matchBudget(Policy{}, "tenant-7", "/a"), nullptr);
 }

@@ -60,13 +60,14 @@ TEST(ReservationLifecycle, TheDuplicateCheckComparesEveryFieldOfTheRequest) {
   RecordingHolder holder;
   const Reservation stored = reservedRecord(&holder);
   EXPECT_TRUE(lifecycle::repeatedReserve(stored, requestOf()).duplicate);
-  std::vector<ReserveRequest> others(6, requestOf());
+  std::vector<ReserveRequest> others(7, requestOf());
   others[0].request_digest[3] ^= 1;
   others[1].subject = "u";
   others[2].route = "s";
   others[3].units = 600;
   others[4].priority = 2;
   others[5].policy_generation = 4;
+  others[6].region = "eu-west-1";
   for (const ReserveRequest& other : others) {
     const ReservationReply reply = lifecycle::repeatedReserve(stored, other);
     EXPECT_EQ(reply.code, ReplyCode::kIdempotencyConflict);
@@ -84,6 +85,10 @@ TEST(ReservationLifecycle, ARecordWithoutTheNewFieldsIgnoresOnlyThem) {
   other_priority.policy_generation = 3;
   EXPECT_TRUE(lifecycle::repeatedReserve(stored, other_priority).duplicate);
   EXPECT_EQ(lifecycle::repeatedReserve(stored, requestOf(6)).code, ReplyCode::kIdempotencyConflict);
+  // Such a record was written for a request without a region: a region still conflicts.
+  ReserveRequest from_region = requestOf();
+  from_region.region = "eu-west-1";
+  EXPECT_EQ(lifecycle::repeatedReserve(stored, from_region).code, ReplyCode::kIdempotencyConflict);
 }
 
 TEST(ReservationLifecycle, UnitsAboveTheMaximumAreRefusedBeforeAnythingChanges) {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ctl/json.h"
@@ -113,6 +114,22 @@ TEST(CommandsTest, ReserveComputesCanonicalDigest) {
   EXPECT_EQ(request->request_digest, wire::canonicalRequestDigest(*request));
 }
 
+TEST(CommandsTest, ReserveSendsItsRegionAndItsDigestCoversIt) {
+  FakePeer peer;
+  peer.answer = reservationAnswer(ReplyCode::kOk, receipt(ReservationState::kReserved));
+  std::vector<std::string_view> args = kReserve;
+  args.push_back("--region");
+  args.push_back("eu-west-1");
+  EXPECT_EQ(run(peer, args).exit_code, kExitOk);
+  ASSERT_TRUE(peer.request.has_value());
+  const ReserveRequest& request = std::get<ReserveRequest>(*peer.request);
+  EXPECT_EQ(request.region, "eu-west-1");
+  EXPECT_EQ(request.request_digest, wire::canonicalRequestDigest(request));
+  ReserveRequest without = request;
+  without.region.clear();
+  EXPECT_NE(request.request_digest, wire::canonicalRequestDigest(without));
+}
+
 TEST(CommandsTest, ReserveSendsGivenDigest) {
   FakePeer peer;
   peer.answer = reservationAnswer(ReplyCode::kOk, receipt(ReservationState::kReserved));
@@ -162,6 +179,31 @@ TEST(CommandsTest, QueryShowsTheReservationsRefund) {
   const CommandOutput out = run(peer, {"--json", "query", "--id", "r-1"});
   EXPECT_CONTAINS(out.out, R"("refundedUnits":400)");
   EXPECT_TRUE(std::holds_alternative<QueryRequest>(*peer.request));
+}
+
+TEST(CommandsTest, ARegionFencedRejectionShowsTheRegionAndWhy) {
+  Reservation r = receipt(ReservationState::kRejected);
+  r.region = "us-east-1";
+  r.limiting_dimension = LimitingDimension::kNoBudget;
+  r.retry_after_ms = kRetryNever;
+  FakePeer peer;
+  wire::Response answer = reservationAnswer(ReplyCode::kRejected, r);
+  std::get<ReservationReply>(answer.body).message =
+      "no budget for subject/route in region 'us-east-1': fenced to region 'eu-west-1'";
+  peer.answer = std::move(answer);
+  std::vector<std::string_view> args = kReserve;
+  args.push_back("--region");
+  args.push_back("us-east-1");
+  const CommandOutput out = run(peer, args);
+  EXPECT_EQ(out.exit_code, kExitRejected);
+  EXPECT_CONTAINS(out.out, R"("region":"us-east-1")");
+  EXPECT_CONTAINS(out.out, R"("limitingDimension":"no-budget")");
+  EXPECT_CONTAINS(out.out, "region 'eu-west-1'");
+  std::vector<std::string_view> human(args.begin() + 1, args.end());
+  const CommandOutput text = run(peer, human);
+  EXPECT_EQ(text.exit_code, kExitRejected);
+  EXPECT_CONTAINS(text.out, "region us-east-1");
+  EXPECT_CONTAINS(text.out, "fenced to region 'eu-west-1'");
 }
 
 TEST(CommandsTest, RejectionExitsFour) {

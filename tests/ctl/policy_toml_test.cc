@@ -109,9 +109,15 @@ TEST(PolicyTomlTest, ExamplePolicyParses) {
   EXPECT_EQ(p.generation, 0u);
   ASSERT_EQ(p.budgets.size(), 3u);
 
+  // tenant-7's budget is fenced to eu-west-1: it governs tenant-7 whatever the region asks
+  // (region is not a key), admits eu-west-1 and region-less requests, refuses the others.
   const Budget* story = matchBudget(p, "tenant-7", "chat.generate");
   ASSERT_NE(story, nullptr);
   EXPECT_EQ(story->subject_pattern, "tenant-7");
+  EXPECT_EQ(story->region, "eu-west-1");
+  EXPECT_TRUE(regionAdmits(*story, ""));
+  EXPECT_TRUE(regionAdmits(*story, "eu-west-1"));
+  EXPECT_FALSE(regionAdmits(*story, "us-east-1"));
   EXPECT_EQ(story->burst, 1000u);
   EXPECT_EQ(story->unit, "tokens");
   EXPECT_EQ(story->fairness_budget_permille, 25u);
@@ -122,6 +128,7 @@ TEST(PolicyTomlTest, ExamplePolicyParses) {
   EXPECT_EQ(pattern->subject_pattern, "tenant-*");
   // Optional keys left out take their documented defaults.
   EXPECT_EQ(pattern->region, "");
+  EXPECT_TRUE(regionAdmits(*pattern, "us-east-1"));
   EXPECT_EQ(pattern->max_overdraft, 0u);
   EXPECT_EQ(pattern->weight, 1u);
   EXPECT_EQ(pattern->priority, 0u);

@@ -96,6 +96,23 @@ TEST(TallyctlArgsTest, Reserve) {
                   .digest.has_value());
 }
 
+TEST(TallyctlArgsTest, ReserveRegion) {
+  EXPECT_EQ(ok({"reserve", "--id", "r", "--subject", "s", "--route", "r", "--units", "1"}).region,
+            "");
+  EXPECT_EQ(ok({"reserve", "--id", "r", "--subject", "s", "--route", "r", "--units", "1",
+                "--region", "eu-west-1"})
+                .region,
+            "eu-west-1");
+  EXPECT_CONTAINS(usageError({"reserve", "--id", "r", "--subject", "s", "--route", "r", "--units",
+                              "1", "--region", std::string(65, 'x')}),
+                  "--region is longer than 64 bytes");
+  EXPECT_CONTAINS(usageError({"reserve", "--id", "r", "--subject", "s", "--route", "r", "--units",
+                              "1", "--region", ""}),
+                  "--region must not be empty");
+  EXPECT_CONTAINS(usageError({"start", "--id", "r", "--operation", "o", "--region", "eu"}),
+                  "'start' takes no --region");
+}
+
 TEST(TallyctlArgsTest, ReservationCommands) {
   Invocation inv = ok({"start", "--id", "r1", "--operation", "op1"});
   EXPECT_EQ(inv.command, Command::kStart);

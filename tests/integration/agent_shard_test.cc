@@ -32,7 +32,7 @@ class AgentShardTest : public AgentFleetTest {
  protected:
   // The ledger's public key (its identity, created on first use) and a started ledger with an
   // emergency-mode budget.
-  void startLedgerWithShards() {
+  void startLedgerWithShards(const std::string& region = "") {
     TALLY_ASSIGN_OR_FAIL(const std::string out,
                          runForOutput(binaryPath("tally-ledger"),
                                       {"--data-dir", ledger_.dataDir(), "identity", "--json"},
@@ -42,6 +42,7 @@ class AgentShardTest : public AgentFleetTest {
     ASSERT_NO_FATAL_FAILURE(startLedger());
     Budget budget = makeBudget({.subject = kSubject, .route = kRoute, .burst = 1'000});
     budget.emergency = {.enabled = true, .shard_units = kShardUnits, .shard_ttl_ms = 600'000};
+    budget.region = region;
     ASSERT_NO_FATAL_FAILURE(publish({budget}));
   }
 
@@ -248,6 +249,59 @@ TEST_F(AgentShardTest, AdmitsFromAShardDuringAPartitionAndReconcilesAfterwards) 
   EXPECT_TRUE(waitFor([&] {
     return metric(0, "tally_agent_shards", {{"condition", "usable"}}) >= 1;
   }));
+}
+
+// The budget is fenced to eu-west-1 (docs/LEDGER.md "Regions"): during a partition the agent's
+// shard of it admits requests from eu-west-1 and requests that name no region, and refuses one
+// from another region as the ledger would (no-budget, both regions named), taking nothing from
+// the shard.
+TEST_F(AgentShardTest, AShardAdmitsOnlyWhatItsBudgetsRegionFenceAdmits) {
+  ASSERT_NO_FATAL_FAILURE(startLedgerWithShards("eu-west-1"));
+  ASSERT_NO_FATAL_FAILURE(enrollAgent(0));
+  ASSERT_NO_FATAL_FAILURE(startAgent(0, ledgerAddress(), shardSettings()));
+  std::unique_ptr<client::BlockingClient> gw = gateway(0);
+  ASSERT_NE(gw, nullptr);
+  ASSERT_TRUE(waitFor([&] {
+    return metric(0, "tally_agent_shards", {{"condition", "usable"}}) >= 1;
+  })) << "no shard obtained";
+  std::vector<ShardLedgerView> issued = ledgerShards();
+  ASSERT_EQ(issued.size(), 1u);
+  const std::string shard_id = issued.front().grant.shard_id;
+  // The agent holds the policy before the partition (it admits centrally with it).
+  TALLY_ASSIGN_OR_FAIL(
+      AgentAnswer central,
+      callAgent(*gw, makeReserve({.id = "c-eu", .units = 1, .region = "eu-west-1"})));
+  ASSERT_EQ(central.reply.code, ReplyCode::kOk) << describe(central);
+
+  ASSERT_TRUE(ledger_.signal(SIGSTOP));
+  ASSERT_TRUE(waitFor([&] { return agentHealth(*gw) == "PARTITIONED"; }));
+  TALLY_ASSIGN_OR_FAIL(
+      AgentAnswer us,
+      callAgent(*gw, makeReserve({.id = "p-us", .units = 10, .region = "us-east-1"})));
+  ASSERT_FALSE(us.is_error) << describe(us);
+  EXPECT_EQ(us.reply.code, ReplyCode::kRejected) << describe(us);
+  EXPECT_EQ(us.reply.receipt.limiting_dimension, LimitingDimension::kNoBudget) << describe(us);
+  EXPECT_EQ(us.reply.receipt.origin, "");
+  EXPECT_NE(us.reply.message.find("region 'us-east-1'"), std::string::npos) << us.reply.message;
+  EXPECT_NE(us.reply.message.find("region 'eu-west-1'"), std::string::npos) << us.reply.message;
+  EXPECT_EQ(metric(0, "tally_agent_shard_available_units"), double(kShardUnits));
+  for (const char* region : {"eu-west-1", ""}) {
+    const std::string id = std::string("p-") + (*region != 0 ? region : "none");
+    TALLY_ASSIGN_OR_FAIL(AgentAnswer admitted,
+                         callAgent(*gw, makeReserve({.id = id, .units = 10, .region = region})));
+    ASSERT_FALSE(admitted.is_error) << id << ": " << describe(admitted);
+    EXPECT_EQ(admitted.reply.code, ReplyCode::kOk) << id << ": " << describe(admitted);
+    EXPECT_EQ(admitted.reply.receipt.origin, shard_id) << id;
+    EXPECT_EQ(admitted.reply.receipt.region, region) << id;
+  }
+  EXPECT_EQ(metric(0, "tally_agent_shard_available_units"), double(kShardUnits - 20));
+  // The same id from another region is another request, at the shard book too.
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer moved,
+                       callAgent(*gw, makeReserve({.id = "p-eu-west-1", .units = 10})));
+  EXPECT_EQ(moved.reply.code, ReplyCode::kIdempotencyConflict) << describe(moved);
+  ASSERT_TRUE(ledger_.signal(SIGCONT));
+  AuditReport audit;
+  ASSERT_NO_FATAL_FAILURE(auditConserved(&audit));
 }
 
 // kill -9 during a partition: the restarted agent (a new boot epoch) never admits from the old

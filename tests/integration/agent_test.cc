@@ -200,6 +200,59 @@ TEST_F(AgentFleetTest, OpeningScenarioThroughThreeAgentsAdmitsExactlyOne) {
       << describe(audit);
 }
 
+// --- Regions (docs/LEDGER.md "Regions") ---------------------------------------------------
+
+// The agent decodes and re-encodes every request: the region must reach the ledger intact, or a
+// request from another region would be charged to a budget fenced to eu-west-1.
+TEST_F(AgentFleetTest, TheRegionSurvivesTheAgentAndTheLedgerFencesOnIt) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  Budget budget = makeBudget({.burst = 1000});
+  budget.region = "eu-west-1";
+  Generation generation = 0;
+  ASSERT_NO_FATAL_FAILURE(publish({budget}, &generation));
+  ASSERT_NO_FATAL_FAILURE(startAgent(0, ledgerAddress()));
+  std::unique_ptr<client::BlockingClient> gw = gateway(0);
+  ASSERT_NE(gw, nullptr);
+
+  const ReserveRequest eu = makeReserve({.id = "eu", .units = 100, .region = "eu-west-1"});
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer admitted, callAgent(*gw, eu));
+  ASSERT_TRUE(isOk(admitted)) << describe(admitted);
+  EXPECT_EQ(admitted.reply.receipt.region, "eu-west-1");
+  TALLY_ASSIGN_OR_FAIL(ReservationReply on_ledger,
+                       callReservation(*client_, QueryRequest{eu.reservation_id}));
+  EXPECT_EQ(on_ledger.receipt.region, "eu-west-1") << describe(on_ledger);
+
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer none, callAgent(*gw, makeReserve({.id = "none", .units = 100})));
+  ASSERT_TRUE(isOk(none)) << describe(none);
+
+  TALLY_ASSIGN_OR_FAIL(
+      AgentAnswer us,
+      callAgent(*gw, makeReserve({.id = "us", .units = 100, .region = "us-east-1"})));
+  ASSERT_FALSE(us.is_error) << describe(us);
+  EXPECT_EQ(us.reply.code, ReplyCode::kRejected) << describe(us);
+  EXPECT_EQ(us.reply.receipt.limiting_dimension, LimitingDimension::kNoBudget) << describe(us);
+  EXPECT_EQ(us.reply.receipt.region, "us-east-1");
+  EXPECT_NE(us.reply.message.find("region 'us-east-1'"), std::string::npos) << describe(us);
+  EXPECT_NE(us.reply.message.find("region 'eu-west-1'"), std::string::npos) << describe(us);
+
+  // The same id and digest from another region is another request (the ledger compares the
+  // region itself, not only the digest the gateway sent).
+  ReserveRequest moved = eu;
+  moved.region = "us-east-1";
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer conflict, callAgent(*gw, moved));
+  ASSERT_FALSE(conflict.is_error) << describe(conflict);
+  EXPECT_EQ(conflict.reply.code, ReplyCode::kIdempotencyConflict) << describe(conflict);
+  TALLY_ASSIGN_OR_FAIL(AgentAnswer again, callAgent(*gw, eu));
+  EXPECT_TRUE(isOk(again) && again.reply.duplicate) << describe(again);
+
+  AuditReport audit;
+  ASSERT_NO_FATAL_FAILURE(auditConserved(&audit));
+  const AccountView* account = findAccount(audit, {"tenant-1", "chat", generation});
+  ASSERT_NE(account, nullptr) << describe(audit);
+  EXPECT_EQ(account->balances, (Balances{.opening = 1000, .available = 800, .reserved = 200}))
+      << describe(audit);
+}
+
 // --- Lost answers ---------------------------------------------------------------------------
 
 // Each agent reaches the ledger through its own proxy, which loses the ledger's answer about a

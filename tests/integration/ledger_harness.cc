@@ -175,7 +175,8 @@ ReserveRequest makeReserve(const ReserveSpec& spec) {
                          .subject = spec.subject,
                          .route = spec.route,
                          .units = spec.units,
-                         .policy_generation = spec.generation};
+                         .policy_generation = spec.generation,
+                         .region = spec.region};
   request.request_digest = wire::canonicalRequestDigest(request);
   return request;
 }

@@ -94,6 +94,7 @@ struct ReserveSpec {
   std::string route = "chat";
   Units units = 1;
   Generation generation = 0;
+  std::string region;  // "": the gateway does not say
 };
 // A reserve request carrying its canonical digest.
 ReserveRequest makeReserve(const ReserveSpec& spec);

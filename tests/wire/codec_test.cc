@@ -122,6 +122,7 @@ void expectSame(const ReserveRequest& a, const ReserveRequest& b) {
   EXPECT_EQ(a.units, b.units);
   EXPECT_EQ(a.policy_generation, b.policy_generation);
   EXPECT_EQ(a.priority, b.priority);
+  EXPECT_EQ(a.region, b.region);
 }
 
 void expectSame(const ReservationReply& a, const ReservationReply& b) {
@@ -204,6 +205,13 @@ void expectInvalidArgumentNaming(const Status& status, const std::string& field)
 
 TEST(CodecRequest, ReserveRoundTrips) {
   const ReserveRequest sent = sampleReserve();
+  Request got = requestRoundTrip({.request_id = 1, .body = sent});
+  expectSame(bodyAs<ReserveRequest>(got), sent);
+}
+
+TEST(CodecRequest, ReserveRoundTripsItsRegion) {
+  ReserveRequest sent = sampleReserve();
+  sent.region = "eu-west-1";
   Request got = requestRoundTrip({.request_id = 1, .body = sent});
   expectSame(bodyAs<ReserveRequest>(got), sent);
 }
@@ -416,6 +424,25 @@ TEST(CodecValues, ReservationRoundTripsInEveryStateAndDimension) {
   }
 }
 
+TEST(CodecValues, AReservationKeepsItsRequestsRegion) {
+  Reservation sent = sampleReservation();
+  sent.region = "eu-west-1";
+  capnp::MallocMessageBuilder message;
+  auto builder = message.initRoot<schema::LimitReservationV1>();
+  fromCore(sent, builder);
+  Result<Reservation> got = toCore(builder.asReader());
+  ASSERT_TRUE(got.isOk()) << got.status().toString();
+  EXPECT_EQ(got.value(), sent);
+  // A record written before the field existed reads as "no region".
+  capnp::MallocMessageBuilder old_message;
+  auto old = old_message.initRoot<schema::LimitReservationV1>();
+  fromCore(sampleReservation(), old);
+  EXPECT_FALSE(old.hasRegion());
+  got = toCore(old.asReader());
+  ASSERT_TRUE(got.isOk()) << got.status().toString();
+  EXPECT_EQ(got.value().region, "");
+}
+
 TEST(CodecValues, EveryGenerationStateRoundTrips) {
   for (GenerationState state :
        {GenerationState::kActive, GenerationState::kDraining, GenerationState::kDrained}) {
@@ -449,6 +476,8 @@ TEST(CodecValidation, RejectsOverLongTextNamingTheField) {
        [](auto root, const std::string& v) { validReserve(root).setSubject(v); }},
       {"route", limits::kRouteBytesMax,
        [](auto root, const std::string& v) { validReserve(root).setRoute(v); }},
+      {"region", limits::kRegionBytesMax,
+       [](auto root, const std::string& v) { validReserve(root).setRegion(v); }},
       {"reservationId", limits::kReservationIdBytesMax,
        [](auto root, const std::string& v) { root.initStart().setReservationId(v); }},
       {"operationId", limits::kOperationIdBytesMax,
@@ -591,6 +620,16 @@ TEST(CodecValidation, RejectsReceiptWithOverLongOrigin) {
   Result<Response> got = decodeResponse(payloadOf(message));
   ASSERT_FALSE(got.isOk());
   expectInvalidArgumentNaming(got.status(), "receipt.origin");
+}
+
+TEST(CodecValidation, RejectsReceiptWithOverLongRegion) {
+  capnp::MallocMessageBuilder message;
+  auto receipt = message.initRoot<schema::Response>().initReservation().initReceipt();
+  fromCore(sampleReservation(), receipt);
+  receipt.setRegion(std::string(limits::kRegionBytesMax + 1, 'r'));
+  Result<Response> got = decodeResponse(payloadOf(message));
+  ASSERT_FALSE(got.isOk());
+  expectInvalidArgumentNaming(got.status(), "receipt.region");
 }
 
 TEST(CodecValidation, RejectsDigestThatIsNotExactly32Bytes) {

@@ -52,6 +52,19 @@ TEST(CanonicalRequestDigest, MatchesPinnedVectors) {
             "bfc9479988c4f5b11ab787a2b0077a6c367eca5cf13d7b0f2f544d41e4339f90");
 }
 
+// An empty region is left out of the canonical encoding: the vectors above are unchanged by the
+// field's existence. A region is covered, and this vector pins how.
+TEST(CanonicalRequestDigest, CoversARegionAndPinsIt) {
+  ReserveRequest eu = sampleRequest();
+  eu.region = "eu-west-1";
+  EXPECT_NE(canonicalRequestDigest(eu), canonicalRequestDigest(sampleRequest()));
+  ReserveRequest us = eu;
+  us.region = "us-east-1";
+  EXPECT_NE(canonicalRequestDigest(eu), canonicalRequestDigest(us));
+  EXPECT_EQ(digestHex(canonicalRequestDigest(eu)),
+            "c49276890db9dcf889f653720495131e3f9df57371ce15c3f334a546f0830741");
+}
+
 TEST(CanonicalRequestDigest, IgnoresTheDigestField) {
   ReserveRequest with_digest = sampleRequest();
   with_digest.request_digest.fill(0xee);
