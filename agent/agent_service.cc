@@ -61,6 +61,7 @@ AgentService::AgentService(uv_loop_t* loop, central::LedgerLink* link, OutboxSto
       logger_(logger),
       options_(options),
       rng_(options.seed != 0 ? options.seed : monotonicClockUs()),
+      policy_({.refresh_ms = options.policy_refresh_ms}, 0),
       local_({.entries_max = options.local_reservations_max}),
       unknown_(options.unknown_max),
       usage_unknown_(options.unknown_max),
@@ -70,32 +71,30 @@ AgentService::AgentService(uv_loop_t* loop, central::LedgerLink* link, OutboxSto
       central_ids_(options.central_ids_max) {
   check_.data = this;
   pump_timer_.data = this;
-  policy_timer_.data = this;
 }
 
 AgentService::~AgentService() { TALLY_ASSERT(open_handles_ == 0); }
 
 Status AgentService::start(std::vector<OutboxEntry> restored, uint64_t boot_epoch) {
+  const uint64_t now_ms = wallClockMs();
   boot_epoch_ = boot_epoch;
+  policy_ = AgentPolicy({.refresh_ms = options_.policy_refresh_ms}, now_ms);
   const size_t restored_count = restored.size();
   machine_.restore(std::move(restored));
   if (restored_count > 0) {
-    logger_->info("outbox_restored",
-                  {{"entries", uint64_t{restored_count}},
-                   {"oldest_age_ms", machine_.outbox().oldestAgeMs(wallClockMs())}});
+    logger_->info("outbox_restored", {{"entries", uint64_t{restored_count}},
+                                      {"oldest_age_ms", machine_.outbox().oldestAgeMs(now_ms)}});
   }
   if (int rc = uv_check_init(loop_, &check_); rc != 0) {
     return Status::ioError(std::string("uv_check_init: ") + uv_strerror(rc));
   }
   handles_.push_back(reinterpret_cast<uv_handle_t*>(&check_));
   ++open_handles_;
-  for (uv_timer_t* timer : {&pump_timer_, &policy_timer_}) {
-    if (int rc = uv_timer_init(loop_, timer); rc != 0) {
-      return Status::ioError(std::string("uv_timer_init: ") + uv_strerror(rc));
-    }
-    handles_.push_back(reinterpret_cast<uv_handle_t*>(timer));
-    ++open_handles_;
+  if (int rc = uv_timer_init(loop_, &pump_timer_); rc != 0) {
+    return Status::ioError(std::string("uv_timer_init: ") + uv_strerror(rc));
   }
+  handles_.push_back(reinterpret_cast<uv_handle_t*>(&pump_timer_));
+  ++open_handles_;
   started_ = true;
   if (int rc = uv_check_start(&check_, onCheck); rc != 0) {
     return Status::ioError(std::string("uv_check_start: ") + uv_strerror(rc));
@@ -105,14 +104,11 @@ Status AgentService::start(std::vector<OutboxEntry> restored, uint64_t boot_epoc
       rc != 0) {
     return Status::ioError(std::string("uv_timer_start: ") + uv_strerror(rc));
   }
-  if (int rc = uv_timer_start(&policy_timer_, onPolicyTimer, options_.policy_refresh_ms,
-                              options_.policy_refresh_ms);
-      rc != 0) {
-    return Status::ioError(std::string("uv_timer_start: ") + uv_strerror(rc));
-  }
   link_->setOnConnected([this] {
-    fetchPolicy();
-    pumpOutbox();
+    const uint64_t connected_ms = wallClockMs();
+    policy_.refreshNow();
+    fetchPolicy(connected_ms);
+    pumpOutbox(connected_ms);
   });
   return Status::ok();
 }
@@ -153,7 +149,8 @@ GaugeSnapshot AgentService::gauges() const {
 
 void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) {
   const Op op = opFor(body);
-  const uint64_t started_us = monotonicClockUs();
+  const uint64_t now_ms = wallClockMs();
+  const uint64_t started_us = monotonicClockUs();  // the latency histogram only
   Respond measured = [this, op, started_us,
                       respond = std::move(respond)](wire::ResponseBody answer) {
     metrics_->countRequest(op, outcomeLabel(answer), monotonicClockUs() - started_us);
@@ -169,26 +166,28 @@ void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) 
       [&](auto& request) {
         using T = std::decay_t<decltype(request)>;
         if constexpr (std::is_same_v<T, ReserveRequest>) {
-          reserve(request, std::move(measured), std::move(alive));
+          reserve(request, std::move(measured), std::move(alive), now_ms);
         } else if constexpr (std::is_same_v<T, StartRequest>) {
-          start(request, std::move(measured), std::move(alive));
+          start(request, std::move(measured), std::move(alive), now_ms);
         } else if constexpr (std::is_same_v<T, SettleRequest>) {
-          followUp(OutboxKind::kSettle, std::move(body), std::move(measured), std::move(alive));
+          followUp(OutboxKind::kSettle, std::move(body), std::move(measured), std::move(alive),
+                   now_ms);
         } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
-          followUp(OutboxKind::kRelease, std::move(body), std::move(measured), std::move(alive));
+          followUp(OutboxKind::kRelease, std::move(body), std::move(measured), std::move(alive),
+                   now_ms);
         } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
-          followUp(OutboxKind::kMarkUnknown, std::move(body), std::move(measured),
-                   std::move(alive));
+          followUp(OutboxKind::kMarkUnknown, std::move(body), std::move(measured), std::move(alive),
+                   now_ms);
         } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
           followUp(OutboxKind::kReportOperation, std::move(body), std::move(measured),
-                   std::move(alive));
+                   std::move(alive), now_ms);
         } else if constexpr (std::is_same_v<T, QueryRequest>) {
-          query(request, std::move(measured), std::move(alive));
+          query(request, std::move(measured), std::move(alive), now_ms);
         } else if constexpr (std::is_same_v<T, wire::HealthRequest>) {
           measured(wire::HealthReply{
               .status = link_->connected() ? linkHealthName(link_->health()) : "DISCONNECTED",
               .version = kVersion,
-              .now_ms = wallClockMs()});
+              .now_ms = now_ms});
         } else if constexpr (std::is_same_v<T, wire::UnknownMessage>) {
           measured(
               wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
@@ -198,7 +197,7 @@ void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) 
           measured(wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
                                     .message = "request kind not served by the agent"});
         } else {
-          forwardOther(std::move(body), std::move(measured), std::move(alive));
+          forwardOther(std::move(body), std::move(measured), std::move(alive), now_ms);
         }
       },
       body);
@@ -208,23 +207,23 @@ void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) 
 
 void AgentService::forward(wire::RequestBody body, Respond respond, Alive alive,
                            std::optional<OutboxEntry> follow_up, std::string central_id,
-                           OnAnswer on_answer) {
+                           OnAnswer on_answer, uint64_t now_ms) {
   const uint64_t token = next_token_++;
   responders_.emplace(token, std::move(respond));
   held_.emplace(token, Held{.body = std::move(body),
                             .alive = std::move(alive),
                             .central_id = std::move(central_id),
                             .on_answer = std::move(on_answer)});
-  perform(machine_.submit(token, std::move(follow_up)));
-  sendWaiting();
+  perform(machine_.submit(token, std::move(follow_up)), now_ms);
+  sendWaiting(now_ms);
 }
 
-void AgentService::sendWaiting() {
+void AgentService::sendWaiting(uint64_t now_ms) {
   while (std::optional<uint64_t> next = machine_.nextToSend()) {
     auto it = held_.find(*next);
     TALLY_ASSERT(it != held_.end());
     const bool alive = !it->second.alive || it->second.alive();
-    perform(machine_.admitNext(alive));
+    perform(machine_.admitNext(alive), now_ms);
   }
 }
 
@@ -236,14 +235,15 @@ Respond AgentService::takeResponder(uint64_t token) {
   return respond;
 }
 
-void AgentService::perform(AgentEffects effects) {
+void AgentService::perform(AgentEffects effects, uint64_t now_ms) {
   for (AgentEffect& effect : effects) {
     if (const auto* send = std::get_if<AgentSend>(&effect)) {
       auto it = held_.find(send->token);
       TALLY_ASSERT(it != held_.end());
       Held held = std::move(it->second);
       held_.erase(it);
-      if (!held.central_id.empty()) rememberCentral(held.central_id, wallClockMs());
+      // Never admitted from a shard while partitioned: the ledger may hold it from now on.
+      if (!held.central_id.empty()) central_ids_.addEvictingOldest(held.central_id, now_ms);
       link_->call(std::move(held.body),
                   [this, token = send->token,
                    on_answer = std::move(held.on_answer)](central::LinkResult result) {
@@ -269,58 +269,40 @@ void AgentService::perform(AgentEffects effects) {
         logger_->error("outbox_write_failed", {{"entries", uint64_t{persist->entries.size()}},
                                                {"error", status.toString()}});
       }
-      perform(machine_.persisted(status.isOk(), status.message()));
+      perform(machine_.persisted(status.isOk(), status.message()), now_ms);
     }
   }
 }
 
-void AgentService::answerEveryPending() {
-  if (shutdown_answered_) return;
-  shutdown_answered_ = true;
+void AgentService::answerEveryPending(uint64_t now_ms) {
+  if (!deadlines_.answerAll()) return;
   for (auto& [id, waiters] : std::exchange(unknown_waiters_, {})) {
     for (Respond& waiter : waiters) waiter(unavailable(kOutcomeUnknown));
   }
   const size_t pending = responders_.size();
-  perform(machine_.shutdown(wallClockMs()));  // its durable write is the outbox's last
+  perform(machine_.shutdown(now_ms), now_ms);  // its durable write is the outbox's last
   logger_->info("shutdown_answered",
                 {{"requests", uint64_t{pending}}, {"unanswered", uint64_t{responders_.size()}}});
 }
 
 void AgentService::beginShutdown(uint64_t timeout_ms) {
-  shutting_down_ = true;
-  shutdown_deadline_ms_ = wallClockMs() + timeout_ms;
-  if (timeout_ms == 0) answerEveryPending();
+  const uint64_t now_ms = wallClockMs();
+  if (deadlines_.beginShutdown(now_ms, timeout_ms)) answerEveryPending(now_ms);
 }
 
 // --- reserve -----------------------------------------------------------------------------------
 
 bool AgentService::answeredByShards(const std::string& reservation_id,
-                                    const wire::RequestBody& body, const Respond& respond) {
+                                    const wire::RequestBody& body, const Respond& respond,
+                                    uint64_t now_ms) {
   if (shards_ == nullptr || !shards_->owns(reservation_id)) return false;
-  shards_->apply(body, wallClockMs(), respond);
+  shards_->apply(body, now_ms, respond);
   return true;
 }
 
-void AgentService::rememberCentral(const std::string& reservation_id, uint64_t now_ms) {
-  if (shards_ == nullptr) return;
-  if (!central_ids_.add(reservation_id, now_ms)) {
-    for (const std::string& oldest : central_ids_.oldest(1)) central_ids_.remove(oldest);
-    (void)central_ids_.add(reservation_id, now_ms);
-  }
-}
-
-void AgentService::learnShardAccount(const ReserveRequest& request, const ReservationReply& reply) {
-  if (shards_ == nullptr || !policy_.has_value() || reply.code != ReplyCode::kOk) return;
-  const Budget* budget = matchBudget(*policy_, request.subject, request.route);
-  if (budget == nullptr || !budget->emergency.enabled || budget->emergency.shard_units == 0) {
-    return;
-  }
-  shards_->learnAccount({request.subject, request.route}, wallClockMs());
-}
-
-void AgentService::reserve(const ReserveRequest& request, Respond respond, Alive alive) {
-  const uint64_t now_ms = wallClockMs();
-  const RolloutMode mode = rolloutModeFor(policy_, request.subject, request.route);
+void AgentService::reserve(const ReserveRequest& request, Respond respond, Alive alive,
+                           uint64_t now_ms) {
+  const RolloutMode mode = policy_.mode(request.subject, request.route);
   const std::string& id = request.reservation_id;
   switch (reserveRoute({.shard_owned = shards_ != nullptr && shards_->owns(id),
                         .local = local_.contains(id),
@@ -352,11 +334,13 @@ void AgentService::reserve(const ReserveRequest& request, Respond respond, Alive
       return;
     case ReserveRoute::kForward: break;
   }
-  forward(request, std::move(respond), std::move(alive), std::nullopt,
-          shards_ != nullptr ? request.reservation_id : std::string(),
-          [this, request, mode](central::LinkResult result, Respond answer) {
-            onReserveAnswer(request, mode, std::move(result), std::move(answer));
-          });
+  forward(
+      request, std::move(respond), std::move(alive), std::nullopt,
+      shards_ != nullptr ? request.reservation_id : std::string(),
+      [this, request, mode](central::LinkResult result, Respond answer) {
+        onReserveAnswer(request, mode, std::move(result), std::move(answer));
+      },
+      now_ms);
 }
 
 void AgentService::onReserveAnswer(const ReserveRequest& request, RolloutMode mode,
@@ -364,30 +348,30 @@ void AgentService::onReserveAnswer(const ReserveRequest& request, RolloutMode mo
   const uint64_t now_ms = wallClockMs();
   const ReservationReply* reply =
       result.status.isOk() ? std::get_if<ReservationReply>(&result.response.body) : nullptr;
-  if (mode == RolloutMode::kShadow) {
-    const ShadowDecision decision = classifyShadow(reply, !result.status.isOk());
-    metrics_->countShadowDecision(decision.outcome, decision.dimension);
-    if (decision.admit_locally) {
-      respond(local_.admit(request, kOriginShadow, now_ms));
+  const LinkOutcome outcome = result.status.isOk() ? LinkOutcome::kAnswered
+                              : result.status.code() == StatusCode::kResourceExhausted
+                                  ? LinkOutcome::kNotSent
+                                  : LinkOutcome::kLost;
+  const bool shards_wanted =
+      shards_ != nullptr && policy_.wantsShards(request.subject, request.route);
+  const ReserveAnswerPlan plan = planReserveAnswer(mode, outcome, reply, shards_wanted);
+  if (plan.shadow.has_value()) {
+    metrics_->countShadowDecision(plan.shadow->outcome, plan.shadow->dimension);
+  }
+  if (plan.learn_shard_account) shards_->learnAccount({request.subject, request.route}, now_ms);
+  switch (plan.action) {
+    case ReserveAnswer::kAdmitShadow: respond(local_.admit(request, kOriginShadow, now_ms)); return;
+    case ReserveAnswer::kPassOn:
+      if (result.status.isOk()) {
+        respond(std::move(result.response.body));
+      } else {
+        respond(unavailable(result.status.message()));
+      }
       return;
-    }
-    if (result.status.isOk()) {
-      respond(std::move(result.response.body));
-    } else {
-      respond(unavailable(result.status.message()));
-    }
-    return;
-  }
-  if (result.status.isOk()) {
-    if (const auto* answer = std::get_if<ReservationReply>(&result.response.body)) {
-      learnShardAccount(request, *answer);
-    }
-    respond(std::move(result.response.body));
-    return;
-  }
-  if (result.status.code() == StatusCode::kResourceExhausted) {
-    respond(unavailable("not sent to the ledger: " + result.status.message()));  // not sent
-    return;
+    case ReserveAnswer::kNotSent:
+      respond(unavailable("not sent to the ledger: " + result.status.message()));
+      return;
+    case ReserveAnswer::kUnknown: break;
   }
   // The debit may or may not have happened: RESERVATION_UNKNOWN until a query says.
   if (!unknown_.onAnswerLost(request, now_ms)) {
@@ -416,13 +400,11 @@ void AgentService::resolveUnknown(const std::string& id, Respond waiter) {
       resolutionFailed(id, result.status.toString());
       return;
     }
+    const uint64_t now_ms = wallClockMs();
     const auto* reply = std::get_if<ReservationReply>(&result.response.body);
     const UnknownQueryOutcome outcome = unknown_.onQueryAnswer(id, reply);
     if (outcome.resolved.has_value()) {
-      ReservationReply answer = *reply;
-      answer.duplicate = true;
-      answer.refunded_units = 0;
-      resolved(id, std::move(answer));
+      resolved(id, resolvedAnswer(*reply), now_ms);
       return;
     }
     if (!outcome.resend.has_value()) {
@@ -437,7 +419,7 @@ void AgentService::resolveUnknown(const std::string& id, Respond waiter) {
         return;
       }
       (void)unknown_.onResendAnswer(id, std::get_if<ReservationReply>(&again.response.body));
-      resolved(id, std::move(again.response.body));
+      resolved(id, std::move(again.response.body), wallClockMs());
     });
   });
 }
@@ -454,7 +436,7 @@ void AgentService::resolutionFailed(const std::string& id, const std::string& wh
 }
 
 // `id` has just left the unknown table: its waiters hear the ledger's answer.
-void AgentService::resolved(const std::string& id, wire::ResponseBody body) {
+void AgentService::resolved(const std::string& id, wire::ResponseBody body, uint64_t now_ms) {
   std::vector<Respond> waiters;
   if (auto it = unknown_waiters_.find(id); it != unknown_waiters_.end()) {
     waiters = std::move(it->second);
@@ -463,36 +445,40 @@ void AgentService::resolved(const std::string& id, wire::ResponseBody body) {
   logger_->info("reservation_unknown_resolved",
                 {{"reservation_id", id},
                  {"answer", outcomeLabel(body)},
-                 {"oldest_unknown_age_ms", unknown_.oldestAgeMs(wallClockMs())}});
+                 {"oldest_unknown_age_ms", unknown_.oldestAgeMs(now_ms)}});
   for (Respond& waiter : waiters) waiter(body);
 }
 
 // --- start, follow-ups, query ------------------------------------------------------------------
 
-void AgentService::start(const StartRequest& request, Respond respond, Alive alive) {
-  if (answeredByShards(request.reservation_id, request, respond)) return;
+void AgentService::start(const StartRequest& request, Respond respond, Alive alive,
+                         uint64_t now_ms) {
+  if (answeredByShards(request.reservation_id, request, respond, now_ms)) return;
   switch (startRoute(local_.contains(request.reservation_id), usable())) {
-    case StartRoute::kLocal: respond(local_.start(request, wallClockMs())); return;
+    case StartRoute::kLocal: respond(local_.start(request, now_ms)); return;
     case StartRoute::kUnavailable:
       respond(unavailable(
           "the ledger is unreachable; only the ledger can start a central reservation; retry "
           "later with the same ids"));
       return;
     case StartRoute::kForward:
-      forward(request, std::move(respond), std::move(alive), std::nullopt, std::string(),
-              [](central::LinkResult result, Respond answer) {
-                if (result.status.isOk()) {
-                  answer(std::move(result.response.body));
-                } else {
-                  answer(unavailable("start " + std::string(kOutcomeUnknown) + " (" +
-                                     result.status.message() + ")"));
-                }
-              });
+      forward(
+          request, std::move(respond), std::move(alive), std::nullopt, std::string(),
+          [](central::LinkResult result, Respond answer) {
+            if (result.status.isOk()) {
+              answer(std::move(result.response.body));
+            } else {
+              answer(unavailable("start " + std::string(kOutcomeUnknown) + " (" +
+                                 result.status.message() + ")"));
+            }
+          },
+          now_ms);
       return;
   }
 }
 
-void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond respond, Alive alive) {
+void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond respond, Alive alive,
+                            uint64_t now_ms) {
   OutboxEntry entry{.kind = kind};
   std::visit(
       [&](const auto& request) {
@@ -510,11 +496,10 @@ void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond res
         }
       },
       body);
-  if (answeredByShards(entry.reservation_id, body, respond)) return;
+  if (answeredByShards(entry.reservation_id, body, respond, now_ms)) return;
   const bool local = local_.contains(entry.reservation_id);
   switch (followUpRoute(local, !machine_.outbox().empty(), usable())) {
     case FollowUp::kLocal: {
-      const uint64_t now_ms = wallClockMs();
       std::visit(
           [&](const auto& request) {
             using T = std::decay_t<decltype(request)>;
@@ -531,45 +516,40 @@ void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond res
           body);
       return;
     }
-    case FollowUp::kOutbox: enqueue(std::move(entry), std::move(respond)); return;
+    case FollowUp::kOutbox: enqueue(std::move(entry), std::move(respond), now_ms); return;
     case FollowUp::kForward: {
       OutboxEntry queued_if_lost = entry;
-      forward(std::move(body), std::move(respond), std::move(alive), std::move(queued_if_lost),
-              std::string(),
-              [this, entry = std::move(entry)](central::LinkResult result, Respond answer) {
-                if (result.status.isOk()) {
-                  noteDelivered(entry.kind, entry.reservation_id, result.response.body);
-                  answer(std::move(result.response.body));
-                  return;
-                }
-                // The answer is lost or it was never sent: the outbox delivers it exactly once
-                // later.
-                logger_->info("queued_after_link_failure",
-                              {{"kind", outboxKindName(entry.kind)},
-                               {"reservation_id", entry.reservation_id},
-                               {"error", result.status.toString()}});
-                enqueue(entry, std::move(answer));
-              });
+      forward(
+          std::move(body), std::move(respond), std::move(alive), std::move(queued_if_lost),
+          std::string(),
+          [this, entry = std::move(entry)](central::LinkResult result, Respond answer) {
+            const uint64_t answered_ms = wallClockMs();
+            if (result.status.isOk()) {
+              noteDelivered(entry.kind, entry.reservation_id, result.response.body, answered_ms);
+              answer(std::move(result.response.body));
+              return;
+            }
+            // The answer is lost or it was never sent: the outbox delivers it exactly once
+            // later.
+            logger_->info("queued_after_link_failure", {{"kind", outboxKindName(entry.kind)},
+                                                        {"reservation_id", entry.reservation_id},
+                                                        {"error", result.status.toString()}});
+            enqueue(entry, std::move(answer), answered_ms);
+          },
+          now_ms);
       return;
     }
   }
 }
 
 void AgentService::noteDelivered(OutboxKind kind, const std::string& id,
-                                 const wire::ResponseBody& body) {
-  const auto* reply = std::get_if<ReservationReply>(&body);
-  if (reply == nullptr || reply->code != ReplyCode::kOk) return;
-  if (kind == OutboxKind::kMarkUnknown) {
-    if (reply->receipt.state == ReservationState::kUsageUnknown) {
-      (void)usage_unknown_.add(id, wallClockMs());
-    }
-  } else if (kind != OutboxKind::kRelease) {
-    usage_unknown_.remove(id);
-  }
+                                 const wire::ResponseBody& body, uint64_t now_ms) {
+  trackUsageUnknown(&usage_unknown_, kind, id, std::get_if<ReservationReply>(&body), now_ms);
 }
 
-void AgentService::query(const QueryRequest& request, Respond respond, Alive alive) {
-  if (answeredByShards(request.reservation_id, request, respond)) return;
+void AgentService::query(const QueryRequest& request, Respond respond, Alive alive,
+                         uint64_t now_ms) {
+  if (answeredByShards(request.reservation_id, request, respond, now_ms)) return;
   if (local_.contains(request.reservation_id)) {
     respond(local_.query(request));
     return;
@@ -579,69 +559,73 @@ void AgentService::query(const QueryRequest& request, Respond respond, Alive ali
     return;
   }
   const std::string id = request.reservation_id;
-  forward(request, std::move(respond), std::move(alive), std::nullopt, std::string(),
-          [this, id](central::LinkResult result, Respond respond) {
-            if (!result.status.isOk()) {
-              respond(unavailable("query failed: " + result.status.message()));
-              return;
-            }
-            const auto* reply = std::get_if<ReservationReply>(&result.response.body);
-            if (reply != nullptr && reply->code == ReplyCode::kOk && unknown_.contains(id)) {
-              unknown_.onFoundElsewhere(id, *reply);
-              ReservationReply answer = *reply;
-              answer.duplicate = true;
-              answer.refunded_units = 0;
-              resolved(id, std::move(answer));
-            }
-            respond(std::move(result.response.body));
-          });
+  forward(
+      request, std::move(respond), std::move(alive), std::nullopt, std::string(),
+      [this, id](central::LinkResult result, Respond respond) {
+        if (!result.status.isOk()) {
+          respond(unavailable("query failed: " + result.status.message()));
+          return;
+        }
+        std::optional<ReservationReply> resolution =
+            unknown_.onGatewayQueryAnswer(id, std::get_if<ReservationReply>(&result.response.body));
+        if (resolution.has_value()) resolved(id, std::move(*resolution), wallClockMs());
+        respond(std::move(result.response.body));
+      },
+      now_ms);
 }
 
-void AgentService::forwardOther(wire::RequestBody body, Respond respond, Alive alive) {
+void AgentService::forwardOther(wire::RequestBody body, Respond respond, Alive alive,
+                                uint64_t now_ms) {
   if (!link_->connected()) {
     respond(unavailable("the ledger is unreachable"));
     return;
   }
   const bool changes_policy = std::holds_alternative<wire::PublishPolicyRequest>(body) ||
                               std::holds_alternative<wire::RollbackPolicyRequest>(body);
-  forward(std::move(body), std::move(respond), std::move(alive), std::nullopt, std::string(),
-          [this, changes_policy](central::LinkResult result, Respond respond) {
-            if (result.status.isOk()) {
-              if (changes_policy)
-                fetchPolicy();  // modes follow a publish through this agent at once
-              respond(std::move(result.response.body));
-            } else {
-              respond(unavailable("ledger request failed: " + result.status.message()));
-            }
-          });
+  forward(
+      std::move(body), std::move(respond), std::move(alive), std::nullopt, std::string(),
+      [this, changes_policy](central::LinkResult result, Respond respond) {
+        if (result.status.isOk()) {
+          if (changes_policy) {  // modes follow a publish through this agent at once
+            policy_.refreshNow();
+            fetchPolicy(wallClockMs());
+          }
+          respond(std::move(result.response.body));
+        } else {
+          respond(unavailable("ledger request failed: " + result.status.message()));
+        }
+      },
+      now_ms);
 }
 
 // --- the outbox --------------------------------------------------------------------------------
 
-void AgentService::enqueue(OutboxEntry entry, Respond respond) {
+void AgentService::enqueue(OutboxEntry entry, Respond respond, uint64_t now_ms) {
   if (machine_.outbox().size() >= options_.outbox_entries_max) {
     logger_->error("outbox_full", {{"entries_max", options_.outbox_entries_max}});
   }
   const uint64_t token = next_token_++;
   responders_.emplace(token, std::move(respond));
-  perform(machine_.queue(token, std::move(entry), wallClockMs()));  // QUEUED once persisted
+  perform(machine_.queue(token, std::move(entry), now_ms), now_ms);  // QUEUED once persisted
 }
 
 void AgentService::onCheck(uv_check_t* check) {
   auto* service = static_cast<AgentService*>(check->data);
-  service->commitOutbox();
-  service->sendWaiting();  // answers of this iteration made room in the window
+  const uint64_t now_ms = wallClockMs();
+  service->commitOutbox(now_ms);
+  service->sendWaiting(now_ms);  // answers of this iteration made room in the window
 }
 
-void AgentService::commitOutbox() { perform(machine_.flush()); }
+void AgentService::commitOutbox(uint64_t now_ms) { perform(machine_.flush(), now_ms); }
 
-void AgentService::pumpOutbox() {
+void AgentService::pumpOutbox(uint64_t now_ms) {
   if (!started_ || !link_->connected()) return;
-  const std::optional<OutboxEntry> next = machine_.nextDelivery(wallClockMs());
+  const std::optional<OutboxEntry> next = machine_.nextDelivery(now_ms);
   if (!next.has_value()) return;
   link_->call(outboxRequest(*next), [this, entry = *next](central::LinkResult result) {
+    const uint64_t answered_ms = wallClockMs();
     if (!result.status.isOk()) {
-      machine_.onDelivery(entry.seq, false, wallClockMs(), static_cast<uint32_t>(rng_() % 1001));
+      machine_.onDelivery(entry.seq, false, answered_ms, static_cast<uint32_t>(rng_() % 1001));
       logger_->debug("outbox_delivery_failed",
                      {{"seq", entry.seq}, {"error", result.status.toString()}});
       return;
@@ -650,7 +634,7 @@ void AgentService::pumpOutbox() {
     // overflow) is not a delivery: an acknowledged entry is never dropped; it is retried with
     // backoff, and the outbox age metric and this log line tell the operator.
     if (!outboxAnswerDelivers(std::get_if<ReservationReply>(&result.response.body))) {
-      machine_.onDelivery(entry.seq, false, wallClockMs(), static_cast<uint32_t>(rng_() % 1001));
+      machine_.onDelivery(entry.seq, false, answered_ms, static_cast<uint32_t>(rng_() % 1001));
       logger_->warn("outbox_delivery_refused", {{"seq", entry.seq},
                                                 {"kind", outboxKindName(entry.kind)},
                                                 {"reservation_id", entry.reservation_id},
@@ -664,33 +648,35 @@ void AgentService::pumpOutbox() {
                                                 {"reservation_id", entry.reservation_id},
                                                 {"answer", outcome}});
     }
-    noteDelivered(entry.kind, entry.reservation_id, result.response.body);
-    machine_.onDelivery(entry.seq, true, wallClockMs(), 0);
+    noteDelivered(entry.kind, entry.reservation_id, result.response.body, answered_ms);
+    machine_.onDelivery(entry.seq, true, answered_ms, 0);
     if (Status s = store_->remove(entry.seq); !s.isOk()) {
       // Stays on disk: redelivered after a restart, which the ledger answers as a duplicate.
       logger_->error("outbox_remove_failed", {{"seq", entry.seq}, {"error", s.toString()}});
     }
     logger_->debug("outbox_delivered",
                    {{"seq", entry.seq}, {"depth", uint64_t{machine_.outbox().size()}}});
-    pumpOutbox();
+    pumpOutbox(answered_ms);
   });
 }
 
-void AgentService::onPump(uv_timer_t* timer) { static_cast<AgentService*>(timer->data)->onTimer(); }
+void AgentService::onPump(uv_timer_t* timer) {
+  static_cast<AgentService*>(timer->data)->onTimer(wallClockMs());
+}
 
-void AgentService::onTimer() {
-  (void)local_.tick(wallClockMs());  // local reservations expire like any other
-  if (shutting_down_ && wallClockMs() >= shutdown_deadline_ms_) answerEveryPending();
-  pumpOutbox();
+void AgentService::onTimer(uint64_t now_ms) {
+  (void)local_.tick(now_ms);  // local reservations expire like any other
+  if (deadlines_.answerPendingNow(now_ms)) answerEveryPending(now_ms);
+  fetchPolicy(now_ms);
+  pumpOutbox(now_ms);
   if (usable() && unknown_.size() > 0) {
     for (const std::string& id : unknown_.oldest(options_.resolve_batch_max)) {
       resolveUnknown(id, nullptr);
     }
   }
-  if (draining_ &&
-      (machine_.outbox().empty() || !link_->connected() || wallClockMs() >= drain_deadline_ms_)) {
-    draining_ = false;
-    answerEveryPending();  // no-op unless drain ended before the deadline with requests waiting
+  if (deadlines_.drainEnds(now_ms, machine_.outbox().empty(), link_->connected())) {
+    answerEveryPending(now_ms);  // no-op unless drain ended before the deadline with requests
+                                 // waiting
     logger_->info("outbox_drain_done", {{"left", uint64_t{machine_.outbox().size()}},
                                         {"connected", link_->connected()}});
     if (on_drained_) std::exchange(on_drained_, nullptr)();
@@ -702,40 +688,28 @@ void AgentService::drain(uint64_t timeout_ms, std::function<void()> on_done) {
     on_done();
     return;
   }
-  draining_ = true;
-  drain_deadline_ms_ = wallClockMs() + timeout_ms;
+  const uint64_t now_ms = wallClockMs();
+  deadlines_.beginDrain(now_ms, timeout_ms);
   on_drained_ = std::move(on_done);
-  onTimer();
+  onTimer(now_ms);
 }
 
 // --- policy ------------------------------------------------------------------------------------
 
-void AgentService::onPolicyTimer(uv_timer_t* timer) {
-  static_cast<AgentService*>(timer->data)->fetchPolicy();
-}
-
-void AgentService::fetchPolicy() {
-  if (!started_ || !link_->connected() || policy_fetch_in_flight_) return;
-  policy_fetch_in_flight_ = true;
+void AgentService::fetchPolicy(uint64_t now_ms) {
+  if (!started_ || !policy_.beginFetch(link_->connected(), now_ms)) return;
   link_->call(wire::ShowPolicyRequest{}, [this](central::LinkResult result) {
-    policy_fetch_in_flight_ = false;
-    if (!result.status.isOk()) return;
-    const auto* answer = std::get_if<wire::PolicyAnswer>(&result.response.body);
-    if (answer == nullptr) return;
-    const Generation before = policy_.has_value() ? policy_->generation : 0;
-    if (answer->reply.code == ReplyCode::kOk && answer->policy.has_value()) {
-      policy_ = answer->policy;
-      if (policy_->generation == 0) policy_->generation = answer->reply.generation;
-    } else if (answer->reply.code == ReplyCode::kNotFound) {
-      policy_.reset();
-    } else {
+    auto* answer =
+        result.status.isOk() ? std::get_if<wire::PolicyAnswer>(&result.response.body) : nullptr;
+    if (answer == nullptr) {
+      policy_.onFetchFailed();
       return;
     }
-    const Generation after = policy_.has_value() ? policy_->generation : 0;
-    if (after != before) {
+    const PolicyFetchOutcome outcome =
+        policy_.onFetchAnswer(answer->reply, std::move(answer->policy));
+    if (outcome.changed) {
       logger_->info("policy_loaded",
-                    {{"generation", after},
-                     {"budgets", uint64_t{policy_.has_value() ? policy_->budgets.size() : 0}}});
+                    {{"generation", outcome.generation}, {"budgets", outcome.budgets}});
     }
   });
 }

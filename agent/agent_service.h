@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "core/agent_decisions.h"
 #include "core/agent_machine.h"
+#include "core/agent_policy.h"
 #include "core/agent_unknown.h"
 #include "core/local_book.h"
 #include "core/outbox.h"
@@ -60,8 +61,11 @@
 //
 // The rules live in core and this class carries them out: AgentMachine (the window, the outbox's
 // durability and order, the shutdown answers), UnknownReservations (RESERVATION_UNKNOWN),
-// reserveRoute / followUpRoute / startRoute (core/agent_decisions.h). Still decided here, to move
-// next: the shadow bookkeeping, policy refresh timing, shard keeping (agent/shard_keeper.cc).
+// AgentPolicy (when to fetch the policy, what an answer changes, rollout modes), and
+// core/agent_decisions.h (reserveRoute / followUpRoute / startRoute, planReserveAnswer for the
+// shadow bookkeeping and RESERVATION_UNKNOWN, trackUsageUnknown for the USAGE_UNKNOWN gauge,
+// AgentDeadlines for shutdown and drain). The wall clock is read once per event (a gateway
+// request, a link answer, a timer tick) and passed down as now_ms.
 //
 // Owns its timers and check handle; borrows loop, link, store, metrics and logger, which must
 // outlive it. Single-threaded (the loop thread).
@@ -130,39 +134,39 @@ class AgentService {
   // Sends `body` to the ledger for a gateway when the window has room; `on_answer` gets the
   // link's result and the requester's Respond, unless the shutdown deadline answered it first.
   void forward(wire::RequestBody body, Respond respond, Alive alive,
-               std::optional<OutboxEntry> follow_up, std::string central_id, OnAnswer on_answer);
-  void sendWaiting();
-  void answerEveryPending();
+               std::optional<OutboxEntry> follow_up, std::string central_id, OnAnswer on_answer,
+               uint64_t now_ms);
+  void sendWaiting(uint64_t now_ms);
   // Carries out the machine's effects (sends, replies, the durable write).
-  void perform(AgentEffects effects);
+  void perform(AgentEffects effects, uint64_t now_ms);
   Respond takeResponder(uint64_t token);
-  void reserve(const ReserveRequest& request, Respond respond, Alive alive);
+  void reserve(const ReserveRequest& request, Respond respond, Alive alive, uint64_t now_ms);
   void onReserveAnswer(const ReserveRequest& request, RolloutMode mode, central::LinkResult result,
                        Respond respond);
-  void start(const StartRequest& request, Respond respond, Alive alive);
-  void followUp(OutboxKind kind, wire::RequestBody body, Respond respond, Alive alive);
-  void query(const QueryRequest& request, Respond respond, Alive alive);
-  void forwardOther(wire::RequestBody body, Respond respond, Alive alive);
+  void start(const StartRequest& request, Respond respond, Alive alive, uint64_t now_ms);
+  void followUp(OutboxKind kind, wire::RequestBody body, Respond respond, Alive alive,
+                uint64_t now_ms);
+  void query(const QueryRequest& request, Respond respond, Alive alive, uint64_t now_ms);
+  void forwardOther(wire::RequestBody body, Respond respond, Alive alive, uint64_t now_ms);
   // Answers `body` from the shard keeper if it owns `reservation_id`; false otherwise.
   bool answeredByShards(const std::string& reservation_id, const wire::RequestBody& body,
-                        const Respond& respond);
-  void rememberCentral(const std::string& reservation_id, uint64_t now_ms);
-  void learnShardAccount(const ReserveRequest& request, const ReservationReply& reply);
+                        const Respond& respond, uint64_t now_ms);
 
   void resolveUnknown(const std::string& id, Respond waiter);
   void resolutionFailed(const std::string& id, const std::string& why);
-  void resolved(const std::string& id, wire::ResponseBody body);
+  void resolved(const std::string& id, wire::ResponseBody body, uint64_t now_ms);
 
-  void enqueue(OutboxEntry entry, Respond respond);
-  void commitOutbox();
-  void pumpOutbox();
-  void noteDelivered(OutboxKind kind, const std::string& id, const wire::ResponseBody& body);
-  void fetchPolicy();
-  void onTimer();
+  void enqueue(OutboxEntry entry, Respond respond, uint64_t now_ms);
+  void commitOutbox(uint64_t now_ms);
+  void pumpOutbox(uint64_t now_ms);
+  void noteDelivered(OutboxKind kind, const std::string& id, const wire::ResponseBody& body,
+                     uint64_t now_ms);
+  void answerEveryPending(uint64_t now_ms);
+  void fetchPolicy(uint64_t now_ms);
+  void onTimer(uint64_t now_ms);
 
   static void onCheck(uv_check_t* check);
   static void onPump(uv_timer_t* timer);
-  static void onPolicyTimer(uv_timer_t* timer);
 
   uv_loop_t* loop_;
   central::LedgerLink* link_;
@@ -174,13 +178,11 @@ class AgentService {
 
   uv_check_t check_{};
   uv_timer_t pump_timer_{};
-  uv_timer_t policy_timer_{};
   std::vector<uv_handle_t*> handles_;  // initialized, closed by stop()
   int open_handles_ = 0;
   bool started_ = false;
 
-  std::optional<Policy> policy_;
-  bool policy_fetch_in_flight_ = false;
+  AgentPolicy policy_;
   LocalBook local_;
   UnknownReservations unknown_;
   std::unordered_map<std::string, std::vector<Respond>> unknown_waiters_;  // gateway retries
@@ -195,12 +197,8 @@ class AgentService {
   uint64_t next_token_ = 1;
   uint64_t dropped_gone_ = 0;
 
-  bool draining_ = false;
-  uint64_t drain_deadline_ms_ = 0;
+  AgentDeadlines deadlines_;
   std::function<void()> on_drained_;
-  bool shutting_down_ = false;
-  uint64_t shutdown_deadline_ms_ = 0;
-  bool shutdown_answered_ = false;
 };
 
 // Pure: the ledger request that delivers an outbox entry.
