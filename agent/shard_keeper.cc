@@ -114,34 +114,9 @@ bool ShardKeeper::linkUsable() const {
 
 // --- gateway operations --------------------------------------------------------------------------
 
-bool ShardKeeper::admit(const ReserveRequest& request, uint64_t now_ms, Respond respond) {
-  const uint64_t token = next_token_++;
-  const bool admitted = keeping_.admit(token, request, now_ms);
-  if (admitted) responders_.emplace(token, std::move(respond));
-  perform();
-  return admitted;
-}
-
-void ShardKeeper::apply(const wire::RequestBody& body, uint64_t now_ms, Respond respond) {
-  const uint64_t token = next_token_++;
-  std::visit(
-      [&](const auto& request) {
-        using T = std::decay_t<decltype(request)>;
-        if constexpr (std::is_constructible_v<ShardOperation, T> &&
-                      !std::is_same_v<T, wire::UnknownMessage>) {
-          keeping_.apply(token, request, now_ms);
-        } else {
-          TALLY_UNREACHABLE();  // the service hands over only operations on a reservation
-        }
-      },
-      body);
-  responders_.emplace(token, std::move(respond));
-  perform();
-}
-
-void ShardKeeper::learnAccount(const SubjectRoute& account, uint64_t now_ms) {
-  keeping_.learnAccount(account, now_ms);
-  perform();
+void ShardKeeper::expect(uint64_t token, Respond respond) {
+  const bool fresh = responders_.emplace(token, std::move(respond)).second;
+  TALLY_ASSERT(fresh);
 }
 
 void ShardKeeper::onCheck(uv_check_t* check) {
@@ -230,11 +205,15 @@ void ShardKeeper::note(const ShardNote& note) {
     case ShardCounter::kIssue: metrics_->countShardIssue(note.label); break;
     case ShardCounter::kEvent: metrics_->countShardEvent(note.label); break;
   }
+  logNote(logger_, note);
+}
+
+void logNote(Logger* logger, const ShardNote& note) {
   if (note.event.empty()) return;
   std::vector<LogField> fields;
   fields.reserve(note.fields.size());
   for (const auto& [key, value] : note.fields) fields.emplace_back(key, value);
-  logger_->log(logLevel(note.level), note.event, fields);
+  logger->log(logLevel(note.level), note.event, fields);
 }
 
 }  // namespace tally::agent

@@ -28,12 +28,16 @@
 // answers gateways (after the group commit of each loop iteration: a uv_check handle), commits
 // the book's changes to the ShardStore (fsync'd) through the ShardBookStore seam, and turns the
 // machine's notes into log lines and metrics. The wall clock is read once per event (a timer
-// tick, a link answer) and passed down; gateway requests carry the caller's now_ms.
+// tick, a link answer) and passed down. Gateway requests reach the machine through AgentCore,
+// which calls ShardKeeping directly; the AgentService then hands the requester to expect().
 //
 // Owns its timer and the ShardKeeping; borrows loop, link, store, crypto, metrics and logger,
 // which must outlive it. Single-threaded (the loop thread).
 
 namespace tally::agent {
+
+// Writes a core machine's note as a log line (its counter, if any, is the caller's).
+void logNote(Logger* logger, const ShardNote& note);
 
 struct EmergencyOptions {
   std::vector<SubjectRoute> accounts;          // [emergency] accounts = ["subject route", …]
@@ -72,15 +76,13 @@ class ShardKeeper {
   void stop();
 
   bool owns(const std::string& reservation_id) const { return keeping_.owns(reservation_id); }
-  // Partition admission (enforce mode). False when no usable shard can admit it (nothing
-  // changed; `respond` is not called: the caller rejects as before). Otherwise `respond` gets the
-  // answer (admitted, duplicate, conflict) once it is durable.
-  bool admit(const ReserveRequest& request, uint64_t now_ms, Respond respond);
-  // Any operation on a reservation the book owns (owns() is true); `respond` gets the answer
-  // once what it changed is durable.
-  void apply(const wire::RequestBody& body, uint64_t now_ms, Respond respond);
-  // A central reservation succeeded on a route with emergency mode on: keep shards for it.
-  void learnAccount(const SubjectRoute& account, uint64_t now_ms);
+  // The machine AgentCore hands shard-owned reservations and partition admissions to.
+  ShardKeeping& keeping() { return keeping_; }
+  // The answer for requester `token` comes from the machine (a ShardGatewayAnswer once it is
+  // durable): `respond` gets it. Tokens are the AgentCore's.
+  void expect(uint64_t token, Respond respond);
+  // Carries out what the machine decided since the last call (sends, answers, notes).
+  void perform();
 
   ShardGauges gauges(uint64_t now_ms) const { return keeping_.gauges(now_ms); }
   const ShardBook& book() const { return keeping_.book(); }
@@ -99,8 +101,6 @@ class ShardKeeper {
   };
 
   bool linkUsable() const;
-  // Carries out what the machine decided since the last call.
-  void perform();
   void send(ShardSendIssue issue);
   void send(ShardSendReport report);
   void send(ShardSendStatus status);
@@ -124,7 +124,6 @@ class ShardKeeper {
   uv_check_t check_{};
   int open_handles_ = 0;                    // initialized, not yet closed
   std::map<uint64_t, Respond> responders_;  // by token: gateways waiting for the commit
-  uint64_t next_token_ = 1;
 };
 
 }  // namespace tally::agent
