@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -303,6 +305,117 @@ TEST(AgentCoreShardsTest, APartitionAdmitsFromAShardButNeverAnIdSentToTheLedger)
   EXPECT_EQ(answers[0].token, fresh);
   ASSERT_TRUE(answers[0].reply.has_value());
   EXPECT_EQ(answers[0].reply->receipt.origin, "s1");
+}
+
+}  // namespace
+}  // namespace tally
+
+namespace tally {
+namespace {
+
+// Random runs over a flaky link and a flaky store (a small simulator): every gateway request
+// gets exactly one answer (a reply or a drop) by the end of the shutdown, none before its
+// requests were sent or queued durably, and a pass-through answer only while a ledger answer is
+// being fed.
+TEST(AgentCoreRandomTest, EveryRequestIsAnsweredExactlyOnceThroughShutdown) {
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    std::mt19937_64 rng(seed);
+    auto chance = [&rng](int percent) { return static_cast<int>(rng() % 100) < percent; };
+    std::set<uint64_t> gone;
+    AgentCore core(
+        AgentCoreOptions{
+            .outbox_entries_max = 8, .unknown_max = 8, .ledger_window_max = 3, .waiting_max = 6},
+        [&gone](uint64_t token) { return !gone.contains(token); }, nullptr);
+    core.start({}, kT0);
+    std::map<uint64_t, int> answers;  // by requester token
+    std::vector<uint64_t> requesters;
+    std::vector<uint64_t> in_flight;  // sent tokens and call ids awaiting the ledger
+    bool feeding = false;
+    std::optional<AgentPersist> persist;
+    auto absorb = [&](AgentCoreEffects effects) {
+      for (AgentCoreEffect& effect : effects) {
+        std::visit(
+            [&](auto& value) {
+              using T = std::decay_t<decltype(value)>;
+              if constexpr (std::is_same_v<T, AgentSend>) {
+                in_flight.push_back(value.token);
+              } else if constexpr (std::is_same_v<T, AgentCall>) {
+                in_flight.push_back(value.call);
+              } else if constexpr (std::is_same_v<T, AgentPersist>) {
+                persist = value;
+              } else if constexpr (std::is_same_v<T, AgentReplyLedgerAnswer>) {
+                ASSERT_TRUE(feeding) << "seed " << seed;
+                ++answers[value.token];
+              } else if constexpr (std::is_same_v<T, AgentDrop> ||
+                                   std::is_same_v<T, AgentReplyUnavailable> ||
+                                   std::is_same_v<T, AgentReplyQueued> ||
+                                   std::is_same_v<T, AgentReplyReservation>) {
+                ++answers[value.token];
+              }
+            },
+            effect);
+      }
+    };
+    uint64_t now = kT0;
+    AgentLinkState link = kUp;
+    for (int step = 0; step < 300; ++step) {
+      now += rng() % 50;
+      const int what = static_cast<int>(rng() % 10);
+      if (what < 4) {
+        const uint64_t token = core.newToken();
+        requesters.push_back(token);
+        const std::string id = "r" + std::to_string(rng() % 12);
+        AgentRequest request;
+        switch (rng() % 5) {
+          case 0: request = reserveOf(id); break;
+          case 1: request = StartRequest{.reservation_id = id, .operation_id = "op"}; break;
+          case 2:
+            request = SettleRequest{.reservation_id = id, .operation_id = "op", .actual_units = 1};
+            break;
+          case 3: request = QueryRequest{.reservation_id = id}; break;
+          default: request = AgentOtherRequest{}; break;
+        }
+        core.onRequest(token, request, link, now);
+        if (chance(15)) gone.insert(token);
+      } else if (what < 7 && !in_flight.empty()) {
+        const size_t at = rng() % in_flight.size();
+        const uint64_t call = in_flight[at];
+        in_flight.erase(in_flight.begin() + static_cast<ptrdiff_t>(at));
+        AgentLedgerAnswer answer =
+            chance(30)   ? lost()
+            : chance(30) ? answeredWith(ReplyCode::kNotFound, ReservationState::kRequested)
+                         : answeredWith(ReplyCode::kOk, ReservationState::kReserved);
+        feeding = true;
+        core.onAnswer(call, answer, link, now, static_cast<uint32_t>(rng() % 1001));
+        absorb(core.takeEffects());
+        feeding = false;
+      } else if (what < 8) {
+        link = chance(50) ? kUp : (chance(50) ? kPartitioned : kDown);
+        if (link.connected && chance(50)) core.onConnected(link, now);
+      } else if (what < 9) {
+        core.onTick(link, now);
+      } else {
+        core.onIterationEnd(now);
+      }
+      absorb(core.takeEffects());
+      if (persist.has_value()) {
+        persist.reset();
+        core.persisted(!chance(20), "disk full", now);
+        absorb(core.takeEffects());
+      }
+    }
+    core.beginShutdown(0, now);
+    absorb(core.takeEffects());
+    while (persist.has_value()) {
+      persist.reset();
+      core.persisted(!chance(20), "disk full", now);
+      absorb(core.takeEffects());
+    }
+    for (uint64_t token : requesters) {
+      EXPECT_EQ(answers[token], 1) << "seed " << seed << " token " << token;
+    }
+    EXPECT_TRUE(core.machine().closed()) << "seed " << seed;
+  }
 }
 
 }  // namespace
