@@ -6,7 +6,6 @@
 
 #include "common/wall_clock.h"
 #include "core/assert.h"
-#include "core/region_fence.h"
 #include "tally/version.h"
 
 namespace tally::agent {
@@ -23,8 +22,6 @@ constexpr bool kGatewayOrShardRequest =
     std::is_same_v<T, ShardReport> || std::is_same_v<T, wire::ShardStatusRequest> ||
     std::is_same_v<T, wire::ListShardsRequest> || std::is_same_v<T, wire::RevokeShardsRequest> ||
     std::is_same_v<T, wire::WriteOffShardRequest>;
-
-constexpr const char* kOutcomeUnknown = kAgentOutcomeUnknown;
 
 ReservationReply queuedReply(const OutboxEntry& entry) {
   return {.code = ReplyCode::kQueued,
@@ -62,41 +59,41 @@ AgentService::AgentService(uv_loop_t* loop, central::LedgerLink* link, OutboxSto
       logger_(logger),
       options_(options),
       rng_(options.seed != 0 ? options.seed : monotonicClockUs()),
-      local_({.entries_max = options.local_reservations_max}),
-      unknown_(options.unknown_max),
-      usage_unknown_(options.unknown_max),
-      machine_({.window_max = options.ledger_window_max,
-                .waiting_max = options.waiting_max,
-                .outbox = {.entries_max = options.outbox_entries_max}}),
-      central_ids_(options.central_ids_max) {
+      core_(
+          AgentCoreOptions{.policy_refresh_ms = options.policy_refresh_ms,
+                           .outbox_entries_max = options.outbox_entries_max,
+                           .local_reservations_max = options.local_reservations_max,
+                           .unknown_max = options.unknown_max,
+                           .unavailable_retry_after_ms = options.unavailable_retry_after_ms,
+                           .resolve_batch_max = options.resolve_batch_max,
+                           .central_ids_max = options.central_ids_max,
+                           .ledger_window_max = options.ledger_window_max,
+                           .waiting_max = options.waiting_max},
+          [this](uint64_t token) {
+            auto it = held_.find(token);
+            return it == held_.end() || !it->second.alive || it->second.alive();
+          },
+          nullptr) {
   check_.data = this;
   pump_timer_.data = this;
-  policy_timer_.data = this;
 }
 
 AgentService::~AgentService() { TALLY_ASSERT(open_handles_ == 0); }
 
 Status AgentService::start(std::vector<OutboxEntry> restored, uint64_t boot_epoch) {
   boot_epoch_ = boot_epoch;
-  const size_t restored_count = restored.size();
-  machine_.restore(std::move(restored));
-  if (restored_count > 0) {
-    logger_->info("outbox_restored",
-                  {{"entries", uint64_t{restored_count}},
-                   {"oldest_age_ms", machine_.outbox().oldestAgeMs(wallClockMs())}});
-  }
+  core_.start(std::move(restored), wallClockMs());
+  perform();
   if (int rc = uv_check_init(loop_, &check_); rc != 0) {
     return Status::ioError(std::string("uv_check_init: ") + uv_strerror(rc));
   }
   handles_.push_back(reinterpret_cast<uv_handle_t*>(&check_));
   ++open_handles_;
-  for (uv_timer_t* timer : {&pump_timer_, &policy_timer_}) {
-    if (int rc = uv_timer_init(loop_, timer); rc != 0) {
-      return Status::ioError(std::string("uv_timer_init: ") + uv_strerror(rc));
-    }
-    handles_.push_back(reinterpret_cast<uv_handle_t*>(timer));
-    ++open_handles_;
+  if (int rc = uv_timer_init(loop_, &pump_timer_); rc != 0) {
+    return Status::ioError(std::string("uv_timer_init: ") + uv_strerror(rc));
   }
+  handles_.push_back(reinterpret_cast<uv_handle_t*>(&pump_timer_));
+  ++open_handles_;
   started_ = true;
   if (int rc = uv_check_start(&check_, onCheck); rc != 0) {
     return Status::ioError(std::string("uv_check_start: ") + uv_strerror(rc));
@@ -106,20 +103,16 @@ Status AgentService::start(std::vector<OutboxEntry> restored, uint64_t boot_epoc
       rc != 0) {
     return Status::ioError(std::string("uv_timer_start: ") + uv_strerror(rc));
   }
-  if (int rc = uv_timer_start(&policy_timer_, onPolicyTimer, options_.policy_refresh_ms,
-                              options_.policy_refresh_ms);
-      rc != 0) {
-    return Status::ioError(std::string("uv_timer_start: ") + uv_strerror(rc));
-  }
   link_->setOnConnected([this] {
-    fetchPolicy();
-    pumpOutbox();
+    core_.onConnected(linkState(), wallClockMs());
+    perform();
   });
   return Status::ok();
 }
 
 void AgentService::stop() {
   started_ = false;
+  core_.stop();
   for (uv_handle_t* handle : std::exchange(handles_, {})) {
     uv_close(handle, [](uv_handle_t* closed) {
       --static_cast<AgentService*>(closed->data)->open_handles_;
@@ -127,20 +120,23 @@ void AgentService::stop() {
   }
 }
 
-bool AgentService::usable() const { return linkUsable(link_->connected(), link_->health()); }
+AgentLinkState AgentService::linkState() const {
+  return {.connected = link_->connected(), .health = link_->health()};
+}
 
 GaugeSnapshot AgentService::gauges() const {
   const uint64_t now_ms = wallClockMs();
+  const AgentMachine& machine = core_.machine();
   GaugeSnapshot snapshot{.health = link_->health(),
                          .connected = link_->connected(),
-                         .outbox_depth = machine_.outbox().size(),
-                         .outbox_oldest_age_ms = machine_.outbox().oldestAgeMs(now_ms),
-                         .reservation_unknown = unknown_.size(),
-                         .reservation_unknown_oldest_age_ms = unknown_.oldestAgeMs(now_ms),
-                         .usage_unknown = usage_unknown_.size(),
-                         .usage_unknown_oldest_age_ms = usage_unknown_.oldestAgeMs(now_ms),
+                         .outbox_depth = machine.outbox().size(),
+                         .outbox_oldest_age_ms = machine.outbox().oldestAgeMs(now_ms),
+                         .reservation_unknown = core_.unknown().size(),
+                         .reservation_unknown_oldest_age_ms = core_.unknown().oldestAgeMs(now_ms),
+                         .usage_unknown = core_.usageUnknown().size(),
+                         .usage_unknown_oldest_age_ms = core_.usageUnknown().oldestAgeMs(now_ms),
                          .boot_epoch = boot_epoch_,
-                         .local_reservations = local_.size()};
+                         .local_reservations = core_.local().size()};
   if (shards_ != nullptr) {
     const ShardGauges shard_gauges = shards_->gauges(now_ms);
     snapshot.shards_usable = shard_gauges.usable;
@@ -154,7 +150,8 @@ GaugeSnapshot AgentService::gauges() const {
 
 void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) {
   const Op op = opFor(body);
-  const uint64_t started_us = monotonicClockUs();
+  const uint64_t now_ms = wallClockMs();
+  const uint64_t started_us = monotonicClockUs();  // the latency histogram only
   Respond measured = [this, op, started_us,
                       respond = std::move(respond)](wire::ResponseBody answer) {
     metrics_->countRequest(op, outcomeLabel(answer), monotonicClockUs() - started_us);
@@ -166,541 +163,187 @@ void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) 
     }
     respond(std::move(answer));
   };
+  // What the core decides on; everything else is answered here (not a decision: the agent's
+  // own health, and kinds no gateway may send).
+  std::optional<AgentRequest> request;
   std::visit(
-      [&](auto& request) {
-        using T = std::decay_t<decltype(request)>;
-        if constexpr (std::is_same_v<T, ReserveRequest>) {
-          reserve(request, std::move(measured), std::move(alive));
-        } else if constexpr (std::is_same_v<T, StartRequest>) {
-          start(request, std::move(measured), std::move(alive));
-        } else if constexpr (std::is_same_v<T, SettleRequest>) {
-          followUp(OutboxKind::kSettle, std::move(body), std::move(measured), std::move(alive));
-        } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
-          followUp(OutboxKind::kRelease, std::move(body), std::move(measured), std::move(alive));
-        } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
-          followUp(OutboxKind::kMarkUnknown, std::move(body), std::move(measured),
-                   std::move(alive));
-        } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
-          followUp(OutboxKind::kReportOperation, std::move(body), std::move(measured),
-                   std::move(alive));
-        } else if constexpr (std::is_same_v<T, QueryRequest>) {
-          query(request, std::move(measured), std::move(alive));
+      [&](const auto& value) {
+        using T = std::decay_t<decltype(value)>;
+        if constexpr (std::is_same_v<T, ReserveRequest> || std::is_same_v<T, StartRequest> ||
+                      std::is_same_v<T, SettleRequest> || std::is_same_v<T, ReleaseRequest> ||
+                      std::is_same_v<T, MarkUnknownRequest> ||
+                      std::is_same_v<T, ReportOperationRequest> ||
+                      std::is_same_v<T, QueryRequest>) {
+          request = value;
         } else if constexpr (std::is_same_v<T, wire::HealthRequest>) {
           measured(wire::HealthReply{
               .status = link_->connected() ? linkHealthName(link_->health()) : "DISCONNECTED",
               .version = kVersion,
-              .now_ms = wallClockMs()});
+              .now_ms = now_ms});
         } else if constexpr (std::is_same_v<T, wire::UnknownMessage>) {
           measured(
               wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
-                               .message = "unknown request kind " + std::to_string(request.which)});
+                               .message = "unknown request kind " + std::to_string(value.which)});
         } else if constexpr (kGatewayOrShardRequest<T>) {
           // Operator and agent-to-ledger messages: never forwarded from a gateway's socket.
           measured(wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
                                     .message = "request kind not served by the agent"});
         } else {
-          forwardOther(std::move(body), std::move(measured), std::move(alive));
+          request =
+              AgentOtherRequest{.changes_policy = std::is_same_v<T, wire::PublishPolicyRequest> ||
+                                                  std::is_same_v<T, wire::RollbackPolicyRequest>};
         }
       },
       body);
+  if (!request.has_value()) return;
+  const uint64_t token = core_.newToken();
+  responders_.emplace(token, std::move(measured));
+  held_.emplace(token, Held{.body = std::move(body), .alive = std::move(alive)});
+  core_.onRequest(token, *request, linkState(), now_ms);
+  perform();
 }
 
-// --- the window to the ledger ------------------------------------------------------------------
+// --- effects -------------------------------------------------------------------------------------
 
-void AgentService::forward(wire::RequestBody body, Respond respond, Alive alive,
-                           std::optional<OutboxEntry> follow_up, std::string central_id,
-                           OnAnswer on_answer) {
-  const uint64_t token = next_token_++;
-  responders_.emplace(token, std::move(respond));
-  held_.emplace(token, Held{.body = std::move(body),
-                            .alive = std::move(alive),
-                            .central_id = std::move(central_id),
-                            .on_answer = std::move(on_answer)});
-  perform(machine_.submit(token, std::move(follow_up)));
-  sendWaiting();
-}
-
-void AgentService::sendWaiting() {
-  while (std::optional<uint64_t> next = machine_.nextToSend()) {
-    auto it = held_.find(*next);
-    TALLY_ASSERT(it != held_.end());
-    const bool alive = !it->second.alive || it->second.alive();
-    perform(machine_.admitNext(alive));
-  }
-}
-
-Respond AgentService::takeResponder(uint64_t token) {
+void AgentService::reply(uint64_t token, wire::ResponseBody body) {
+  held_.erase(token);
   auto it = responders_.find(token);
   TALLY_ASSERT(it != responders_.end());
   Respond respond = std::move(it->second);
   responders_.erase(it);
-  return respond;
+  respond(std::move(body));
 }
 
-void AgentService::perform(AgentEffects effects) {
-  for (AgentEffect& effect : effects) {
-    if (const auto* send = std::get_if<AgentSend>(&effect)) {
-      auto it = held_.find(send->token);
-      TALLY_ASSERT(it != held_.end());
-      Held held = std::move(it->second);
-      held_.erase(it);
-      if (!held.central_id.empty()) rememberCentral(held.central_id, wallClockMs());
-      link_->call(std::move(held.body),
-                  [this, token = send->token,
-                   on_answer = std::move(held.on_answer)](central::LinkResult result) {
-                    if (!machine_.onResult(token)) return;  // answered at the shutdown deadline
-                    on_answer(std::move(result), takeResponder(token));
-                  });
-    } else if (const auto* drop = std::get_if<AgentDrop>(&effect)) {
-      ++dropped_gone_;
-      held_.erase(drop->token);
-      takeResponder(drop->token)(unavailable("the requester is gone"));  // a no-op for it
-    } else if (auto* refusal = std::get_if<AgentReplyUnavailable>(&effect)) {
-      held_.erase(refusal->token);
-      takeResponder(refusal->token)(unavailable(std::move(refusal->message)));
-    } else if (const auto* queued = std::get_if<AgentReplyQueued>(&effect)) {
-      takeResponder(queued->token)(queuedReply(queued->entry));
-    } else if (const auto* persist = std::get_if<AgentPersist>(&effect)) {
-      // Group commit: one transaction, one fsync; the machine then says who hears QUEUED.
-      const Status status = store_->appendBatch(persist->entries);
-      if (status.isOk()) {
-        logger_->debug("outbox_committed", {{"entries", uint64_t{persist->entries.size()}},
-                                            {"depth", uint64_t{machine_.outbox().size()}}});
-      } else {
-        logger_->error("outbox_write_failed", {{"entries", uint64_t{persist->entries.size()}},
-                                               {"error", status.toString()}});
-      }
-      perform(machine_.persisted(status.isOk(), status.message()));
-    }
-  }
+void AgentService::send(uint64_t call, wire::RequestBody body) {
+  link_->call(std::move(body),
+              [this, call](central::LinkResult result) { onLinkResult(call, std::move(result)); });
 }
 
-void AgentService::answerEveryPending() {
-  if (shutdown_answered_) return;
-  shutdown_answered_ = true;
-  for (auto& [id, waiters] : std::exchange(unknown_waiters_, {})) {
-    for (Respond& waiter : waiters) waiter(unavailable(kOutcomeUnknown));
-  }
-  const size_t pending = responders_.size();
-  perform(machine_.shutdown(wallClockMs()));  // its durable write is the outbox's last
-  logger_->info("shutdown_answered",
-                {{"requests", uint64_t{pending}}, {"unanswered", uint64_t{responders_.size()}}});
-}
-
-void AgentService::beginShutdown(uint64_t timeout_ms) {
-  shutting_down_ = true;
-  shutdown_deadline_ms_ = wallClockMs() + timeout_ms;
-  if (timeout_ms == 0) answerEveryPending();
-}
-
-// --- reserve -----------------------------------------------------------------------------------
-
-bool AgentService::answeredByShards(const std::string& reservation_id,
-                                    const wire::RequestBody& body, const Respond& respond) {
-  if (shards_ == nullptr || !shards_->owns(reservation_id)) return false;
-  shards_->apply(body, wallClockMs(), respond);
-  return true;
-}
-
-void AgentService::rememberCentral(const std::string& reservation_id, uint64_t now_ms) {
-  if (shards_ == nullptr) return;
-  if (!central_ids_.add(reservation_id, now_ms)) {
-    for (const std::string& oldest : central_ids_.oldest(1)) central_ids_.remove(oldest);
-    (void)central_ids_.add(reservation_id, now_ms);
-  }
-}
-
-void AgentService::learnShardAccount(const ReserveRequest& request, const ReservationReply& reply) {
-  if (shards_ == nullptr || !policy_.has_value() || reply.code != ReplyCode::kOk) return;
-  const Budget* budget = matchBudget(*policy_, request.subject, request.route);
-  if (budget == nullptr || !budget->emergency.enabled || budget->emergency.shard_units == 0) {
-    return;
-  }
-  shards_->learnAccount({request.subject, request.route}, wallClockMs());
-}
-
-void AgentService::reserve(const ReserveRequest& request, Respond respond, Alive alive) {
-  const uint64_t now_ms = wallClockMs();
-  const RolloutMode mode = rolloutModeFor(policy_, request.subject, request.route);
-  const std::string& id = request.reservation_id;
-  switch (reserveRoute({.shard_owned = shards_ != nullptr && shards_->owns(id),
-                        .local = local_.contains(id),
-                        .unknown = unknown_.contains(id),
-                        .mode = mode,
-                        .link_usable = usable(),
-                        .shards_enabled = shards_ != nullptr,
-                        .sent_to_ledger = central_ids_.contains(id)})) {
-    case ReserveRoute::kShards: shards_->apply(request, now_ms, respond); return;
-    case ReserveRoute::kLocalDuplicate:
-    case ReserveRoute::kLocalOff: respond(local_.admit(request, kOriginOff, now_ms)); return;
-    case ReserveRoute::kResolveUnknown: resolveUnknown(id, std::move(respond)); return;
-    case ReserveRoute::kShadowUnreachable: {
-      const ShadowDecision decision = classifyShadow(nullptr, true);
-      metrics_->countShadowDecision(decision.outcome, decision.dimension);
-      respond(local_.admit(request, kOriginShadow, now_ms));
-      return;
-    }
-    case ReserveRoute::kSentToLedgerBefore:
-      respond(unavailable("reservation " + id +
-                          " was sent to the ledger, which is unreachable; retry later with "
-                          "the same id"));
-      return;
-    case ReserveRoute::kTryShard:
-      if (std::optional<ReservationReply> refused =
-              shardRegionRefusal(policy_, request, options_.unavailable_retry_after_ms, now_ms)) {
-        respond(*std::move(refused));
-        return;
-      }
-      if (shards_->admit(request, now_ms, respond)) return;
-      [[fallthrough]];
-    case ReserveRoute::kRejectUnavailable:
-      respond(ledgerUnavailableRejection(request, options_.unavailable_retry_after_ms, now_ms));
-      return;
-    case ReserveRoute::kForward: break;
-  }
-  forward(request, std::move(respond), std::move(alive), std::nullopt,
-          shards_ != nullptr ? request.reservation_id : std::string(),
-          [this, request, mode](central::LinkResult result, Respond answer) {
-            onReserveAnswer(request, mode, std::move(result), std::move(answer));
-          });
-}
-
-void AgentService::onReserveAnswer(const ReserveRequest& request, RolloutMode mode,
-                                   central::LinkResult result, Respond respond) {
-  const uint64_t now_ms = wallClockMs();
-  const ReservationReply* reply =
-      result.status.isOk() ? std::get_if<ReservationReply>(&result.response.body) : nullptr;
-  if (mode == RolloutMode::kShadow) {
-    const ShadowDecision decision = classifyShadow(reply, !result.status.isOk());
-    metrics_->countShadowDecision(decision.outcome, decision.dimension);
-    if (decision.admit_locally) {
-      respond(local_.admit(request, kOriginShadow, now_ms));
-      return;
-    }
-    if (result.status.isOk()) {
-      respond(std::move(result.response.body));
-    } else {
-      respond(unavailable(result.status.message()));
-    }
-    return;
-  }
+void AgentService::onLinkResult(uint64_t call, central::LinkResult result) {
+  AgentLedgerAnswer answer;
   if (result.status.isOk()) {
-    if (const auto* answer = std::get_if<ReservationReply>(&result.response.body)) {
-      learnShardAccount(request, *answer);
+    answer.outcome = LinkOutcome::kAnswered;
+    answer.label = outcomeLabel(result.response.body);
+    if (const auto* reply = std::get_if<ReservationReply>(&result.response.body)) {
+      answer.reservation = *reply;
+    } else if (auto* policy = std::get_if<wire::PolicyAnswer>(&result.response.body)) {
+      answer.policy_reply = policy->reply;
+      answer.policy = std::move(policy->policy);
     }
-    respond(std::move(result.response.body));
-    return;
-  }
-  if (result.status.code() == StatusCode::kResourceExhausted) {
-    respond(unavailable("not sent to the ledger: " + result.status.message()));  // not sent
-    return;
-  }
-  // The debit may or may not have happened: RESERVATION_UNKNOWN until a query says.
-  if (!unknown_.onAnswerLost(request, now_ms)) {
-    logger_->error("reservation_unknown_table_full",
-                   {{"reservation_id", request.reservation_id}, {"max", options_.unknown_max}});
   } else {
-    logger_->warn("reservation_unknown", {{"reservation_id", request.reservation_id},
-                                          {"error", result.status.toString()}});
+    answer.outcome = result.status.code() == StatusCode::kResourceExhausted ? LinkOutcome::kNotSent
+                                                                            : LinkOutcome::kLost;
+    answer.error = result.status.message();
+    answer.error_detail = result.status.toString();
   }
-  respond(unavailable(kOutcomeUnknown));
+  core_.onAnswer(call, answer, linkState(), wallClockMs(), static_cast<uint32_t>(rng_() % 1001));
+  perform(&result.response.body);
 }
 
-void AgentService::resolveUnknown(const std::string& id, Respond waiter) {
-  if (!unknown_.contains(id)) return;
-  if (waiter) unknown_waiters_[id].push_back(std::move(waiter));
-  if (unknown_.resolving(id)) return;
-  if (!usable()) {
-    resolutionFailed(id, "ledger unreachable");
-    return;
-  }
-  const std::optional<QueryRequest> query = unknown_.resolve(id);
-  if (!query.has_value()) return;
-  link_->call(*query, [this, id](central::LinkResult result) {
-    if (!unknown_.contains(id)) return;
-    if (!result.status.isOk()) {
-      resolutionFailed(id, result.status.toString());
-      return;
-    }
-    const auto* reply = std::get_if<ReservationReply>(&result.response.body);
-    const UnknownQueryOutcome outcome = unknown_.onQueryAnswer(id, reply);
-    if (outcome.resolved.has_value()) {
-      ReservationReply answer = *reply;
-      answer.duplicate = true;
-      answer.refunded_units = 0;
-      resolved(id, std::move(answer));
-      return;
-    }
-    if (!outcome.resend.has_value()) {
-      resolutionFailed(id, "unexpected query answer " + outcomeLabel(result.response.body));
-      return;
-    }
-    // The ledger never saw it: the same reserve again, same id and digest.
-    link_->call(*outcome.resend, [this, id](central::LinkResult again) {
-      if (!unknown_.contains(id)) return;
-      if (!again.status.isOk()) {
-        resolutionFailed(id, again.status.toString());
-        return;
-      }
-      (void)unknown_.onResendAnswer(id, std::get_if<ReservationReply>(&again.response.body));
-      resolved(id, std::move(again.response.body));
-    });
-  });
-}
-
-void AgentService::resolutionFailed(const std::string& id, const std::string& why) {
-  unknown_.onStepFailed(id);
-  std::vector<Respond> waiters;
-  if (auto it = unknown_waiters_.find(id); it != unknown_waiters_.end()) {
-    waiters = std::move(it->second);
-    unknown_waiters_.erase(it);
-  }
-  logger_->debug("reservation_unknown_unresolved", {{"reservation_id", id}, {"error", why}});
-  for (Respond& waiter : waiters) waiter(unavailable(kOutcomeUnknown));
-}
-
-// `id` has just left the unknown table: its waiters hear the ledger's answer.
-void AgentService::resolved(const std::string& id, wire::ResponseBody body) {
-  std::vector<Respond> waiters;
-  if (auto it = unknown_waiters_.find(id); it != unknown_waiters_.end()) {
-    waiters = std::move(it->second);
-    unknown_waiters_.erase(it);
-  }
-  logger_->info("reservation_unknown_resolved",
-                {{"reservation_id", id},
-                 {"answer", outcomeLabel(body)},
-                 {"oldest_unknown_age_ms", unknown_.oldestAgeMs(wallClockMs())}});
-  for (Respond& waiter : waiters) waiter(body);
-}
-
-// --- start, follow-ups, query ------------------------------------------------------------------
-
-void AgentService::start(const StartRequest& request, Respond respond, Alive alive) {
-  if (answeredByShards(request.reservation_id, request, respond)) return;
-  switch (startRoute(local_.contains(request.reservation_id), usable())) {
-    case StartRoute::kLocal: respond(local_.start(request, wallClockMs())); return;
-    case StartRoute::kUnavailable:
-      respond(unavailable(
-          "the ledger is unreachable; only the ledger can start a central reservation; retry "
-          "later with the same ids"));
-      return;
-    case StartRoute::kForward:
-      forward(request, std::move(respond), std::move(alive), std::nullopt, std::string(),
-              [](central::LinkResult result, Respond answer) {
-                if (result.status.isOk()) {
-                  answer(std::move(result.response.body));
-                } else {
-                  answer(unavailable("start " + std::string(kOutcomeUnknown) + " (" +
-                                     result.status.message() + ")"));
-                }
-              });
-      return;
-  }
-}
-
-void AgentService::followUp(OutboxKind kind, wire::RequestBody body, Respond respond, Alive alive) {
-  OutboxEntry entry{.kind = kind};
-  std::visit(
-      [&](const auto& request) {
-        using T = std::decay_t<decltype(request)>;
-        if constexpr (std::is_same_v<T, SettleRequest> ||
-                      std::is_same_v<T, ReportOperationRequest>) {
-          entry.reservation_id = request.reservation_id;
-          entry.operation_id = request.operation_id;
-          entry.actual_units = request.actual_units;
-        } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
-          entry.reservation_id = request.reservation_id;
-          entry.operation_id = request.operation_id;
-        } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
-          entry.reservation_id = request.reservation_id;
-        }
-      },
-      body);
-  if (answeredByShards(entry.reservation_id, body, respond)) return;
-  const bool local = local_.contains(entry.reservation_id);
-  switch (followUpRoute(local, !machine_.outbox().empty(), usable())) {
-    case FollowUp::kLocal: {
-      const uint64_t now_ms = wallClockMs();
+void AgentService::perform(const wire::ResponseBody* answer) {
+  for (AgentCoreEffects effects = core_.takeEffects(); !effects.empty();
+       effects = core_.takeEffects()) {
+    for (AgentCoreEffect& effect : effects) {
       std::visit(
-          [&](const auto& request) {
-            using T = std::decay_t<decltype(request)>;
-            if constexpr (std::is_same_v<T, SettleRequest>) {
-              respond(local_.settle(request, now_ms));
-            } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
-              respond(local_.reportOperation(request, now_ms));
-            } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
-              respond(local_.markUnknown(request, now_ms));
-            } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
-              respond(local_.release(request, now_ms));
+          [&](auto& value) {
+            using T = std::decay_t<decltype(value)>;
+            if constexpr (std::is_same_v<T, AgentSend>) {
+              auto it = held_.find(value.token);
+              TALLY_ASSERT(it != held_.end());
+              wire::RequestBody body = std::move(it->second.body);
+              held_.erase(it);
+              send(value.token, std::move(body));
+            } else if constexpr (std::is_same_v<T, AgentDrop>) {
+              ++dropped_gone_;
+              reply(value.token, unavailable("the requester is gone"));  // a no-op for it
+            } else if constexpr (std::is_same_v<T, AgentReplyUnavailable>) {
+              reply(value.token, unavailable(std::move(value.message)));
+            } else if constexpr (std::is_same_v<T, AgentReplyQueued>) {
+              reply(value.token, queuedReply(value.entry));
+            } else if constexpr (std::is_same_v<T, AgentReplyReservation>) {
+              reply(value.token, std::move(value.reply));
+            } else if constexpr (std::is_same_v<T, AgentReplyLedgerAnswer>) {
+              TALLY_ASSERT(answer != nullptr);
+              reply(value.token, *answer);
+            } else if constexpr (std::is_same_v<T, AgentPersist>) {
+              // Group commit: one transaction, one fsync; the core then says who hears QUEUED.
+              const Status status = store_->appendBatch(value.entries);
+              if (status.isOk()) {
+                logger_->debug("outbox_committed",
+                               {{"entries", uint64_t{value.entries.size()}},
+                                {"depth", uint64_t{core_.machine().outbox().size()}}});
+              } else {
+                logger_->error("outbox_write_failed", {{"entries", uint64_t{value.entries.size()}},
+                                                       {"error", status.toString()}});
+              }
+              core_.persisted(status.isOk(), status.message(), wallClockMs());
+            } else if constexpr (std::is_same_v<T, AgentCall>) {
+              std::visit(
+                  [&](auto& body) {
+                    using B = std::decay_t<decltype(body)>;
+                    if constexpr (std::is_same_v<B, OutboxEntry>) {
+                      send(value.call, outboxRequest(body));
+                    } else if constexpr (std::is_same_v<B, AgentShowPolicy>) {
+                      send(value.call, wire::ShowPolicyRequest{});
+                    } else {
+                      send(value.call, std::move(body));
+                    }
+                  },
+                  value.body);
+            } else if constexpr (std::is_same_v<T, AgentRemoveDelivered>) {
+              if (Status s = store_->remove(value.seq); !s.isOk()) {
+                // Stays on disk: redelivered after a restart, which the ledger answers as a
+                // duplicate.
+                logger_->error("outbox_remove_failed",
+                               {{"seq", value.seq}, {"error", s.toString()}});
+              }
+            } else if constexpr (std::is_same_v<T, AgentToShards>) {
+              held_.erase(value.token);
+              auto it = responders_.find(value.token);
+              TALLY_ASSERT(it != responders_.end() && shards_ != nullptr);
+              shards_->expect(value.token, std::move(it->second));
+              responders_.erase(it);
+            } else if constexpr (std::is_same_v<T, AgentCountShadow>) {
+              metrics_->countShadowDecision(value.decision.outcome, value.decision.dimension);
+            } else if constexpr (std::is_same_v<T, ShardNote>) {
+              note(value);
+            } else if constexpr (std::is_same_v<T, AgentShutdownAnswering>) {
+              shutdown_pending_ = responders_.size();
+            } else if constexpr (std::is_same_v<T, AgentShutdownAnswered>) {
+              logger_->info("shutdown_answered", {{"requests", uint64_t{shutdown_pending_}},
+                                                  {"unanswered", uint64_t{responders_.size()}}});
+            } else {
+              static_assert(std::is_same_v<T, AgentDrainDone>);
+              logger_->info("outbox_drain_done",
+                            {{"left", value.left}, {"connected", value.connected}});
+              if (on_drained_) std::exchange(on_drained_, nullptr)();
             }
           },
-          body);
-      return;
-    }
-    case FollowUp::kOutbox: enqueue(std::move(entry), std::move(respond)); return;
-    case FollowUp::kForward: {
-      OutboxEntry queued_if_lost = entry;
-      forward(std::move(body), std::move(respond), std::move(alive), std::move(queued_if_lost),
-              std::string(),
-              [this, entry = std::move(entry)](central::LinkResult result, Respond answer) {
-                if (result.status.isOk()) {
-                  noteDelivered(entry.kind, entry.reservation_id, result.response.body);
-                  answer(std::move(result.response.body));
-                  return;
-                }
-                // The answer is lost or it was never sent: the outbox delivers it exactly once
-                // later.
-                logger_->info("queued_after_link_failure",
-                              {{"kind", outboxKindName(entry.kind)},
-                               {"reservation_id", entry.reservation_id},
-                               {"error", result.status.toString()}});
-                enqueue(entry, std::move(answer));
-              });
-      return;
+          effect);
     }
   }
+  if (shards_ != nullptr) shards_->perform();  // what the core asked of the shard keeping
 }
 
-void AgentService::noteDelivered(OutboxKind kind, const std::string& id,
-                                 const wire::ResponseBody& body) {
-  const auto* reply = std::get_if<ReservationReply>(&body);
-  if (reply == nullptr || reply->code != ReplyCode::kOk) return;
-  if (kind == OutboxKind::kMarkUnknown) {
-    if (reply->receipt.state == ReservationState::kUsageUnknown) {
-      (void)usage_unknown_.add(id, wallClockMs());
-    }
-  } else if (kind != OutboxKind::kRelease) {
-    usage_unknown_.remove(id);
-  }
-}
+void AgentService::note(const ShardNote& note) { logNote(logger_, note); }
 
-void AgentService::query(const QueryRequest& request, Respond respond, Alive alive) {
-  if (answeredByShards(request.reservation_id, request, respond)) return;
-  if (local_.contains(request.reservation_id)) {
-    respond(local_.query(request));
-    return;
-  }
-  if (!link_->connected()) {
-    respond(unavailable("the ledger is unreachable; query later"));
-    return;
-  }
-  const std::string id = request.reservation_id;
-  forward(request, std::move(respond), std::move(alive), std::nullopt, std::string(),
-          [this, id](central::LinkResult result, Respond respond) {
-            if (!result.status.isOk()) {
-              respond(unavailable("query failed: " + result.status.message()));
-              return;
-            }
-            const auto* reply = std::get_if<ReservationReply>(&result.response.body);
-            if (reply != nullptr && reply->code == ReplyCode::kOk && unknown_.contains(id)) {
-              unknown_.onFoundElsewhere(id, *reply);
-              ReservationReply answer = *reply;
-              answer.duplicate = true;
-              answer.refunded_units = 0;
-              resolved(id, std::move(answer));
-            }
-            respond(std::move(result.response.body));
-          });
-}
-
-void AgentService::forwardOther(wire::RequestBody body, Respond respond, Alive alive) {
-  if (!link_->connected()) {
-    respond(unavailable("the ledger is unreachable"));
-    return;
-  }
-  const bool changes_policy = std::holds_alternative<wire::PublishPolicyRequest>(body) ||
-                              std::holds_alternative<wire::RollbackPolicyRequest>(body);
-  forward(std::move(body), std::move(respond), std::move(alive), std::nullopt, std::string(),
-          [this, changes_policy](central::LinkResult result, Respond respond) {
-            if (result.status.isOk()) {
-              if (changes_policy)
-                fetchPolicy();  // modes follow a publish through this agent at once
-              respond(std::move(result.response.body));
-            } else {
-              respond(unavailable("ledger request failed: " + result.status.message()));
-            }
-          });
-}
-
-// --- the outbox --------------------------------------------------------------------------------
-
-void AgentService::enqueue(OutboxEntry entry, Respond respond) {
-  if (machine_.outbox().size() >= options_.outbox_entries_max) {
-    logger_->error("outbox_full", {{"entries_max", options_.outbox_entries_max}});
-  }
-  const uint64_t token = next_token_++;
-  responders_.emplace(token, std::move(respond));
-  perform(machine_.queue(token, std::move(entry), wallClockMs()));  // QUEUED once persisted
-}
+// --- time ----------------------------------------------------------------------------------------
 
 void AgentService::onCheck(uv_check_t* check) {
   auto* service = static_cast<AgentService*>(check->data);
-  service->commitOutbox();
-  service->sendWaiting();  // answers of this iteration made room in the window
+  service->core_.onIterationEnd(wallClockMs());
+  service->perform();
 }
 
-void AgentService::commitOutbox() { perform(machine_.flush()); }
-
-void AgentService::pumpOutbox() {
-  if (!started_ || !link_->connected()) return;
-  const std::optional<OutboxEntry> next = machine_.nextDelivery(wallClockMs());
-  if (!next.has_value()) return;
-  link_->call(outboxRequest(*next), [this, entry = *next](central::LinkResult result) {
-    if (!result.status.isOk()) {
-      machine_.onDelivery(entry.seq, false, wallClockMs(), static_cast<uint32_t>(rng_() % 1001));
-      logger_->debug("outbox_delivery_failed",
-                     {{"seq", entry.seq}, {"error", result.status.toString()}});
-      return;
-    }
-    // An answer that says the ledger changed nothing (a protocol error, a full table, an
-    // overflow) is not a delivery: an acknowledged entry is never dropped; it is retried with
-    // backoff, and the outbox age metric and this log line tell the operator.
-    if (!outboxAnswerDelivers(std::get_if<ReservationReply>(&result.response.body))) {
-      machine_.onDelivery(entry.seq, false, wallClockMs(), static_cast<uint32_t>(rng_() % 1001));
-      logger_->warn("outbox_delivery_refused", {{"seq", entry.seq},
-                                                {"kind", outboxKindName(entry.kind)},
-                                                {"reservation_id", entry.reservation_id},
-                                                {"answer", outcomeLabel(result.response.body)}});
-      return;
-    }
-    const std::string outcome = outcomeLabel(result.response.body);
-    if (outcome != "ok") {
-      logger_->warn("outbox_delivered_not_ok", {{"seq", entry.seq},
-                                                {"kind", outboxKindName(entry.kind)},
-                                                {"reservation_id", entry.reservation_id},
-                                                {"answer", outcome}});
-    }
-    noteDelivered(entry.kind, entry.reservation_id, result.response.body);
-    machine_.onDelivery(entry.seq, true, wallClockMs(), 0);
-    if (Status s = store_->remove(entry.seq); !s.isOk()) {
-      // Stays on disk: redelivered after a restart, which the ledger answers as a duplicate.
-      logger_->error("outbox_remove_failed", {{"seq", entry.seq}, {"error", s.toString()}});
-    }
-    logger_->debug("outbox_delivered",
-                   {{"seq", entry.seq}, {"depth", uint64_t{machine_.outbox().size()}}});
-    pumpOutbox();
-  });
+void AgentService::onPump(uv_timer_t* timer) {
+  auto* service = static_cast<AgentService*>(timer->data);
+  service->core_.onTick(service->linkState(), wallClockMs());
+  service->perform();
 }
 
-void AgentService::onPump(uv_timer_t* timer) { static_cast<AgentService*>(timer->data)->onTimer(); }
-
-void AgentService::onTimer() {
-  (void)local_.tick(wallClockMs());  // local reservations expire like any other
-  if (shutting_down_ && wallClockMs() >= shutdown_deadline_ms_) answerEveryPending();
-  pumpOutbox();
-  if (usable() && unknown_.size() > 0) {
-    for (const std::string& id : unknown_.oldest(options_.resolve_batch_max)) {
-      resolveUnknown(id, nullptr);
-    }
-  }
-  if (draining_ &&
-      (machine_.outbox().empty() || !link_->connected() || wallClockMs() >= drain_deadline_ms_)) {
-    draining_ = false;
-    answerEveryPending();  // no-op unless drain ended before the deadline with requests waiting
-    logger_->info("outbox_drain_done", {{"left", uint64_t{machine_.outbox().size()}},
-                                        {"connected", link_->connected()}});
-    if (on_drained_) std::exchange(on_drained_, nullptr)();
-  }
+void AgentService::beginShutdown(uint64_t timeout_ms) {
+  core_.beginShutdown(timeout_ms, wallClockMs());
+  perform();
 }
 
 void AgentService::drain(uint64_t timeout_ms, std::function<void()> on_done) {
@@ -708,42 +351,9 @@ void AgentService::drain(uint64_t timeout_ms, std::function<void()> on_done) {
     on_done();
     return;
   }
-  draining_ = true;
-  drain_deadline_ms_ = wallClockMs() + timeout_ms;
   on_drained_ = std::move(on_done);
-  onTimer();
-}
-
-// --- policy ------------------------------------------------------------------------------------
-
-void AgentService::onPolicyTimer(uv_timer_t* timer) {
-  static_cast<AgentService*>(timer->data)->fetchPolicy();
-}
-
-void AgentService::fetchPolicy() {
-  if (!started_ || !link_->connected() || policy_fetch_in_flight_) return;
-  policy_fetch_in_flight_ = true;
-  link_->call(wire::ShowPolicyRequest{}, [this](central::LinkResult result) {
-    policy_fetch_in_flight_ = false;
-    if (!result.status.isOk()) return;
-    const auto* answer = std::get_if<wire::PolicyAnswer>(&result.response.body);
-    if (answer == nullptr) return;
-    const Generation before = policy_.has_value() ? policy_->generation : 0;
-    if (answer->reply.code == ReplyCode::kOk && answer->policy.has_value()) {
-      policy_ = answer->policy;
-      if (policy_->generation == 0) policy_->generation = answer->reply.generation;
-    } else if (answer->reply.code == ReplyCode::kNotFound) {
-      policy_.reset();
-    } else {
-      return;
-    }
-    const Generation after = policy_.has_value() ? policy_->generation : 0;
-    if (after != before) {
-      logger_->info("policy_loaded",
-                    {{"generation", after},
-                     {"budgets", uint64_t{policy_.has_value() ? policy_->budgets.size() : 0}}});
-    }
-  });
+  core_.beginDrain(timeout_ms, linkState(), wallClockMs());
+  perform();
 }
 
 }  // namespace tally::agent

@@ -18,8 +18,10 @@
 #include "agent/shard_keeper.h"
 #include "central-client/ledger_link.h"
 #include "common/log.h"
+#include "core/agent_core.h"
 #include "core/agent_decisions.h"
 #include "core/agent_machine.h"
+#include "core/agent_policy.h"
 #include "core/agent_unknown.h"
 #include "core/local_book.h"
 #include "core/outbox.h"
@@ -58,10 +60,12 @@
 //    request gets kUnavailable "retry with the same id". That write is the outbox's last:
 //    nothing is queued after it.
 //
-// The rules live in core and this class carries them out: AgentMachine (the window, the outbox's
-// durability and order, the shutdown answers), UnknownReservations (RESERVATION_UNKNOWN),
-// reserveRoute / followUpRoute / startRoute (core/agent_decisions.h). Still decided here, to move
-// next: the shadow bookkeeping, policy refresh timing, shard keeping (agent/shard_keeper.cc).
+// Every one of those decisions is core's AgentCore (core/agent_core.h), which sequences the
+// agent's machines (AgentMachine, UnknownReservations, AgentPolicy, LocalBook, the routes of
+// core/agent_decisions.h, and ShardKeeping for shard-owned reservations). This class only
+// translates: it reads the wall clock once per event (a gateway request, a link answer, a timer
+// tick, the end of a loop iteration), hands the event to the core, and carries the effects out
+// (sends over the LedgerLink, writes the outbox store, replies, logs and counts).
 //
 // Owns its timers and check handle; borrows loop, link, store, metrics and logger, which must
 // outlive it. Single-threaded (the loop thread).
@@ -97,7 +101,10 @@ class AgentService {
   // Emergency shards (docs/SHARDS.md): operations on reservations `keeper` owns are answered by
   // it in any health state, and partition-time reserves in enforce mode are admitted from its
   // usable shards. Optional (null: no shards); set before start(); must outlive the service.
-  void setShardKeeper(ShardKeeper* keeper) { shards_ = keeper; }
+  void setShardKeeper(ShardKeeper* keeper) {
+    shards_ = keeper;
+    core_.setShards(keeper != nullptr ? &keeper->keeping() : nullptr);
+  }
   // Restores the outbox from the store and starts the timers.
   [[nodiscard]] Status start(std::vector<OutboxEntry> restored, uint64_t boot_epoch);
   // `alive` (optional) says whether the requester can still hear the answer.
@@ -117,52 +124,23 @@ class AgentService {
   uint64_t droppedGone() const { return dropped_gone_; }
 
  private:
-  using OnAnswer = std::function<void(central::LinkResult result, Respond respond)>;
-  // What the shell holds for a forwarded request until the machine says Send or Drop.
+  // What the shell holds for a gateway request until its answer.
   struct Held {
-    wire::RequestBody body;
+    wire::RequestBody body;  // sent as is when the core says AgentSend
     Alive alive;
-    std::string central_id;  // a reserve's id: remembered when sent
-    OnAnswer on_answer;
   };
 
-  bool usable() const;
-  // Sends `body` to the ledger for a gateway when the window has room; `on_answer` gets the
-  // link's result and the requester's Respond, unless the shutdown deadline answered it first.
-  void forward(wire::RequestBody body, Respond respond, Alive alive,
-               std::optional<OutboxEntry> follow_up, std::string central_id, OnAnswer on_answer);
-  void sendWaiting();
-  void answerEveryPending();
-  // Carries out the machine's effects (sends, replies, the durable write).
-  void perform(AgentEffects effects);
-  Respond takeResponder(uint64_t token);
-  void reserve(const ReserveRequest& request, Respond respond, Alive alive);
-  void onReserveAnswer(const ReserveRequest& request, RolloutMode mode, central::LinkResult result,
-                       Respond respond);
-  void start(const StartRequest& request, Respond respond, Alive alive);
-  void followUp(OutboxKind kind, wire::RequestBody body, Respond respond, Alive alive);
-  void query(const QueryRequest& request, Respond respond, Alive alive);
-  void forwardOther(wire::RequestBody body, Respond respond, Alive alive);
-  // Answers `body` from the shard keeper if it owns `reservation_id`; false otherwise.
-  bool answeredByShards(const std::string& reservation_id, const wire::RequestBody& body,
-                        const Respond& respond);
-  void rememberCentral(const std::string& reservation_id, uint64_t now_ms);
-  void learnShardAccount(const ReserveRequest& request, const ReservationReply& reply);
-
-  void resolveUnknown(const std::string& id, Respond waiter);
-  void resolutionFailed(const std::string& id, const std::string& why);
-  void resolved(const std::string& id, wire::ResponseBody body);
-
-  void enqueue(OutboxEntry entry, Respond respond);
-  void commitOutbox();
-  void pumpOutbox();
-  void noteDelivered(OutboxKind kind, const std::string& id, const wire::ResponseBody& body);
-  void fetchPolicy();
-  void onTimer();
+  AgentLinkState linkState() const;
+  // Carries out the core's effects. `answer`: the ledger answer being fed (for
+  // AgentReplyLedgerAnswer).
+  void perform(const wire::ResponseBody* answer = nullptr);
+  void reply(uint64_t token, wire::ResponseBody body);
+  void send(uint64_t call, wire::RequestBody body);
+  void onLinkResult(uint64_t call, central::LinkResult result);
+  void note(const ShardNote& note);
 
   static void onCheck(uv_check_t* check);
   static void onPump(uv_timer_t* timer);
-  static void onPolicyTimer(uv_timer_t* timer);
 
   uv_loop_t* loop_;
   central::LedgerLink* link_;
@@ -174,33 +152,19 @@ class AgentService {
 
   uv_check_t check_{};
   uv_timer_t pump_timer_{};
-  uv_timer_t policy_timer_{};
   std::vector<uv_handle_t*> handles_;  // initialized, closed by stop()
   int open_handles_ = 0;
   bool started_ = false;
 
-  std::optional<Policy> policy_;
-  bool policy_fetch_in_flight_ = false;
-  LocalBook local_;
-  UnknownReservations unknown_;
-  std::unordered_map<std::string, std::vector<Respond>> unknown_waiters_;  // gateway retries
-  AgedIds usage_unknown_;
-  AgentMachine machine_;  // the window, the outbox, shutdown answers
+  AgentCore core_;
   uint64_t boot_epoch_ = 0;
   ShardKeeper* shards_ = nullptr;
-  AgedIds central_ids_;
 
   std::unordered_map<uint64_t, Respond> responders_;  // by token: requesters waiting for a reply
-  std::unordered_map<uint64_t, Held> held_;           // by token: forwarded, not yet sent
-  uint64_t next_token_ = 1;
+  std::unordered_map<uint64_t, Held> held_;           // by token: not yet sent or answered
   uint64_t dropped_gone_ = 0;
-
-  bool draining_ = false;
-  uint64_t drain_deadline_ms_ = 0;
+  size_t shutdown_pending_ = 0;  // requesters waiting when the shutdown answers began
   std::function<void()> on_drained_;
-  bool shutting_down_ = false;
-  uint64_t shutdown_deadline_ms_ = 0;
-  bool shutdown_answered_ = false;
 };
 
 // Pure: the ledger request that delivers an outbox entry.

@@ -1,7 +1,5 @@
 #include "agent/shard_keeper.h"
 
-#include <algorithm>
-#include <cstdio>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -17,30 +15,20 @@ wire::ErrorReply unavailable(std::string message) {
   return {.code = wire::ErrorCode::kUnavailable, .message = std::move(message)};
 }
 
-std::string hex64(uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
+// Random per process start, so issue request ids never repeat across restarts.
+uint64_t requestNonce(uint64_t seed, uint64_t boot_epoch) {
+  std::mt19937_64 rng(seed != 0 ? seed : monotonicClockUs() ^ (boot_epoch << 32));
+  return rng();
 }
 
-std::string accountName(const SubjectRoute& account) {
-  return account.subject + " " + account.route;
-}
-
-// Keeps the union of two change sets (a failed commit's and the next one's).
-void merge(ShardBookChanges* into, ShardBookChanges from) {
-  auto add = [](std::vector<std::string>* to, const std::vector<std::string>& more) {
-    to->insert(to->end(), more.begin(), more.end());
-    std::sort(to->begin(), to->end());
-    to->erase(std::unique(to->begin(), to->end()), to->end());
-  };
-  add(&into->shards_upserted, from.shards_upserted);
-  add(&into->shards_deleted, from.shards_deleted);
-  add(&into->reservations_upserted, from.reservations_upserted);
-  add(&into->reservations_deleted, from.reservations_deleted);
-  into->fences.insert(into->fences.end(), from.fences.begin(), from.fences.end());
-  std::sort(into->fences.begin(), into->fences.end());
-  into->fences.erase(std::unique(into->fences.begin(), into->fences.end()), into->fences.end());
+LogLevel logLevel(ShardNoteLevel level) {
+  switch (level) {
+    case ShardNoteLevel::kDebug: return LogLevel::kDebug;
+    case ShardNoteLevel::kInfo: return LogLevel::kInfo;
+    case ShardNoteLevel::kWarn: return LogLevel::kWarn;
+    case ShardNoteLevel::kError: return LogLevel::kError;
+  }
+  return LogLevel::kInfo;
 }
 
 }  // namespace
@@ -51,41 +39,44 @@ ShardKeeper::ShardKeeper(uv_loop_t* loop, central::LedgerLink* link, ShardStore*
                          uint64_t seed)
     : loop_(loop),
       link_(link),
+      shard_store_(store),
       store_(store),
       signer_(std::move(signer)),
       metrics_(metrics),
       logger_(logger),
       options_(std::move(options)),
-      boot_epoch_(boot_epoch),
-      book_(ShardBookOptions{.gateway_id = signer_.public_key,
-                             .boot_epoch = boot_epoch,
-                             .crypto = crypto,
-                             .retention_ms = options_.retention_ms,
-                             .hold_ttl_ms = options_.hold_ttl_ms}),
-      rng_(seed != 0 ? seed : monotonicClockUs() ^ (boot_epoch << 32)) {
+      keeping_(ShardBookOptions{.gateway_id = signer_.public_key,
+                                .boot_epoch = boot_epoch,
+                                .crypto = crypto,
+                                .retention_ms = options_.retention_ms,
+                                .hold_ttl_ms = options_.hold_ttl_ms},
+               ShardKeepingOptions{.accounts = options_.accounts,
+                                   .shards_on_hand = options_.shards_on_hand,
+                                   .refresh_before_expiry_ms = options_.refresh_before_expiry_ms,
+                                   .accounts_max = options_.accounts_max,
+                                   .account_idle_ms = options_.account_idle_ms,
+                                   .status_poll_ms = options_.status_poll_ms,
+                                   .issue_retry_ms = options_.issue_retry_ms,
+                                   .emergency_off_retry_ms = options_.emergency_off_retry_ms,
+                                   .gateway_name = signer_.gateway_name,
+                                   .gateway_id = signer_.public_key,
+                                   .boot_epoch = boot_epoch,
+                                   .request_nonce = requestNonce(seed, boot_epoch)},
+               &store_) {
   timer_.data = this;
   check_.data = this;
-  request_nonce_ = rng_();
-  for (const SubjectRoute& account : options_.accounts) accounts_[account].configured = true;
 }
 
 ShardKeeper::~ShardKeeper() {
   TALLY_ASSERT(open_handles_ == 0);
-  TALLY_ASSERT(pending_.empty());
+  TALLY_ASSERT(responders_.empty());
 }
 
 Status ShardKeeper::start(uint64_t now_ms) {
-  Result<ShardRestoreReport> report = store_->restore(&book_, now_ms);
+  Result<ShardRestoreReport> report = shard_store_->restore(keeping_.bookForRestore(), now_ms);
   if (!report.isOk()) return report.status();
-  for (const std::string& id : report.value().quarantined) {
-    logger_->error("shard_quarantined",
-                   {{"shard_id", id}, {"why", "stored grant does not verify; never used"}});
-    metrics_->countShardEvent("quarantined");
-  }
-  logClosed(report.value().closed_at_boot, "boot-epoch");
-  logger_->info("shards_restored", {{"shards", uint64_t{book_.shardCount()}},
-                                    {"reservations", uint64_t{book_.reservationCount()}},
-                                    {"boot_epoch", boot_epoch_}});
+  keeping_.restored(report.value());
+  perform();
   if (int rc = uv_timer_init(loop_, &timer_); rc != 0) {
     return Status::ioError(std::string("uv_timer_init: ") + uv_strerror(rc));
   }
@@ -106,7 +97,8 @@ Status ShardKeeper::start(uint64_t now_ms) {
 }
 
 void ShardKeeper::stop() {
-  if (!pending_.empty()) commitPending();  // every accepted request gets its answer
+  keeping_.commit();  // every accepted request gets its answer
+  perform();
   auto closed = [](uv_handle_t* handle) {
     --static_cast<ShardKeeper*>(handle->data)->open_handles_;
   };
@@ -120,362 +112,108 @@ bool ShardKeeper::linkUsable() const {
   return tally::linkUsable(link_->connected(), link_->health());
 }
 
-bool ShardKeeper::persist() {
-  merge(&unsaved_, book_.takeChanges());
-  if (unsaved_.empty()) return true;
-  const Status status = store_->commit(book_, unsaved_);
-  if (!status.isOk()) {
-    if (!store_failing_) logger_->error("shard_store_write_failed", {{"error", status.toString()}});
-    store_failing_ = true;
-    return false;
-  }
-  if (store_failing_) logger_->info("shard_store_write_recovered");
-  store_failing_ = false;
-  unsaved_ = {};
-  return true;
-}
+// --- gateway operations --------------------------------------------------------------------------
 
-// --- gateway operations ------------------------------------------------------------------------
-
-void ShardKeeper::answerWhenDurable(wire::ResponseBody body, Respond respond) {
-  pending_.push_back(PendingReply{.body = std::move(body), .respond = std::move(respond)});
+void ShardKeeper::expect(uint64_t token, Respond respond) {
+  const bool fresh = responders_.emplace(token, std::move(respond)).second;
+  TALLY_ASSERT(fresh);
 }
 
 void ShardKeeper::onCheck(uv_check_t* check) {
   auto* keeper = static_cast<ShardKeeper*>(check->data);
-  if (!keeper->pending_.empty()) keeper->commitPending();
+  if (!keeper->keeping_.waitingForCommit()) return;
+  keeper->keeping_.commit();  // one transaction for this loop iteration, then the answers
+  keeper->perform();
 }
 
-void ShardKeeper::commitPending() {
-  // One transaction (one fsync) for everything this loop iteration changed, then the answers.
-  std::vector<PendingReply> batch = std::exchange(pending_, {});
-  if (!persist()) {
-    for (PendingReply& pending : batch) {
-      pending.respond(unavailable(
-          "the agent could not record the shard reservation durably; retry with the same ids"));
-    }
-    return;
-  }
-  for (PendingReply& pending : batch) pending.respond(std::move(pending.body));
+void ShardKeeper::onTimer(uv_timer_t* timer) {
+  auto* keeper = static_cast<ShardKeeper*>(timer->data);
+  keeper->keeping_.maintain(wallClockMs(), keeper->linkUsable());
+  keeper->perform();
 }
 
-bool ShardKeeper::admit(const ReserveRequest& request, uint64_t now_ms, Respond respond) {
-  std::optional<ReservationReply> reply = book_.reserve(request, now_ms);
-  if (!reply.has_value()) {
-    metrics_->countShardAdmission("no-shard");
-    return false;
-  }
-  if (reply->code == ReplyCode::kOk && !reply->duplicate) {
-    metrics_->countShardAdmission("admitted");
-    logger_->debug("shard_admitted", {{"reservation_id", request.reservation_id},
-                                      {"shard_id", reply->receipt.origin},
-                                      {"units", request.units}});
-  }
-  answerWhenDurable(std::move(*reply), std::move(respond));
-  return true;
-}
+// --- effects -------------------------------------------------------------------------------------
 
-void ShardKeeper::apply(const wire::RequestBody& body, uint64_t now_ms, Respond respond) {
-  ReservationReply reply = std::visit(
-      [&](const auto& request) -> ReservationReply {
-        using T = std::decay_t<decltype(request)>;
-        if constexpr (std::is_same_v<T, ReserveRequest>) {
-          std::optional<ReservationReply> known = book_.reserve(request, now_ms);
-          TALLY_ASSERT(known.has_value());  // owns(): a known id is always answered
-          return *known;
-        } else if constexpr (std::is_same_v<T, StartRequest>) {
-          return book_.start(request, now_ms);  // granted locally: the shard holds the units
-        } else if constexpr (std::is_same_v<T, SettleRequest>) {
-          return book_.settle(request, now_ms);
-        } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
-          return book_.release(request, now_ms);
-        } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
-          return book_.markUnknown(request, now_ms);
-        } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
-          return book_.reportOperation(request, now_ms);
-        } else if constexpr (std::is_same_v<T, QueryRequest>) {
-          return book_.query(request);
-        } else {
-          TALLY_UNREACHABLE();
-        }
-      },
-      body);
-  // Even a read waits: it may show state another request changed in this iteration.
-  answerWhenDurable(std::move(reply), std::move(respond));
-}
-
-void ShardKeeper::learnAccount(const SubjectRoute& account, uint64_t now_ms) {
-  auto it = accounts_.find(account);
-  if (it != accounts_.end()) {
-    it->second.learned_at_ms = now_ms;
-    return;
-  }
-  uint64_t learned = 0;
-  for (const auto& [key, state] : accounts_) learned += state.configured ? 0 : 1;
-  if (learned >= options_.accounts_max) {
-    // Bounded: the account learned longest ago (and not being issued for) makes room.
-    auto oldest = accounts_.end();
-    for (auto candidate = accounts_.begin(); candidate != accounts_.end(); ++candidate) {
-      if (candidate->second.configured || candidate->second.issuing) continue;
-      if (oldest == accounts_.end() ||
-          candidate->second.learned_at_ms < oldest->second.learned_at_ms) {
-        oldest = candidate;
-      }
-    }
-    if (oldest == accounts_.end()) return;
-    accounts_.erase(oldest);
-  }
-  accounts_[account].learned_at_ms = now_ms;
-  logger_->info("shard_account_learned", {{"account", accountName(account)}});
-}
-
-ShardGauges ShardKeeper::gauges(uint64_t now_ms) const {
-  ShardGauges gauges;
-  book_.forEachShard([&](const std::string&, const ShardBook::Shard& shard) {
-    if (shard.record.quarantined) {
-      ++gauges.quarantined;
-    } else if (shard.account.closed()) {
-      ++gauges.closed;
-    } else if (book_.isUsable(shard, now_ms)) {
-      ++gauges.usable;
-      gauges.available_units += shard.account.balances().local_available;
-    }
-    const bool reconciled =
-        shard.record.ledger_known && isFinalShardState(shard.record.ledger_state);
-    if (shard.account.closed() && !shard.record.quarantined && !reconciled &&
-        now_ms > shard.record.closed_at_ms) {
-      gauges.oldest_unreconciled_age_ms =
-          std::max(gauges.oldest_unreconciled_age_ms, now_ms - shard.record.closed_at_ms);
-    }
-  });
-  return gauges;
-}
-
-// --- maintenance -------------------------------------------------------------------------------
-
-void ShardKeeper::onTimer(uv_timer_t* timer) { static_cast<ShardKeeper*>(timer->data)->maintain(); }
-
-void ShardKeeper::logClosed(const std::vector<std::string>& ids, const char* why) {
-  for (const std::string& id : ids) {
-    const ShardBook::Shard* shard = book_.findShard(id);
-    if (shard == nullptr) continue;
-    const ShardBalances& b = shard->account.balances();
-    logger_->info("shard_closed", {{"shard_id", id},
-                                   {"reason", why},
-                                   {"allocated", b.allocated},
-                                   {"reserved", b.local_reserved},
-                                   {"spent", b.local_spent},
-                                   {"retired", b.local_retired},
-                                   {"overspent", b.overspent}});
-    metrics_->countShardEvent(std::string("closed-") + why);
-  }
-}
-
-void ShardKeeper::maintain() {
-  const uint64_t now_ms = wallClockMs();
-  const ShardTickOutcome tick = book_.tick(now_ms);
-  logClosed(tick.shards_closed, "expiry");
-  for (const std::string& id : tick.shards_forgotten) {
-    report_retry_at_ms_.erase(id);
-    logger_->info("shard_forgotten", {{"shard_id", id}});
-  }
-  if (!persist() || !linkUsable()) return;
-  closeForReconnect(now_ms);
-  if (!persist()) return;
-  sendReports(now_ms);
-  pollStatus(now_ms);
-  keepOnHand(now_ms);
-}
-
-void ShardKeeper::closeForReconnect(uint64_t now_ms) {
-  const std::vector<std::string> closed =
-      book_.closeForReconnect(now_ms, options_.refresh_before_expiry_ms);
-  for (const std::string& id : closed) {
-    logClosed({id}, shardCloseReasonName(book_.findShard(id)->record.close_reason));
-  }
-}
-
-void ShardKeeper::sendReports(uint64_t now_ms) {
-  for (const std::string& id : book_.shardsNeedingReport()) {
-    if (reports_in_flight_.contains(id)) continue;
-    if (auto retry = report_retry_at_ms_.find(id);
-        retry != report_retry_at_ms_.end() && now_ms < retry->second) {
-      continue;
-    }
-    std::optional<ShardReport> report = book_.buildReport(id, now_ms);
-    if (!report.has_value()) continue;
-    signer_.sign_report(&*report);
-    reports_in_flight_.insert(id);
-    logger_->info("shard_report_sent", {{"shard_id", id},
-                                        {"receipts", uint64_t{report->receipts.size()}},
-                                        {"spent", report->balances.local_spent},
-                                        {"reserved", report->balances.local_reserved},
-                                        {"overspent", report->balances.overspent}});
-    link_->call(std::move(*report),
-                [this, id](central::LinkResult result) { onReportAnswer(id, std::move(result)); });
-  }
-}
-
-void ShardKeeper::onReportAnswer(const std::string& shard_id, central::LinkResult result) {
-  reports_in_flight_.erase(shard_id);
-  const uint64_t now_ms = wallClockMs();
-  if (!result.status.isOk()) {
-    metrics_->countShardReport("failed");
-    report_retry_at_ms_[shard_id] = now_ms + options_.issue_retry_ms;
-    logger_->warn("shard_report_failed",
-                  {{"shard_id", shard_id}, {"error", result.status.toString()}});
-    return;  // retried at the next maintenance: reports are idempotent at the ledger
-  }
-  const auto* reply = std::get_if<ShardReply>(&result.response.body);
-  if (reply == nullptr || reply->code != ReplyCode::kOk || reply->shards.empty()) {
-    const std::string answer =
-        reply == nullptr ? outcomeLabel(result.response.body)
-                         : std::string(replyCodeName(reply->code)) + ": " + reply->message;
-    metrics_->countShardReport("refused");
-    report_retry_at_ms_[shard_id] = now_ms + options_.issue_retry_ms;
-    logger_->error("shard_report_refused", {{"shard_id", shard_id}, {"answer", answer}});
-    // A refusal that carries the shard (e.g. WRITTEN_OFF: never reported again) is recorded.
-    if (reply != nullptr && !reply->shards.empty() &&
-        reply->shards.front().grant.shard_id == shard_id) {
-      (void)book_.onLedgerAnswer(shard_id, reply->shards.front(), now_ms);
-      (void)persist();
-    }
-    return;
-  }
-  report_retry_at_ms_.erase(shard_id);
-  const ShardLedgerView& view = reply->shards.front();
-  const ShardAnswerOutcome outcome = book_.onLedgerAnswer(shard_id, view, now_ms);
-  (void)persist();
-  const std::string state = shardStateName(view.state);
-  metrics_->countShardReport(reply->duplicate ? "duplicate" : state);
-  if (view.state == ShardState::kConflict) {
-    metrics_->countShardEvent("conflict");
-    logger_->error(
-        "shard_conflict_reported",
-        {{"shard_id", shard_id}, {"spent", view.spent_units}, {"debt", view.debt_units}});
-  }
-  logger_->info("shard_reconciled", {{"shard_id", shard_id},
-                                     {"state", state},
-                                     {"acknowledged", outcome.acknowledged},
-                                     {"reminted_now", reply->reminted_units},
-                                     {"spent_now", reply->spent_units},
-                                     {"reminted_total", view.reminted_units},
-                                     {"spent_total", view.spent_units},
-                                     {"retired", view.retired_units}});
-}
-
-void ShardKeeper::pollStatus(uint64_t now_ms) {
-  if (status_in_flight_ || now_ms < next_status_poll_ms_) return;
-  std::vector<std::string> ids = book_.openShards();
-  if (ids.empty()) return;
-  status_in_flight_ = true;
-  next_status_poll_ms_ = now_ms + options_.status_poll_ms;
-  link_->call(
-      wire::ShardStatusRequest{.gateway_name = signer_.gateway_name, .shard_ids = ids},
-      [this](central::LinkResult result) {
-        status_in_flight_ = false;
-        if (!result.status.isOk()) return;
-        const auto* reply = std::get_if<ShardReply>(&result.response.body);
-        if (reply == nullptr || reply->code != ReplyCode::kOk) {
-          logger_->warn("shard_status_refused", {{"answer", outcomeLabel(result.response.body)}});
-          return;
-        }
-        const uint64_t at_ms = wallClockMs();
-        for (const ShardLedgerView& view : reply->shards) {
-          const ShardAnswerOutcome outcome = book_.onLedgerAnswer(view.grant.shard_id, view, at_ms);
-          if (outcome.closed_now) {
-            const ShardBook::Shard* shard = book_.findShard(view.grant.shard_id);
-            logClosed({view.grant.shard_id}, shardCloseReasonName(shard->record.close_reason));
+void ShardKeeper::perform() {
+  for (ShardKeepingEffect& effect : keeping_.takeEffects()) {
+    std::visit(
+        [this](auto& value) {
+          using T = std::decay_t<decltype(value)>;
+          if constexpr (std::is_same_v<T, ShardNote>) {
+            note(value);
+          } else if constexpr (std::is_same_v<T, ShardGatewayAnswer>) {
+            answer(std::move(value));
+          } else {
+            send(std::move(value));
           }
-        }
-        (void)persist();
-      });
-}
-
-void ShardKeeper::keepOnHand(uint64_t now_ms) {
-  for (auto it = accounts_.begin(); it != accounts_.end();) {
-    const SubjectRoute& account = it->first;
-    AccountState& state = it->second;
-    if (!state.configured && !state.issuing &&
-        now_ms >= state.learned_at_ms + options_.account_idle_ms) {
-      // Its shards stay until they are used, expire or are fenced; none are asked for again.
-      logger_->info("shard_account_dropped", {{"account", accountName(account)}});
-      it = accounts_.erase(it);
-      continue;
-    }
-    if (!state.issuing && now_ms >= state.next_issue_ms &&
-        book_.usableShardCount(account, now_ms) < options_.shards_on_hand) {
-      issue(account);
-    }
-    ++it;
+        },
+        effect);
   }
 }
 
-void ShardKeeper::issue(const SubjectRoute& account) {
-  AccountState& state = accounts_[account];
-  state.issuing = true;
-  if (!state.unanswered.has_value()) {
-    ShardIssueRequest fresh{.request_id = signer_.gateway_name + "/" + std::to_string(boot_epoch_) +
-                                          "/" + hex64(request_nonce_) + "/" +
-                                          std::to_string(++issue_seq_),
-                            .gateway_name = signer_.gateway_name,
-                            .gateway_id = signer_.public_key,
-                            .gateway_boot_epoch = boot_epoch_,
-                            .subject = account.subject,
-                            .route = account.route};
-    signer_.sign_issue(&fresh);
-    state.unanswered = std::move(fresh);
-  }
-  ShardIssueRequest request = *state.unanswered;
-  logger_->debug("shard_issue_requested",
-                 {{"account", accountName(account)}, {"request_id", request.request_id}});
-  link_->call(std::move(request), [this, account](central::LinkResult result) {
-    onIssueAnswer(account, std::move(result));
-  });
+ShardCallResult ShardKeeper::callResult(central::LinkResult result) {
+  if (!result.status.isOk()) return {.error = result.status.toString()};
+  ShardCallResult call{.answered = true, .label = outcomeLabel(result.response.body)};
+  if (auto* reply = std::get_if<ShardReply>(&result.response.body)) call.reply = std::move(*reply);
+  return call;
 }
 
-void ShardKeeper::onIssueAnswer(const SubjectRoute& account, central::LinkResult result) {
-  auto it = accounts_.find(account);
-  const uint64_t now_ms = wallClockMs();
-  if (it != accounts_.end()) {
-    it->second.issuing = false;
-    it->second.next_issue_ms = now_ms + options_.issue_retry_ms;
+void ShardKeeper::send(ShardSendIssue issue) {
+  signer_.sign_issue(&issue.request);
+  link_->call(std::move(issue.request),
+              [this, account = std::move(issue.account)](central::LinkResult result) {
+                keeping_.onIssueAnswer(account, callResult(std::move(result)), wallClockMs());
+                perform();
+              });
+}
+
+void ShardKeeper::send(ShardSendReport report) {
+  signer_.sign_report(&report.report);
+  link_->call(std::move(report.report),
+              [this, id = std::move(report.shard_id)](central::LinkResult result) {
+                keeping_.onReportAnswer(id, callResult(std::move(result)), wallClockMs());
+                perform();
+              });
+}
+
+void ShardKeeper::send(ShardSendStatus status) {
+  link_->call(wire::ShardStatusRequest{.gateway_name = signer_.gateway_name,
+                                       .shard_ids = std::move(status.shard_ids)},
+              [this](central::LinkResult result) {
+                keeping_.onStatusAnswer(callResult(std::move(result)), wallClockMs());
+                perform();
+              });
+}
+
+void ShardKeeper::answer(ShardGatewayAnswer answer) {
+  auto it = responders_.find(answer.token);
+  TALLY_ASSERT(it != responders_.end());
+  Respond respond = std::move(it->second);
+  responders_.erase(it);
+  if (answer.reply.has_value()) {
+    respond(std::move(*answer.reply));
+  } else {
+    respond(unavailable(std::move(answer.unavailable)));
   }
-  if (!result.status.isOk()) {
-    metrics_->countShardIssue("failed");  // outcome unknown: `unanswered` is retried as is
-    return;
+}
+
+void ShardKeeper::note(const ShardNote& note) {
+  switch (note.counter) {
+    case ShardCounter::kNone: break;
+    case ShardCounter::kAdmission: metrics_->countShardAdmission(note.label); break;
+    case ShardCounter::kReport: metrics_->countShardReport(note.label); break;
+    case ShardCounter::kIssue: metrics_->countShardIssue(note.label); break;
+    case ShardCounter::kEvent: metrics_->countShardEvent(note.label); break;
   }
-  if (it != accounts_.end()) it->second.unanswered.reset();
-  const auto* reply = std::get_if<ShardReply>(&result.response.body);
-  if (reply == nullptr || reply->code != ReplyCode::kOk || reply->shards.empty()) {
-    const bool off = reply != nullptr && reply->code == ReplyCode::kInvalidState;
-    if (off && it != accounts_.end()) {
-      it->second.next_issue_ms = now_ms + options_.emergency_off_retry_ms;
-    }
-    metrics_->countShardIssue(off ? "emergency-off" : "refused");
-    logger_->info("shard_issue_refused",
-                  {{"account", accountName(account)},
-                   {"answer", reply == nullptr ? outcomeLabel(result.response.body)
-                                               : std::string(replyCodeName(reply->code)) + " " +
-                                                     reply->message}});
-    return;
-  }
-  const ShardGrant& grant = reply->shards.front().grant;
-  const ShardAddCode code = book_.addShard(grant, now_ms);
-  if (code != ShardAddCode::kOk && code != ShardAddCode::kDuplicate) {
-    metrics_->countShardIssue(std::string("refused-") + shardAddCodeName(code));
-    logger_->error("shard_grant_refused",
-                   {{"shard_id", grant.shard_id}, {"why", shardAddCodeName(code)}});
-    return;
-  }
-  if (!persist()) return;  // kept in memory; durable at the next successful commit
-  if (it != accounts_.end()) it->second.next_issue_ms = now_ms;  // more may be needed
-  metrics_->countShardIssue("issued");
-  logger_->info("shard_obtained", {{"shard_id", grant.shard_id},
-                                   {"account", accountName(account)},
-                                   {"units", grant.allocated_units},
-                                   {"fence", grant.fence},
-                                   {"expires_at_ms", grant.expires_at_ms}});
+  logNote(logger_, note);
+}
+
+void logNote(Logger* logger, const ShardNote& note) {
+  if (note.event.empty()) return;
+  std::vector<LogField> fields;
+  fields.reserve(note.fields.size());
+  for (const auto& [key, value] : note.fields) fields.emplace_back(key, value);
+  logger->log(logLevel(note.level), note.event, fields);
 }
 
 }  // namespace tally::agent

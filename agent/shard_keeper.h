@@ -16,30 +16,28 @@
 #include "central-client/ledger_link.h"
 #include "common/log.h"
 #include "core/shard_book.h"
+#include "core/shard_keeping.h"
 #include "shard/store.h"
 #include "wire/codec.h"
 
 // The agent's emergency shards at run time (docs/SHARDS.md "Agent: when shards are used"): the
-// shell around core's ShardBook. It
+// I/O shell around core's ShardKeeping (core/shard_keeping.h), which decides everything: which
+// operations the book answers, partition admission, what to persist before a reply, when to
+// issue, report, poll and retry. This class only carries its effects out: it signs and sends
+// issue requests, reports and shardStatus polls over the LedgerLink and feeds the answers back,
+// answers gateways (after the group commit of each loop iteration: a uv_check handle), commits
+// the book's changes to the ShardStore (fsync'd) through the ShardBookStore seam, and turns the
+// machine's notes into log lines and metrics. The wall clock is read once per event (a timer
+// tick, a link answer) and passed down. Gateway requests reach the machine through AgentCore,
+// which calls ShardKeeping directly; the AgentService then hands the requester to expect().
 //
-//  * answers every operation on a reservation the book owns (origin = a shard id), in any
-//    health state, and admits reserves from usable shards when the agent asks it to (the
-//    ledger is partitioned);
-//  * persists what each call changed (ShardStore::commit, fsync'd) before it answers: a reply
-//    never depends on state a crash could lose. Group commit: the answers of one loop iteration
-//    wait for one transaction (a uv_check handle). If the store fails, they get kUnavailable and
-//    the changes are retried with the next commit;
-//  * every maintain_interval_ms: ticks the book (local expiry, shard expiry, forgetting after
-//    retention) and, while the link is usable, closes what a reconnected agent closes, sends
-//    signed reports for closed shards and records the answers, polls shardStatus for open ones
-//    (revoked → close, higher fence → close) and keeps `shards_on_hand` usable shards for each
-//    configured or recently reserved account (signed issue requests, one in flight per account,
-//    request ids unique per process start).
-//
-// Owns its timer and the ShardBook; borrows loop, link, store, crypto, metrics and logger,
+// Owns its timer and the ShardKeeping; borrows loop, link, store, crypto, metrics and logger,
 // which must outlive it. Single-threaded (the loop thread).
 
 namespace tally::agent {
+
+// Writes a core machine's note as a log line (its counter, if any, is the caller's).
+void logNote(Logger* logger, const ShardNote& note);
 
 struct EmergencyOptions {
   std::vector<SubjectRoute> accounts;          // [emergency] accounts = ["subject route", …]
@@ -63,14 +61,6 @@ struct GatewaySigner {
   std::function<void(ShardReport*)> sign_report;
 };
 
-struct ShardGauges {
-  uint64_t usable = 0;
-  uint64_t closed = 0;
-  uint64_t quarantined = 0;
-  uint64_t available_units = 0;  // localAvailable of usable shards
-  uint64_t oldest_unreconciled_age_ms = 0;
-};
-
 class ShardKeeper {
  public:
   ShardKeeper(uv_loop_t* loop, central::LedgerLink* link, ShardStore* store,
@@ -85,79 +75,55 @@ class ShardKeeper {
   [[nodiscard]] Status start(uint64_t now_ms);
   void stop();
 
-  bool owns(const std::string& reservation_id) const {
-    return book_.ownsReservation(reservation_id);
-  }
-  // Partition admission (enforce mode). False when no usable shard can admit it (nothing
-  // changed; `respond` is not called: the caller rejects as before). Otherwise `respond` gets the
-  // answer (admitted, duplicate, conflict) once it is durable.
-  bool admit(const ReserveRequest& request, uint64_t now_ms, Respond respond);
-  // Any operation on a reservation the book owns (owns() is true); `respond` gets the answer
-  // once what it changed is durable.
-  void apply(const wire::RequestBody& body, uint64_t now_ms, Respond respond);
-  // A central reservation succeeded on a route with emergency mode on: keep shards for it.
-  void learnAccount(const SubjectRoute& account, uint64_t now_ms);
+  bool owns(const std::string& reservation_id) const { return keeping_.owns(reservation_id); }
+  // The machine AgentCore hands shard-owned reservations and partition admissions to.
+  ShardKeeping& keeping() { return keeping_; }
+  // The answer for requester `token` comes from the machine (a ShardGatewayAnswer once it is
+  // durable): `respond` gets it. Tokens are the AgentCore's.
+  void expect(uint64_t token, Respond respond);
+  // Carries out what the machine decided since the last call (sends, answers, notes).
+  void perform();
 
-  ShardGauges gauges(uint64_t now_ms) const;
-  const ShardBook& book() const { return book_; }
+  ShardGauges gauges(uint64_t now_ms) const { return keeping_.gauges(now_ms); }
+  const ShardBook& book() const { return keeping_.book(); }
 
  private:
-  struct PendingReply {
-    wire::ResponseBody body;
-    Respond respond;
-  };
-  struct AccountState {
-    bool configured = false;
-    uint64_t learned_at_ms = 0;
-    bool issuing = false;
-    uint64_t next_issue_ms = 0;
-    // The issue request whose answer was lost (the ledger may have carved it): retried as is,
-    // so the ledger answers that shard again instead of carving another.
-    std::optional<ShardIssueRequest> unanswered;
+  // The production ShardBookStore: agent.db through shard/store.
+  class Store final : public ShardBookStore {
+   public:
+    explicit Store(ShardStore* store) : store_(store) {}
+    Status commit(const ShardBook& book, const ShardBookChanges& changes) override {
+      return store_->commit(book, changes);
+    }
+
+   private:
+    ShardStore* store_;
   };
 
   bool linkUsable() const;
-  // Persists the book's changes (and any a failed commit left); false while the store fails.
-  bool persist();
-  void answerWhenDurable(wire::ResponseBody body, Respond respond);
-  void commitPending();
+  void send(ShardSendIssue issue);
+  void send(ShardSendReport report);
+  void send(ShardSendStatus status);
+  void answer(ShardGatewayAnswer answer);
+  void note(const ShardNote& note);
+  static ShardCallResult callResult(central::LinkResult result);
   static void onCheck(uv_check_t* check);
-  void maintain();
-  void closeForReconnect(uint64_t now_ms);
-  void sendReports(uint64_t now_ms);
-  void onReportAnswer(const std::string& shard_id, central::LinkResult result);
-  void pollStatus(uint64_t now_ms);
-  void keepOnHand(uint64_t now_ms);
-  void issue(const SubjectRoute& account);
-  void onIssueAnswer(const SubjectRoute& account, central::LinkResult result);
-  void logClosed(const std::vector<std::string>& ids, const char* why);
-
   static void onTimer(uv_timer_t* timer);
 
   uv_loop_t* loop_;
   central::LedgerLink* link_;
-  ShardStore* store_;
+  ShardStore* shard_store_;
+  Store store_;
   GatewaySigner signer_;
   AgentMetrics* metrics_;
   Logger* logger_;
   EmergencyOptions options_;
-  uint64_t boot_epoch_;
-  ShardBook book_;
-  std::mt19937_64 rng_;
-  uint64_t request_nonce_ = 0;  // random per process start: issue request ids never repeat
-  uint64_t issue_seq_ = 0;
+  ShardKeeping keeping_;
 
   uv_timer_t timer_{};
   uv_check_t check_{};
-  int open_handles_ = 0;  // initialized, not yet closed
-  std::vector<PendingReply> pending_;
-  bool store_failing_ = false;
-  ShardBookChanges unsaved_;  // changes a failed commit left, retried first
-  std::map<SubjectRoute, AccountState> accounts_;
-  std::set<std::string> reports_in_flight_;
-  std::map<std::string, uint64_t> report_retry_at_ms_;  // after a failed or refused report
-  bool status_in_flight_ = false;
-  uint64_t next_status_poll_ms_ = 0;
+  int open_handles_ = 0;                    // initialized, not yet closed
+  std::map<uint64_t, Respond> responders_;  // by token: gateways waiting for the commit
 };
 
 }  // namespace tally::agent

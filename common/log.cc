@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <span>
 
 #include "common/wall_clock.h"
 
@@ -55,10 +56,17 @@ std::string logfmtValue(std::string_view value) {
 }
 
 void Logger::log(LogLevel level, std::string_view event, std::initializer_list<LogField> fields) {
-  if (level < level_) return;
+  if (level >= level_) write(level, event, fields.begin(), fields.size());
+}
+
+void Logger::log(LogLevel level, std::string_view event, const std::vector<LogField>& fields) {
+  if (level >= level_) write(level, event, fields.data(), fields.size());
+}
+
+void Logger::write(LogLevel level, std::string_view event, const LogField* fields, size_t count) {
   std::string line = "ts=" + formatRfc3339Ms(wallClockMs()) + " level=" + levelName(level) +
                      " component=" + component_ + " event=" + logfmtValue(event);
-  for (const LogField& field : fields) {
+  for (const LogField& field : std::span(fields, count)) {
     line += ' ';
     line += field.key;
     line += '=';

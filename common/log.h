@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 // Structured logs for the daemons: one logfmt line per event on stderr,
 //   ts=2026-11-29T19:47:44.123Z level=info event=listening addr=127.0.0.1:7411
@@ -37,6 +38,8 @@ class Logger {
       : component_(std::move(component)), level_(level) {}
 
   void log(LogLevel level, std::string_view event, std::initializer_list<LogField> fields = {});
+  // The same, for fields known only at run time (a core machine's notes).
+  void log(LogLevel level, std::string_view event, const std::vector<LogField>& fields);
   void info(std::string_view event, std::initializer_list<LogField> fields = {}) {
     log(LogLevel::kInfo, event, fields);
   }
@@ -52,6 +55,8 @@ class Logger {
   void setLevel(LogLevel level) { level_ = level; }
 
  private:
+  void write(LogLevel level, std::string_view event, const LogField* fields, size_t count);
+
   std::string component_;
   LogLevel level_;
 };

@@ -1,5 +1,6 @@
 #include "core/agent_decisions.h"
 
+#include <utility>
 #include <vector>
 
 #include "core/rollout.h"
@@ -82,6 +83,12 @@ bool AgedIds::add(const std::string& id, uint64_t now_ms) {
   return true;
 }
 
+void AgedIds::addEvictingOldest(const std::string& id, uint64_t now_ms) {
+  if (add(id, now_ms)) return;
+  if (!by_age_.empty()) remove(by_age_.begin()->second);
+  (void)add(id, now_ms);
+}
+
 bool AgedIds::remove(const std::string& id) {
   auto it = since_.find(id);
   if (it == since_.end()) return false;
@@ -108,5 +115,61 @@ bool outboxAnswerDelivers(const ReservationReply* reply) {
   return reply != nullptr && reply->code != ReplyCode::kResourceExhausted &&
          reply->code != ReplyCode::kArithmeticOverflow;
 }
+
+ReserveAnswerPlan planReserveAnswer(RolloutMode mode, LinkOutcome outcome,
+                                    const ReservationReply* reply, bool shards_wanted) {
+  if (mode == RolloutMode::kShadow) {
+    // Shadow learns the ledger's decision and never refuses on it: what the ledger did not
+    // reserve (refused, or unreachable) the agent admits itself.
+    const ShadowDecision decision = classifyShadow(
+        outcome == LinkOutcome::kAnswered ? reply : nullptr, outcome != LinkOutcome::kAnswered);
+    return {.action = decision.admit_locally ? ReserveAnswer::kAdmitShadow : ReserveAnswer::kPassOn,
+            .shadow = decision};
+  }
+  switch (outcome) {
+    case LinkOutcome::kAnswered:
+      return {.action = ReserveAnswer::kPassOn,
+              .learn_shard_account =
+                  shards_wanted && reply != nullptr && reply->code == ReplyCode::kOk};
+    case LinkOutcome::kNotSent: return {.action = ReserveAnswer::kNotSent};
+    case LinkOutcome::kLost: return {.action = ReserveAnswer::kUnknown};
+  }
+  return {.action = ReserveAnswer::kUnknown};
+}
+
+void trackUsageUnknown(AgedIds* usage_unknown, OutboxKind kind, const std::string& id,
+                       const ReservationReply* reply, uint64_t now_ms) {
+  if (reply == nullptr || reply->code != ReplyCode::kOk) return;
+  if (kind == OutboxKind::kMarkUnknown) {
+    if (reply->receipt.state == ReservationState::kUsageUnknown) {
+      (void)usage_unknown->add(id, now_ms);
+    }
+  } else if (kind != OutboxKind::kRelease) {
+    usage_unknown->remove(id);
+  }
+}
+
+bool AgentDeadlines::beginShutdown(uint64_t now_ms, uint64_t timeout_ms) {
+  shutting_down_ = true;
+  shutdown_deadline_ms_ = now_ms + timeout_ms;
+  return timeout_ms == 0;
+}
+
+void AgentDeadlines::beginDrain(uint64_t now_ms, uint64_t timeout_ms) {
+  draining_ = true;
+  drain_deadline_ms_ = now_ms + timeout_ms;
+}
+
+bool AgentDeadlines::answerPendingNow(uint64_t now_ms) {
+  return shutting_down_ && now_ms >= shutdown_deadline_ms_ && !answered_;
+}
+
+bool AgentDeadlines::drainEnds(uint64_t now_ms, bool outbox_empty, bool connected) {
+  if (!draining_ || !(outbox_empty || !connected || now_ms >= drain_deadline_ms_)) return false;
+  draining_ = false;
+  return true;
+}
+
+bool AgentDeadlines::answerAll() { return !std::exchange(answered_, true); }
 
 }  // namespace tally

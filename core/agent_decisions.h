@@ -10,6 +10,7 @@
 
 #include "core/ledger_types.h"
 #include "core/link_health.h"
+#include "core/outbox.h"
 #include "core/policy.h"
 
 // The agent's routing decisions as small pure functions, and the bounded id/age sets behind its
@@ -81,6 +82,29 @@ struct ShadowDecision {
 // `reply` is null when the ledger's answer was lost or was not a ReservationReply.
 ShadowDecision classifyShadow(const ReservationReply* reply, bool transport_failed);
 
+// What became of a reserve the agent forwarded, as the link reports it.
+enum class LinkOutcome : uint8_t {
+  kAnswered,  // the ledger answered (`reply`: its ReservationReply, or null for another body)
+  kNotSent,   // refused before it was sent (the link's own queue is full): nothing happened
+  kLost,      // sent, and the answer is lost: the debit may or may not have happened
+};
+// What the agent does with that outcome.
+enum class ReserveAnswer : uint8_t {
+  kPassOn,       // the ledger's answer goes to the gateway
+  kAdmitShadow,  // shadow: the ledger did not reserve; admitted locally (origin "shadow")
+  kNotSent,      // kUnavailable "not sent to the ledger: …"
+  kUnknown,      // RESERVATION_UNKNOWN: kUnavailable "outcome unknown; retry with the same id"
+};
+struct ReserveAnswerPlan {
+  ReserveAnswer action = ReserveAnswer::kPassOn;
+  std::optional<ShadowDecision> shadow;  // shadow mode: the decision to count
+  bool learn_shard_account = false;      // enforce, admitted, and the budget wants shards
+};
+// `shards_wanted`: shards are configured and the budget has emergency mode on
+// (AgentPolicy::wantsShards).
+ReserveAnswerPlan planReserveAnswer(RolloutMode mode, LinkOutcome outcome,
+                                    const ReservationReply* reply, bool shards_wanted);
+
 // A bounded set of ids, each with the time it entered; answers the count and the oldest age.
 class AgedIds {
  public:
@@ -88,6 +112,8 @@ class AgedIds {
 
   // False (nothing changed) when full; true when added or already present.
   bool add(const std::string& id, uint64_t now_ms);
+  // As add(), but when full the oldest id makes room (a bounded memory of recent ids).
+  void addEvictingOldest(const std::string& id, uint64_t now_ms);
   bool remove(const std::string& id);
   bool contains(const std::string& id) const { return since_.contains(id); }
   size_t size() const { return since_.size(); }
@@ -99,6 +125,35 @@ class AgedIds {
   uint64_t entries_max_;
   std::unordered_map<std::string, uint64_t> since_;
   std::set<std::pair<uint64_t, std::string>> by_age_;
+};
+
+// The USAGE_UNKNOWN gauge: the ledger's OK answer to a follow-up the agent carried (forwarded
+// or delivered from the outbox) enters `id` when a markUnknown left it USAGE_UNKNOWN, and takes
+// it out when a settle or reportOperation closed it (a release never changes it).
+void trackUsageUnknown(AgedIds* usage_unknown, OutboxKind kind, const std::string& id,
+                       const ReservationReply* reply, uint64_t now_ms);
+
+// The two deadlines of a stopping agent: the shutdown deadline (every requester still waiting
+// is answered once) and the drain's end (outbox empty, link gone, or its timeout).
+class AgentDeadlines {
+ public:
+  // Arms the shutdown deadline; true when it is now (timeout 0): answer everyone at once.
+  bool beginShutdown(uint64_t now_ms, uint64_t timeout_ms);
+  void beginDrain(uint64_t now_ms, uint64_t timeout_ms);
+  // True once: the shutdown deadline passed, or the drain ended with requesters left.
+  bool answerPendingNow(uint64_t now_ms);
+  // True once: the drain ends now (then answer everyone still waiting: answerAll()).
+  bool drainEnds(uint64_t now_ms, bool outbox_empty, bool connected);
+  // The requesters were answered (marks the answer as done; true the first time).
+  bool answerAll();
+  bool draining() const { return draining_; }
+
+ private:
+  bool shutting_down_ = false;
+  uint64_t shutdown_deadline_ms_ = 0;
+  bool answered_ = false;
+  bool draining_ = false;
+  uint64_t drain_deadline_ms_ = 0;
 };
 
 }  // namespace tally

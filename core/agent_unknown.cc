@@ -64,6 +64,21 @@ void UnknownReservations::onFoundElsewhere(const std::string& id, const Reservat
   if (entries_.contains(id)) resolveInto(id, stateOf(&reply));
 }
 
+std::optional<ReservationReply> UnknownReservations::onGatewayQueryAnswer(
+    const std::string& id, const ReservationReply* reply) {
+  if (reply == nullptr || reply->code != ReplyCode::kOk || !entries_.contains(id)) {
+    return std::nullopt;
+  }
+  onFoundElsewhere(id, *reply);
+  return resolvedAnswer(*reply);
+}
+
+ReservationReply resolvedAnswer(ReservationReply reply) {
+  reply.duplicate = true;
+  reply.refunded_units = 0;
+  return reply;
+}
+
 void UnknownReservations::resolveInto(const std::string& id, ReservationState state) {
   TALLY_ASSERT(canTransition(ReservationState::kReservationUnknown, state));
   entries_.erase(id);

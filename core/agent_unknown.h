@@ -30,6 +30,10 @@ struct UnknownQueryOutcome {
   // Neither: not settled yet (an unexpected answer); tried again later.
 };
 
+// What a gateway that retried an unknown reserve hears once a query resolved it: the ledger's
+// receipt as a duplicate, refunding nothing (the first answer was the one that was lost).
+ReservationReply resolvedAnswer(ReservationReply reply);
+
 class UnknownReservations {
  public:
   explicit UnknownReservations(uint64_t entries_max) : ages_(entries_max) {}
@@ -58,6 +62,10 @@ class UnknownReservations {
   void onStepFailed(const std::string& id);
   // A query the gateway itself sent answered OK about it.
   void onFoundElsewhere(const std::string& id, const ReservationReply& reply);
+  // The ledger's answer to a query a gateway sent through the agent: if it resolves an unknown
+  // `id` (an OK reply), the answer its waiting retries hear (resolvedAnswer()).
+  std::optional<ReservationReply> onGatewayQueryAnswer(const std::string& id,
+                                                       const ReservationReply* reply);
 
  private:
   struct Entry {

@@ -45,5 +45,126 @@ TEST(ReserveRouteTest, APartitionNeverAdmitsFromAShardAnIdSentToTheLedger) {
   EXPECT_EQ(reserveRoute(facts), ReserveRoute::kRejectUnavailable);
 }
 
+ReservationReply replyOf(ReplyCode code, ReservationState state,
+                         LimitingDimension dimension = LimitingDimension::kNone) {
+  ReservationReply reply;
+  reply.code = code;
+  reply.receipt.state = state;
+  reply.receipt.limiting_dimension = dimension;
+  return reply;
+}
+
+// Shadow never refuses on the ledger's word: what the ledger did not reserve is admitted
+// locally, and the decision is counted; an admission is passed on.
+TEST(ReserveAnswerTest, ShadowAdmitsLocallyWhatTheLedgerDidNotReserve) {
+  const ReservationReply rejected =
+      replyOf(ReplyCode::kRejected, ReservationState::kRejected, LimitingDimension::kCapacity);
+  ReserveAnswerPlan plan =
+      planReserveAnswer(RolloutMode::kShadow, LinkOutcome::kAnswered, &rejected, true);
+  EXPECT_EQ(plan.action, ReserveAnswer::kAdmitShadow);
+  ASSERT_TRUE(plan.shadow.has_value());
+  EXPECT_STREQ(plan.shadow->outcome, "rejected");
+  EXPECT_EQ(plan.shadow->dimension, LimitingDimension::kCapacity);
+  EXPECT_FALSE(plan.learn_shard_account) << "shadow never teaches the shard keeper";
+
+  for (const LinkOutcome lost : {LinkOutcome::kLost, LinkOutcome::kNotSent}) {
+    plan = planReserveAnswer(RolloutMode::kShadow, lost, nullptr, false);
+    EXPECT_EQ(plan.action, ReserveAnswer::kAdmitShadow);
+    EXPECT_STREQ(plan.shadow->outcome, "unavailable");
+    EXPECT_EQ(plan.shadow->dimension, LimitingDimension::kLedgerUnavailable);
+  }
+
+  const ReservationReply admitted = replyOf(ReplyCode::kOk, ReservationState::kReserved);
+  plan = planReserveAnswer(RolloutMode::kShadow, LinkOutcome::kAnswered, &admitted, true);
+  EXPECT_EQ(plan.action, ReserveAnswer::kPassOn);
+  EXPECT_STREQ(plan.shadow->outcome, "admitted");
+
+  plan = planReserveAnswer(RolloutMode::kShadow, LinkOutcome::kAnswered, nullptr, false);
+  EXPECT_EQ(plan.action, ReserveAnswer::kPassOn) << "an error body is passed on as is";
+  EXPECT_STREQ(plan.shadow->outcome, "error");
+}
+
+// Enforce: a lost answer is RESERVATION_UNKNOWN (never a new id), a refusal before sending is
+// not, and an admission on an emergency route teaches the shard keeper the account.
+TEST(ReserveAnswerTest, EnforcePassesOnAndALostAnswerIsUnknown) {
+  const ReservationReply admitted = replyOf(ReplyCode::kOk, ReservationState::kReserved);
+  ReserveAnswerPlan plan =
+      planReserveAnswer(RolloutMode::kEnforce, LinkOutcome::kAnswered, &admitted, true);
+  EXPECT_EQ(plan.action, ReserveAnswer::kPassOn);
+  EXPECT_FALSE(plan.shadow.has_value());
+  EXPECT_TRUE(plan.learn_shard_account);
+  EXPECT_FALSE(planReserveAnswer(RolloutMode::kEnforce, LinkOutcome::kAnswered, &admitted, false)
+                   .learn_shard_account);
+  const ReservationReply rejected = replyOf(ReplyCode::kRejected, ReservationState::kRejected);
+  EXPECT_FALSE(planReserveAnswer(RolloutMode::kEnforce, LinkOutcome::kAnswered, &rejected, true)
+                   .learn_shard_account);
+  EXPECT_EQ(planReserveAnswer(RolloutMode::kEnforce, LinkOutcome::kLost, nullptr, true).action,
+            ReserveAnswer::kUnknown);
+  EXPECT_EQ(planReserveAnswer(RolloutMode::kEnforce, LinkOutcome::kNotSent, nullptr, true).action,
+            ReserveAnswer::kNotSent);
+}
+
+TEST(UsageUnknownTest, MarkUnknownEntersASettleOrReportTakesOutAReleaseNeverChanges) {
+  AgedIds ids(10);
+  const ReservationReply unknown = replyOf(ReplyCode::kOk, ReservationState::kUsageUnknown);
+  trackUsageUnknown(&ids, OutboxKind::kMarkUnknown, "r1", &unknown, 100);
+  EXPECT_TRUE(ids.contains("r1"));
+  EXPECT_EQ(ids.oldestAgeMs(150), 50u);
+  const ReservationReply settled = replyOf(ReplyCode::kOk, ReservationState::kSettled);
+  trackUsageUnknown(&ids, OutboxKind::kMarkUnknown, "r2", &settled, 100);
+  EXPECT_FALSE(ids.contains("r2")) << "a markUnknown that did not leave it USAGE_UNKNOWN";
+  trackUsageUnknown(&ids, OutboxKind::kRelease, "r1", &settled, 200);
+  EXPECT_TRUE(ids.contains("r1"));
+  const ReservationReply refused = replyOf(ReplyCode::kInvalidState, ReservationState::kSettled);
+  trackUsageUnknown(&ids, OutboxKind::kSettle, "r1", &refused, 200);
+  EXPECT_TRUE(ids.contains("r1")) << "only an OK answer closes it";
+  trackUsageUnknown(&ids, OutboxKind::kSettle, "r1", nullptr, 200);
+  EXPECT_TRUE(ids.contains("r1"));
+  trackUsageUnknown(&ids, OutboxKind::kReportOperation, "r1", &settled, 200);
+  EXPECT_FALSE(ids.contains("r1"));
+}
+
+// The ids recently sent to the ledger: bounded, the oldest makes room.
+TEST(AgedIdsTest, AddEvictingOldestKeepsTheNewestWhenFull) {
+  AgedIds ids(2);
+  ids.addEvictingOldest("a", 1);
+  ids.addEvictingOldest("b", 2);
+  ids.addEvictingOldest("c", 3);
+  EXPECT_FALSE(ids.contains("a"));
+  EXPECT_TRUE(ids.contains("b"));
+  EXPECT_TRUE(ids.contains("c"));
+  ids.addEvictingOldest("b", 4);
+  EXPECT_EQ(ids.size(), 2u) << "an id already there stays, nothing evicted";
+  EXPECT_TRUE(ids.contains("c"));
+}
+
+TEST(AgentDeadlinesTest, TheShutdownDeadlineAnswersOnce) {
+  AgentDeadlines deadlines;
+  EXPECT_FALSE(deadlines.answerPendingNow(1'000)) << "no shutdown begun";
+  EXPECT_FALSE(deadlines.beginShutdown(1'000, 500));
+  EXPECT_FALSE(deadlines.answerPendingNow(1'499));
+  EXPECT_TRUE(deadlines.answerPendingNow(1'500));
+  EXPECT_TRUE(deadlines.answerAll());
+  EXPECT_FALSE(deadlines.answerPendingNow(1'600)) << "answered already";
+  EXPECT_FALSE(deadlines.answerAll());
+
+  AgentDeadlines at_once;
+  EXPECT_TRUE(at_once.beginShutdown(1'000, 0)) << "timeout 0: at once";
+}
+
+TEST(AgentDeadlinesTest, TheDrainEndsWhenEmptyDisconnectedOrAtItsTimeout) {
+  AgentDeadlines deadlines;
+  EXPECT_FALSE(deadlines.drainEnds(0, true, true)) << "not draining";
+  deadlines.beginDrain(1'000, 100);
+  EXPECT_TRUE(deadlines.draining());
+  EXPECT_FALSE(deadlines.drainEnds(1'050, false, true));
+  EXPECT_TRUE(deadlines.drainEnds(1'050, true, true));
+  EXPECT_FALSE(deadlines.drainEnds(1'050, true, true)) << "ends once";
+  deadlines.beginDrain(2'000, 100);
+  EXPECT_TRUE(deadlines.drainEnds(2'001, false, false));
+  deadlines.beginDrain(3'000, 100);
+  EXPECT_TRUE(deadlines.drainEnds(3'100, false, true));
+}
+
 }  // namespace
 }  // namespace tally

@@ -84,5 +84,24 @@ TEST(UnknownReservationsTest, BoundedAndAQueryOfTheGatewayResolvesToo) {
   EXPECT_TRUE(unknown.onAnswerLost(reserve("b"), kT0));
 }
 
+// A gateway's own query through the agent resolves an unknown id it names; its waiting retries
+// hear the receipt as a duplicate refunding nothing.
+TEST(UnknownReservationsTest, AGatewayQueryAnsweredOkResolvesItAsADuplicate) {
+  UnknownReservations unknown(10);
+  ASSERT_TRUE(unknown.onAnswerLost(reserve("r1"), kT0));
+  const ReservationReply missing = reply(ReplyCode::kNotFound, ReservationState::kRequested);
+  EXPECT_FALSE(unknown.onGatewayQueryAnswer("r1", &missing).has_value());
+  EXPECT_FALSE(unknown.onGatewayQueryAnswer("r1", nullptr).has_value());
+  EXPECT_TRUE(unknown.contains("r1"));
+  ReservationReply found = reply(ReplyCode::kOk, ReservationState::kReserved);
+  found.refunded_units = 3;
+  std::optional<ReservationReply> answer = unknown.onGatewayQueryAnswer("r1", &found);
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_TRUE(answer->duplicate);
+  EXPECT_EQ(answer->refunded_units, 0u);
+  EXPECT_FALSE(unknown.contains("r1"));
+  EXPECT_FALSE(unknown.onGatewayQueryAnswer("r1", &found).has_value()) << "not unknown any more";
+}
+
 }  // namespace
 }  // namespace tally
