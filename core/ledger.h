@@ -44,6 +44,13 @@ struct TickOutcome {
   uint64_t compacted = 0;
   uint64_t shards_reminted = 0;   // deferred shard remints performed
   uint64_t shards_compacted = 0;  // reconciled shards dropped after retention
+
+  // Whether the tick changed durable state (the shell then commits it without waiting for a
+  // request). Every counter above belongs here.
+  bool changed() const {
+    return expired > 0 || closed_by_hard_limit > 0 || compacted > 0 || shards_reminted > 0 ||
+           shards_compacted > 0;
+  }
 };
 
 struct LedgerChanges {

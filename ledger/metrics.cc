@@ -74,10 +74,10 @@ void LedgerMetrics::observeCommit(uint64_t requests, uint64_t latency_us, uint64
   store_commit_.observe(store_us);
 }
 
-void LedgerMetrics::observeAudit(const AuditReport& report) {
+void LedgerMetrics::observeAudit(const Audited& audited) {
   ++audits_;
-  audit_conserved_ = report.conserved;
-  audit_violations_ = report.violations.size();
+  audit_conserved_ = audited.conserved;
+  audit_violations_ = audited.violations;
 }
 
 uint64_t LedgerMetrics::requests(const std::string& op, const std::string& outcome) const {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/ledger.h"
+#include "core/ledger_requests.h"
 #include "core/reservation.h"
 #include "core/shard_types.h"
 #include "net/prometheus.h"
@@ -48,7 +49,8 @@ class LedgerMetrics {
   // One durable commit: its requests, seal-to-durable latency, and the time in Store::commit
   // (the SQLite write and its fsync).
   void observeCommit(uint64_t requests, uint64_t latency_us, uint64_t store_us);
-  void observeAudit(const AuditReport& report);
+  // One audit's verdict over the whole ledger (before any subject/route filter).
+  void observeAudit(const Audited& audited);
 
   uint64_t requests(const std::string& op, const std::string& outcome) const;
   uint64_t rejections(LimitingDimension dimension) const;

@@ -2,14 +2,11 @@
 
 #include <arpa/inet.h>
 
-#include <algorithm>
-#include <optional>
-#include <type_traits>
 #include <utility>
 #include <variant>
 
 #include "core/assert.h"
-#include "ledger/shard_dispatch.h"
+#include "ledger/event_log.h"
 #include "ledger/store_batch.h"
 #include "tally/version.h"
 
@@ -45,19 +42,10 @@ wire::ErrorReply internalError(std::string message) {
   return {.code = wire::ErrorCode::kInternal, .message = std::move(message)};
 }
 
-// A settle (or late receipt) that left debt above max overdraft: logged once, when applied.
-ReservationReply loggedBreach(ReservationReply reply, Logger* logger) {
-  const Reservation& r = reply.receipt;
-  if (reply.code == ReplyCode::kOk && !reply.duplicate && r.overdraft_breach) {
-    logger->warn("overdraft_breach", {{"reservation", r.reservation_id},
-                                      {"subject", r.subject},
-                                      {"route", r.route},
-                                      {"generation", r.policy_generation},
-                                      {"reserved_units", r.reserved_units},
-                                      {"actual_units", r.actual_units},
-                                      {"debt_units", r.debt_units}});
-  }
-  return reply;
+// The wire's answer is the core's: the same types, one more alternative.
+wire::ResponseBody responseBodyOf(LedgerReply&& reply) {
+  return std::visit([](auto&& body) -> wire::ResponseBody { return std::move(body); },
+                    std::move(reply));
 }
 
 }  // namespace
@@ -69,7 +57,8 @@ Server::Server(uv_loop_t* loop, Ledger* ledger, Store* store, LedgerClock* clock
       store_(store),
       clock_(clock),
       logger_(logger),
-      options_(std::move(options)) {
+      options_(std::move(options)),
+      requests_(ledger, kVersion) {
   listener_.data = this;
   check_.data = this;
   tick_timer_.data = this;
@@ -177,7 +166,9 @@ void Server::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
                                   {"error", decoded.body.status().toString()}});
     response.body = wire::errorReplyFor(decoded.body.status());
   } else {
-    response.body = dispatch(decoded.body.value(), clock_->nowMs());
+    LedgerOutcome outcome = requests_.apply(decoded.body.value(), clock_->nowMs());
+    report(outcome.events);
+    response.body = responseBodyOf(std::move(outcome.reply));
   }
   if (options_.metrics != nullptr) {
     options_.metrics->countRequest(decoded.body.isOk() ? decoded.body.value() : wire::RequestBody{},
@@ -212,74 +203,14 @@ void Server::onClosed(net::FramedStream* stream) {
   closeTimerIfDrained();
 }
 
-wire::ResponseBody Server::dispatch(const wire::RequestBody& body, uint64_t now_ms) {
-  return std::visit(
-      [&](const auto& request) -> wire::ResponseBody {
-        using T = std::decay_t<decltype(request)>;
-        if constexpr (std::is_same_v<T, ReserveRequest>) {
-          return ledger_->reserve(request, now_ms);
-        } else if constexpr (std::is_same_v<T, StartRequest>) {
-          return ledger_->start(request, now_ms);
-        } else if constexpr (std::is_same_v<T, SettleRequest>) {
-          return loggedBreach(ledger_->settle(request, now_ms), logger_);
-        } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
-          return ledger_->release(request, now_ms);
-        } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
-          return ledger_->markUnknown(request, now_ms);
-        } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
-          return loggedBreach(ledger_->reportOperation(request, now_ms), logger_);
-        } else if constexpr (std::is_same_v<T, QueryRequest>) {
-          return ledger_->query(request);
-        } else if constexpr (std::is_same_v<T, wire::AuditRequest>) {
-          AuditReport report = ledger_->audit(now_ms);
-          if (options_.metrics != nullptr) options_.metrics->observeAudit(report);
-          if (!request.subject.empty() || !request.route.empty()) {
-            std::erase_if(report.accounts, [&](const AccountView& view) {
-              return (!request.subject.empty() && view.key.subject != request.subject) ||
-                     (!request.route.empty() && view.key.route != request.route);
-            });
-          }
-          return report;
-        } else if constexpr (std::is_same_v<T, wire::HealthRequest>) {
-          return wire::HealthReply{
-              .status = fatal_ ? "failed" : "ok", .version = kVersion, .now_ms = now_ms};
-        } else if constexpr (std::is_same_v<T, wire::PublishPolicyRequest>) {
-          PolicyReply reply = ledger_->publishPolicy(Policy{.budgets = request.budgets}, now_ms);
-          if (reply.code == ReplyCode::kOk) {
-            logger_->info("policy_published", {{"generation", reply.generation},
-                                               {"budgets", uint64_t{request.budgets.size()}}});
-          }
-          return wire::PolicyAnswer{.reply = std::move(reply)};
-        } else if constexpr (std::is_same_v<T, wire::RollbackPolicyRequest>) {
-          PolicyReply reply = ledger_->rollbackPolicy(now_ms);
-          if (reply.code == ReplyCode::kOk) {
-            logger_->info("policy_rolled_back", {{"generation", reply.generation}});
-          }
-          return wire::PolicyAnswer{.reply = std::move(reply)};
-        } else if constexpr (std::is_same_v<T, wire::ShowPolicyRequest>) {
-          const Generation generation =
-              request.generation == 0 ? ledger_->accounts().activeGeneration() : request.generation;
-          const Policy* policy = ledger_->accounts().policy(generation);
-          if (policy == nullptr) {
-            return wire::PolicyAnswer{
-                .reply = {.code = ReplyCode::kNotFound,
-                          .generation = generation,
-                          .message = "no policy generation " + std::to_string(generation)}};
-          }
-          return wire::PolicyAnswer{.reply = {.code = ReplyCode::kOk, .generation = generation},
-                                    .policy = *policy};
-        } else if constexpr (std::is_same_v<T, wire::UnknownMessage>) {
-          return wire::ErrorReply{
-              .code = wire::ErrorCode::kUnknownMessage,
-              .message = "unknown request kind " + std::to_string(request.which)};
-        } else if (std::optional<wire::ResponseBody> shard =
-                       dispatchShardRequest(ledger_, logger_, body, now_ms)) {
-          return std::move(*shard);
-        } else {
-          return internalError("request kind not served by the ledger");
-        }
-      },
-      body);
+void Server::report(const std::vector<LedgerEvent>& events) {
+  for (const LedgerEvent& event : events) {
+    if (const auto* audited = std::get_if<Audited>(&event)) {
+      if (options_.metrics != nullptr) options_.metrics->observeAudit(*audited);
+    } else {
+      logLedgerEvent(logger_, event);
+    }
+  }
 }
 
 void Server::enqueueReply(Connection* connection, const wire::Response& response) {
@@ -306,10 +237,7 @@ void Server::enqueueReply(Connection* connection, const wire::Response& response
 void Server::onTick(uv_timer_t* timer) {
   auto* server = static_cast<Server*>(timer->data);
   if (server->fatal_) return;
-  const TickOutcome outcome = server->ledger_->tick(server->clock_->nowMs());
-  if (outcome.expired + outcome.closed_by_hard_limit + outcome.compacted > 0) {
-    server->open_.tick_changes = true;
-  }
+  if (server->ledger_->tick(server->clock_->nowMs()).changed()) server->open_.tick_changes = true;
 }
 
 void Server::onCheck(uv_check_t* check) {
@@ -389,6 +317,7 @@ void Server::flush(Batch* batch) {
 
 void Server::failFatally(const Status& status) {
   fatal_ = true;
+  requests_.markFailed();
   logger_->error("commit_failed", {{"error", status.toString()},
                                    {"action",
                                     "stopping; restart rebuilds from the durable "

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "common/wall_clock.h"
 #include "core/ledger.h"
+#include "core/ledger_requests.h"
 #include "core/limits.h"
 #include "core/status.h"
 #include "ledger/metrics.h"
@@ -22,12 +23,15 @@
 
 // tally-ledger's network shell: a libuv TCP server around the core Ledger, with group commit.
 //
-// Every request is decoded, applied to the in-memory Ledger at once (in arrival order), and its
-// reply is held in the open batch. At the end of each loop iteration, if no commit is in flight,
-// the open batch is sealed: the Ledger's changed rows are copied into a StoreBatch and committed
-// on a libuv worker thread; its replies are written only after the commit is durable. Requests
-// that arrive meanwhile form the next batch. So no reply ever leaves before its mutation (and
-// every mutation before it) is durable, and throughput does not fall to one fsync per request.
+// Every request is decoded, answered at once (in arrival order) by the core's LedgerRequests
+// (core/ledger_requests.h: every decision about a request is made there, with one clock read
+// per request), its events logged or counted, and its reply held in the open batch. A tick
+// whose outcome changed() durable state joins the open batch too. At the end of each loop
+// iteration, if no commit is in flight, the open batch is sealed: the Ledger's changed rows are
+// copied into a StoreBatch and committed on a libuv worker thread; its replies are written only
+// after the commit is durable. Requests that arrive meanwhile form the next batch. So no reply ever
+// leaves before its mutation (and every mutation before it) is durable, and throughput does not
+// fall to one fsync per request.
 //
 // A failed commit (I/O error, disk full) is fatal: memory is ahead of disk, so the server stops
 // serving, sends none of that batch's replies, and reports fatal(); the process exits and a
@@ -109,7 +113,8 @@ class Server : private net::StreamHandler {
   void onBadFrame(net::FramedStream* stream, const Status& status) override;
   void onLost(net::FramedStream* stream, const Status& status) override;
   void onClosed(net::FramedStream* stream) override;
-  wire::ResponseBody dispatch(const wire::RequestBody& body, uint64_t now_ms);
+  // Logs each event, or feeds it to the metrics.
+  void report(const std::vector<LedgerEvent>& events);
   void enqueueReply(Connection* connection, const wire::Response& response);
   void seal();
   // Copies the changed rows into a batch the commit thread owns (moves the deleted ids).
@@ -124,6 +129,7 @@ class Server : private net::StreamHandler {
   LedgerClock* clock_;
   Logger* logger_;
   ServerOptions options_;
+  LedgerRequests requests_;  // every decision about a request: the shell only carries it out
 
   uv_tcp_t listener_{};
   uv_check_t check_{};

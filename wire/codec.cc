@@ -436,20 +436,6 @@ capnp::ReaderOptions decodeReaderOptions() {
   return options;
 }
 
-const char* errorCodeName(ErrorCode code) {
-  switch (code) {
-    case ErrorCode::kUnspecified: return "unspecified";
-    case ErrorCode::kMalformedFrame: return "malformedFrame";
-    case ErrorCode::kFrameTooLarge: return "frameTooLarge";
-    case ErrorCode::kUnknownMessage: return "unknownMessage";
-    case ErrorCode::kInvalidArgument: return "invalidArgument";
-    case ErrorCode::kUnavailable: return "unavailable";
-    case ErrorCode::kInternal: return "internal";
-    case ErrorCode::kPermissionDenied: return "permissionDenied";
-  }
-  return "invalid";
-}
-
 // --- Envelopes --------------------------------------------------------------------------------
 
 DecodedRequest decodeRequest(std::span<const uint8_t> frame) {

@@ -9,6 +9,7 @@
 
 #include <capnp/message.h>
 
+#include "core/ledger_protocol.h"
 #include "core/ledger_types.h"
 #include "core/limits.h"
 #include "core/policy.h"
@@ -54,89 +55,28 @@ inline constexpr uint64_t kShardIdsPerRequestMax = 10'000;  // ShardStatusReques
 inline constexpr uint64_t kShardsPerReplyMax = 100'000;     // ShardReply, AuditReply.shards
 inline constexpr uint64_t kGatewaysPerReplyMax = 100'000;
 
-// --- Wire-only messages (the core state machine has no type for these) ----------------------
+// --- Messages: the core's protocol types (core/ledger_protocol.h) -----------------------------
 
-struct AuditRequest {
-  std::string subject;  // empty: every subject
-  std::string route;    // empty: every route
-};
-struct HealthRequest {};
-struct PublishPolicyRequest {
-  std::vector<Budget> budgets;  // the ledger assigns the generation
-};
-struct RollbackPolicyRequest {};
-struct ShowPolicyRequest {
-  Generation generation = 0;  // 0: the active generation
-};
-// Gateways and emergency shards (SPEC §6). ShardIssueRequest and ShardReport are core types
-// (core/shard_types.h): they travel signed.
-struct EnrollGatewayRequest {
-  std::string gateway_name;
-  PublicKey public_key{};
-};
-struct ListGatewaysRequest {};
-struct SetGatewayEnabledRequest {
-  std::string gateway_name;
-  bool enabled = false;
-};
-struct ShardStatusRequest {
-  std::string gateway_name;
-  std::vector<std::string> shard_ids;
-};
-struct ListShardsRequest {
-  std::string gateway_name;         // empty: every gateway
-  std::optional<ShardState> state;  // none: every state
-};
-struct RevokeShardsRequest {
-  std::string shard_id;      // exactly one of the two is set
-  std::string gateway_name;  // every live shard of this gateway
-};
-struct WriteOffShardRequest {
-  std::string shard_id;
-};
+using ::tally::AuditRequest;
+using ::tally::EnrollGatewayRequest;
+using ::tally::ErrorCode;
+using ::tally::errorCodeName;
+using ::tally::ErrorReply;
+using ::tally::HealthReply;
+using ::tally::HealthRequest;
+using ::tally::ListGatewaysRequest;
+using ::tally::ListShardsRequest;
+using ::tally::PolicyAnswer;
+using ::tally::PublishPolicyRequest;
+using ::tally::RevokeShardsRequest;
+using ::tally::RollbackPolicyRequest;
+using ::tally::SetGatewayEnabledRequest;
+using ::tally::ShardStatusRequest;
+using ::tally::ShowPolicyRequest;
+using ::tally::UnknownMessage;
+using ::tally::WriteOffShardRequest;
 
-// A request or response union member this build does not know (a newer peer), or the
-// `unspecified` default of an empty message. Answered with ErrorCode::kUnknownMessage.
-struct UnknownMessage {
-  uint16_t which = 0;  // the raw union discriminant
-};
-
-enum class ErrorCode : uint8_t {
-  kUnspecified = 0,
-  kMalformedFrame,
-  kFrameTooLarge,
-  kUnknownMessage,
-  kInvalidArgument,
-  kUnavailable,
-  kInternal,
-  kPermissionDenied,  // agent: the peer's credentials are not allowed
-};
-const char* errorCodeName(ErrorCode code);
-
-struct ErrorReply {
-  ErrorCode code = ErrorCode::kUnspecified;
-  std::string message;
-};
-
-struct HealthReply {
-  std::string status;
-  std::string version;
-  uint64_t now_ms = 0;
-};
-
-// A PolicyReply and, for showPolicy only, the policy itself.
-struct PolicyAnswer {
-  PolicyReply reply;
-  std::optional<Policy> policy;
-};
-
-using RequestBody =
-    std::variant<UnknownMessage, ReserveRequest, StartRequest, SettleRequest, ReleaseRequest,
-                 QueryRequest, MarkUnknownRequest, ReportOperationRequest, AuditRequest,
-                 HealthRequest, PublishPolicyRequest, RollbackPolicyRequest, ShowPolicyRequest,
-                 EnrollGatewayRequest, ListGatewaysRequest, SetGatewayEnabledRequest,
-                 ShardIssueRequest, ShardReport, ShardStatusRequest, ListShardsRequest,
-                 RevokeShardsRequest, WriteOffShardRequest>;
+using RequestBody = ::tally::LedgerRequest;
 
 struct Request {
   uint64_t request_id = 0;

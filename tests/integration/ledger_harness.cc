@@ -61,9 +61,9 @@ std::string describe(const ReservationReply& reply) {
   return os.str();
 }
 
-namespace wire {
-
 void PrintTo(ErrorCode code, std::ostream* os) { *os << errorCodeName(code); }
+
+namespace wire {
 
 std::string describe(const ResponseBody& body) {
   if (const auto* reply = std::get_if<ReservationReply>(&body)) {

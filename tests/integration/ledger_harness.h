@@ -28,8 +28,9 @@ void PrintTo(const AccountKey& key, std::ostream* os);
 std::string describe(const Reservation& receipt);
 std::string describe(const ReservationReply& reply);
 
+void PrintTo(ErrorCode code, std::ostream* os);  // core/ledger_protocol.h
+
 namespace wire {
-void PrintTo(ErrorCode code, std::ostream* os);
 std::string describe(const ResponseBody& body);
 }  // namespace wire
 

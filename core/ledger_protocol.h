@@ -1,0 +1,117 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/ledger_types.h"
+#include "core/policy.h"
+#include "core/shard_types.h"
+#include "core/types.h"
+
+// Every request tally-ledger serves and every answer it gives, as core values: the protocol of
+// schemas/protocol.capnp without its bytes. The wire layer (wire/codec.h) decodes into and
+// encodes from exactly these types; core/ledger_requests.h answers them.
+//
+// The reservation, policy and shard requests are the Ledger's own types (core/ledger_types.h,
+// core/shard_types.h); the rest are defined here.
+
+namespace tally {
+
+// --- Requests without a Ledger type of their own ---------------------------------------------
+
+struct AuditRequest {
+  std::string subject;  // empty: every subject
+  std::string route;    // empty: every route
+};
+struct HealthRequest {};
+struct PublishPolicyRequest {
+  std::vector<Budget> budgets;  // the ledger assigns the generation
+};
+struct RollbackPolicyRequest {};
+struct ShowPolicyRequest {
+  Generation generation = 0;  // 0: the active generation
+};
+// Gateways and emergency shards (SPEC §6). ShardIssueRequest and ShardReport are core types
+// (core/shard_types.h): they travel signed.
+struct EnrollGatewayRequest {
+  std::string gateway_name;
+  PublicKey public_key{};
+};
+struct ListGatewaysRequest {};
+struct SetGatewayEnabledRequest {
+  std::string gateway_name;
+  bool enabled = false;
+};
+struct ShardStatusRequest {
+  std::string gateway_name;
+  std::vector<std::string> shard_ids;
+};
+struct ListShardsRequest {
+  std::string gateway_name;         // empty: every gateway
+  std::optional<ShardState> state;  // none: every state
+};
+struct RevokeShardsRequest {
+  std::string shard_id;      // exactly one of the two is set
+  std::string gateway_name;  // every live shard of this gateway
+};
+struct WriteOffShardRequest {
+  std::string shard_id;
+};
+
+// A request or response union member this build does not know (a newer peer), or the
+// `unspecified` default of an empty message. Answered with ErrorCode::kUnknownMessage.
+struct UnknownMessage {
+  uint16_t which = 0;  // the raw union discriminant
+};
+
+// Every request of the protocol, in the order of the schema's union.
+using LedgerRequest =
+    std::variant<UnknownMessage, ReserveRequest, StartRequest, SettleRequest, ReleaseRequest,
+                 QueryRequest, MarkUnknownRequest, ReportOperationRequest, AuditRequest,
+                 HealthRequest, PublishPolicyRequest, RollbackPolicyRequest, ShowPolicyRequest,
+                 EnrollGatewayRequest, ListGatewaysRequest, SetGatewayEnabledRequest,
+                 ShardIssueRequest, ShardReport, ShardStatusRequest, ListShardsRequest,
+                 RevokeShardsRequest, WriteOffShardRequest>;
+
+// --- Answers without a Ledger type of their own ----------------------------------------------
+
+// Errors of the protocol rather than of the domain. The framing and decoding ones
+// (kMalformedFrame, kFrameTooLarge, kInvalidArgument) are the wire layer's; core answers
+// kUnknownMessage; the agent adds kUnavailable and kPermissionDenied.
+enum class ErrorCode : uint8_t {
+  kUnspecified = 0,
+  kMalformedFrame,
+  kFrameTooLarge,
+  kUnknownMessage,
+  kInvalidArgument,
+  kUnavailable,
+  kInternal,
+  kPermissionDenied,  // agent: the peer's credentials are not allowed
+};
+const char* errorCodeName(ErrorCode code);
+
+struct ErrorReply {
+  ErrorCode code = ErrorCode::kUnspecified;
+  std::string message;
+};
+
+struct HealthReply {
+  std::string status;
+  std::string version;
+  uint64_t now_ms = 0;
+};
+
+// A PolicyReply and, for showPolicy only, the policy itself.
+struct PolicyAnswer {
+  PolicyReply reply;
+  std::optional<Policy> policy;
+};
+
+// Every answer the ledger gives to a LedgerRequest.
+using LedgerReply = std::variant<ReservationReply, PolicyAnswer, AuditReport, HealthReply,
+                                 ErrorReply, GatewayReply, ShardReply>;
+
+}  // namespace tally
