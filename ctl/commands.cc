@@ -44,6 +44,7 @@ int exitCodeForError(wire::ErrorCode code) {
   switch (code) {
     case wire::ErrorCode::kInvalidArgument: return kExitUsage;
     case wire::ErrorCode::kUnavailable: return kExitUnavailable;
+    case wire::ErrorCode::kNotFound: return kExitNotFound;
     default: return kExitProtocol;
   }
 }

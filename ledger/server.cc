@@ -231,6 +231,15 @@ wire::ResponseBody Server::dispatch(const wire::RequestBody& body, uint64_t now_
         } else if constexpr (std::is_same_v<T, QueryRequest>) {
           return ledger_->query(request);
         } else if constexpr (std::is_same_v<T, wire::AuditRequest>) {
+          if (request.period || request.list_periods) {  // closed accounting periods
+            PeriodAudit periods = ledger_->auditPeriods(
+                {request.period, request.list_periods, request.subject, request.route}, now_ms);
+            if (!periods.found) {
+              return wire::ErrorReply{.code = wire::ErrorCode::kNotFound,
+                                      .message = periods.message};
+            }
+            return std::move(periods.report);
+          }
           AuditReport report = ledger_->audit(now_ms);
           if (options_.metrics != nullptr) options_.metrics->observeAudit(report);
           if (!request.subject.empty() || !request.route.empty()) {
@@ -307,7 +316,8 @@ void Server::onTick(uv_timer_t* timer) {
   auto* server = static_cast<Server*>(timer->data);
   if (server->fatal_) return;
   const TickOutcome outcome = server->ledger_->tick(server->clock_->nowMs());
-  if (outcome.expired + outcome.closed_by_hard_limit + outcome.compacted > 0) {
+  if (outcome.expired + outcome.closed_by_hard_limit + outcome.compacted + outcome.periods_closed >
+      0) {
     server->open_.tick_changes = true;
   }
 }

@@ -59,6 +59,9 @@ inline constexpr uint64_t kGatewaysPerReplyMax = 100'000;
 struct AuditRequest {
   std::string subject;  // empty: every subject
   std::string route;    // empty: every route
+  // Closed accounting periods instead of current balances (`tallyctl audit --period/--periods`).
+  std::optional<uint64_t> period;
+  bool list_periods = false;
 };
 struct HealthRequest {};
 struct PublishPolicyRequest {
@@ -110,6 +113,7 @@ enum class ErrorCode : uint8_t {
   kUnavailable,
   kInternal,
   kPermissionDenied,  // agent: the peer's credentials are not allowed
+  kNotFound,          // ledger: e.g. no closed accounting period covers the epoch asked for
 };
 const char* errorCodeName(ErrorCode code);
 
