@@ -140,7 +140,7 @@ Status AccountBook::restorePolicy(Policy policy, Generation republished_from) {
 
 Status AccountBook::restoreAccount(const AccountKey& key, const Balances& balances,
                                    uint64_t refill_clock_ms, uint64_t refill_carry,
-                                   const OverdraftBreaches& breaches) {
+                                   const OverdraftBreaches& breaches, const PeriodState& period) {
   const std::string name = key.subject + "/" + key.route + "@" + std::to_string(key.generation);
   const Policy* owner = policy(key.generation);
   const Budget* budget = owner == nullptr ? nullptr : matchBudget(*owner, key.subject, key.route);
@@ -157,8 +157,15 @@ Status AccountBook::restoreAccount(const AccountKey& key, const Balances& balanc
                               std::to_string(limits::kBalanceUnitsMax));
   }
   account.restoreBreaches(breaches);
+  // The period's opening balances are an earlier image of this account: they must conserve and
+  // no cumulative balance may have gone down since (legacy: all zero, which always holds).
+  if (!isConserved(period.opening) || !periodActivity(period.opening, balances)) {
+    return Status::corruption("account " + name + " has an accounting period opening (epoch " +
+                              std::to_string(period.epoch_first) +
+                              ") that is not an earlier image of its balances");
+  }
   if (!insertEntry(std::make_unique<AccountEntry>(
-          AccountEntry{.key = key, .budget = *budget, .account = account}))) {
+          AccountEntry{.key = key, .budget = *budget, .account = account, .period = period}))) {
     return Status::corruption("account " + name + " stored twice");
   }
   return Status::ok();
@@ -203,6 +210,7 @@ bool AccountBook::insertEntry(std::unique_ptr<AccountEntry> entry) {
   auto at = std::upper_bound(
       list.begin(), list.end(), generation,
       [](Generation g, const std::unique_ptr<AccountEntry>& e) { return g < e->key.generation; });
+  entries_.push_back(entry.get());
   list.insert(at, std::move(entry));
   ++account_count_;
   return true;
@@ -275,8 +283,14 @@ AccountEntry* AccountBook::openAccount(const AccountKey& key, const Budget& budg
   const RouteAccounts* existing = findRoute(key.subject, key.route);
   const Units opening = existing == nullptr || existing->by_generation.empty() ? budget.burst : 0;
   const BucketParams bucket{.refill_per_second = budget.refill_per_second, .burst = budget.burst};
-  auto owned = std::make_unique<AccountEntry>(AccountEntry{
-      .key = key, .budget = budget, .account = Account::open(bucket, opening, now_ms)});
+  // Its first accounting period starts now, from nothing: the opening shows as that period's
+  // activity (Δopening).
+  auto owned = std::make_unique<AccountEntry>(
+      AccountEntry{.key = key,
+                   .budget = budget,
+                   .account = Account::open(bucket, opening, now_ms),
+                   .period = {.epoch_first = accountingEpochOf(now_ms, budget.accounting_epoch),
+                              .opened_at_ms = now_ms}});
   AccountEntry* entry = owned.get();
   const bool inserted = insertEntry(std::move(owned));
   TALLY_ASSERT(inserted);

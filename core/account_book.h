@@ -10,6 +10,7 @@
 
 #include "core/account.h"
 #include "core/ledger_types.h"
+#include "core/period_close.h"
 #include "core/policy.h"
 #include "core/types.h"
 
@@ -37,6 +38,7 @@ struct AccountEntry {
   AccountKey key;
   Budget budget;  // copy of the budget that governs this account
   Account account;
+  PeriodState period;  // the accounting period open now (core/period_close.h)
   // The book's bookkeeping: true while the entry is listed for takeChangedEntries().
   bool change_pending = false;
 };
@@ -65,7 +67,8 @@ class AccountBook {
   // accounts. Errors name what is inconsistent; the shell refuses to start on any.
   Status restorePolicy(Policy policy, Generation republished_from);
   Status restoreAccount(const AccountKey& key, const Balances& balances, uint64_t refill_clock_ms,
-                        uint64_t refill_carry, const OverdraftBreaches& breaches = {});
+                        uint64_t refill_carry, const OverdraftBreaches& breaches = {},
+                        const PeriodState& period = {});
 
   Generation activeGeneration() const { return active_generation_; }
   Generation republishedFrom(Generation generation) const;
@@ -122,6 +125,9 @@ class AccountBook {
   bool takePoliciesChanged();
 
   size_t accountCount() const { return account_count_; }
+  // Every account in the order it was opened or restored (stable: accounts are never removed),
+  // for sweeps that visit each account over several calls (the period close).
+  AccountEntry* entryAt(size_t index) { return entries_[index]; }
 
  private:
   struct GenerationEntry {
@@ -175,6 +181,7 @@ class AccountBook {
   Generation active_generation_ = 0;
   RouteMap routes_;
   size_t account_count_ = 0;
+  std::vector<AccountEntry*> entries_;           // opening order
   std::vector<AccountEntry*> changed_accounts_;  // each with change_pending set
   bool policies_changed_ = false;
 };

@@ -1,6 +1,7 @@
 #include "core/ledger.h"
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "core/assert.h"
@@ -219,7 +220,9 @@ Status Ledger::finishRestore(uint64_t now_ms) {
   if (!report.conserved) {
     return Status::corruption("restored ledger fails its audit: " + report.violations.front());
   }
+  std::vector<PeriodKey> periods_beyond_kept = std::move(periods_deleted_);
   (void)takeChangedRows();  // restored state is already durable
+  periods_deleted_ = std::move(periods_beyond_kept);
   return Status::ok();
 }
 
@@ -455,7 +458,111 @@ TickOutcome Ledger::tick(uint64_t now_ms, uint64_t items_max) {
   const ShardRegistry::TickOutcome shards = shards_.tick(now_ms, items_max);
   outcome.shards_reminted = shards.reminted;
   outcome.shards_compacted = shards.compacted;
+  outcome.periods_closed = closePeriods(now_ms, items_max);
   return outcome;
+}
+
+uint64_t Ledger::closePeriods(uint64_t now_ms, uint64_t items_max) {
+  if (!period_sweeping_) {
+    if (now_ms < period_sweep_due_ms_) return 0;
+    period_sweeping_ = true;
+    period_cursor_ = 0;
+    // Day boundaries (00:00 UTC) are hour boundaries too: one sweep per hour covers both.
+    period_sweep_due_ms_ =
+        epochStartMs(accountingEpochOf(now_ms, EpochPeriod::kHour) + 1, EpochPeriod::kHour);
+  }
+  uint64_t closed = 0;
+  uint64_t visited = 0;
+  while (period_cursor_ < accounts_.accountCount() && visited < items_max) {
+    AccountEntry* entry = accounts_.entryAt(period_cursor_++);
+    ++visited;
+    const EpochPeriod period = entry->budget.accounting_epoch;
+    if (!periodDue(entry->period, period, now_ms)) continue;
+    // Balances as of now, as audit reports them: the refill earned and the draining handovers
+    // due (the same rebalance admission applies; it mints nothing that time has not earned).
+    accounts_.rebalance(entry->key.subject, entry->key.route, now_ms);
+    addPeriod(closePeriod(entry->key, period, entry->account.balances(), now_ms, &entry->period));
+    accounts_.markChanged(entry);  // its open period is durable with it
+    ++closed;
+  }
+  if (period_cursor_ >= accounts_.accountCount()) period_sweeping_ = false;
+  return closed;
+}
+
+void Ledger::addPeriod(PeriodSnapshot snapshot) {
+  std::optional<PeriodKey> dropped;
+  const PeriodSnapshot& added = periods_.add(std::move(snapshot), &dropped);
+  periods_upserted_.push_back(PeriodKey{.key = added.key, .epoch_first = added.epoch_first});
+  if (dropped) periods_deleted_.push_back(*std::move(dropped));
+}
+
+Status Ledger::restorePeriodSnapshot(const PeriodSnapshot& snapshot) {
+  const std::string name = snapshot.key.subject + "/" + snapshot.key.route + "@" +
+                           std::to_string(snapshot.key.generation) + " epoch " +
+                           std::to_string(snapshot.epoch_first);
+  const AccountEntry* entry = accounts_.find(snapshot.key);
+  if (entry == nullptr) {
+    return Status::corruption("period snapshot " + name + " has no account");
+  }
+  if (snapshot.epoch_first > snapshot.epoch_last ||
+      snapshot.epoch_last >= entry->period.epoch_first) {
+    return Status::corruption("period snapshot " + name + " does not precede the account's " +
+                              "open period (epoch " + std::to_string(entry->period.epoch_first) +
+                              ")");
+  }
+  std::optional<PeriodKey> dropped;
+  (void)periods_.add(snapshot, &dropped);
+  // More kept than this build keeps (limits::kPeriodSnapshotsKept went down): the first batch
+  // deletes the extra rows.
+  if (dropped) periods_deleted_.push_back(*std::move(dropped));
+  return Status::ok();
+}
+
+PeriodAudit Ledger::auditPeriods(const PeriodQuery& query, uint64_t now_ms) const {
+  PeriodAudit out;
+  out.report.as_of_ms = std::max(now_ms, now_ms_);
+  auto selected = [&](const AccountKey& key) {
+    return (query.subject.empty() || key.subject == query.subject) &&
+           (query.route.empty() || key.route == query.route);
+  };
+  if (query.list) out.report.closed_periods = periods_.spans();
+  for (const PeriodSpan& span : out.report.closed_periods) {
+    out.report.conserved = out.report.conserved && span.conserved;
+  }
+  if (query.epoch) {
+    out.report.period_epoch = query.epoch;
+    for (const PeriodSnapshot* snapshot : periods_.covering(*query.epoch)) {
+      if (!selected(snapshot->key)) continue;
+      out.report.period_snapshots.push_back(*snapshot);
+      if (!snapshot->conserved) {
+        out.report.conserved = false;
+        out.report.violations.push_back(snapshot->key.subject + "/" + snapshot->key.route + "@" +
+                                        std::to_string(snapshot->key.generation) + " epochs " +
+                                        std::to_string(snapshot->epoch_first) + ".." +
+                                        std::to_string(snapshot->epoch_last) +
+                                        ": the period's equation does not hold");
+      }
+    }
+    if (out.report.period_snapshots.empty()) {
+      out.found = false;
+      const std::vector<PeriodSpan> spans = periods_.spans();
+      out.message = "no closed accounting period covers epoch " + std::to_string(*query.epoch);
+      if (!query.subject.empty() || !query.route.empty()) out.message += " for that subject/route";
+      if (spans.empty()) {
+        out.message += " (no period has been closed yet)";
+      } else {
+        uint64_t first = spans.front().epoch_first;
+        uint64_t last = spans.front().epoch_last;
+        for (const PeriodSpan& span : spans) {
+          first = std::min(first, span.epoch_first);
+          last = std::max(last, span.epoch_last);
+        }
+        out.message += " (kept: epochs " + std::to_string(first) + ".." + std::to_string(last) +
+                       "; `tallyctl audit --periods` lists them)";
+      }
+    }
+  }
+  return out;
 }
 
 GatewayReply Ledger::enrollGateway(const std::string& gateway_name, const PublicKey& public_key,
@@ -542,6 +649,11 @@ LedgerChanges Ledger::takeChanges() {
   for (const FenceRecord& fence : rows.shards.fences) changes.fences.push_back(fence.key);
   changes.shards_deleted = rows.shards.deleted_shards;
   changes.shard_sequence = rows.shards.shard_sequence_changed;
+  for (const PeriodSnapshot* snapshot : rows.period_snapshots) {
+    changes.period_snapshots.push_back(
+        {.key = snapshot->key, .epoch_first = snapshot->epoch_first});
+  }
+  changes.period_snapshots_deleted = std::move(rows.period_snapshots_deleted);
   return changes;
 }
 
@@ -563,6 +675,19 @@ LedgerChangedRows Ledger::takeChangedRows() {
   rows.accounts = accounts_.takeChangedEntries();
   rows.policies = accounts_.takePoliciesChanged();
   rows.shards = shards_.takeChangedRows();
+  for (const PeriodKey& key : periods_upserted_) {
+    // Dropped again since (beyond the bound within one batch): only its deletion is written.
+    if (const PeriodSnapshot* snapshot = periods_.find(key))
+      rows.period_snapshots.push_back(snapshot);
+  }
+  periods_upserted_.clear();
+  std::sort(rows.period_snapshots.begin(), rows.period_snapshots.end(),
+            [](const PeriodSnapshot* a, const PeriodSnapshot* b) {
+              return std::tie(a->key, a->epoch_first) < std::tie(b->key, b->epoch_first);
+            });
+  rows.period_snapshots_deleted = std::move(periods_deleted_);
+  periods_deleted_.clear();
+  std::sort(rows.period_snapshots_deleted.begin(), rows.period_snapshots_deleted.end());
   return rows;
 }
 

@@ -10,6 +10,7 @@
 #include "core/account_book.h"
 #include "core/ledger_types.h"
 #include "core/limits.h"
+#include "core/period_close.h"
 #include "core/reservation.h"
 #include "core/reservation_table.h"
 #include "core/shard_record.h"
@@ -44,13 +45,27 @@ struct TickOutcome {
   uint64_t compacted = 0;
   uint64_t shards_reminted = 0;   // deferred shard remints performed
   uint64_t shards_compacted = 0;  // reconciled shards dropped after retention
+  uint64_t periods_closed = 0;    // accounting periods closed (one snapshot each)
 
   // Whether the tick changed durable state (the shell then commits it without waiting for a
   // request). Every counter above belongs here.
   bool changed() const {
     return expired > 0 || closed_by_hard_limit > 0 || compacted > 0 || shards_reminted > 0 ||
-           shards_compacted > 0;
+           shards_compacted > 0 || periods_closed > 0;
   }
+};
+
+// `tallyctl audit --period EPOCH` / `--periods`: the closed accounting periods kept.
+struct PeriodQuery {
+  std::optional<uint64_t> epoch;  // the snapshots of every account whose closed period covers it
+  bool list = false;              // the list of closed periods kept
+  std::string subject;            // filters, empty: all
+  std::string route;
+};
+struct PeriodAudit {
+  bool found = true;  // false: no kept period covers `epoch` (message says what is kept)
+  std::string message;
+  AuditReport report;  // period_epoch, period_snapshots and/or closed_periods; conserved
 };
 
 struct LedgerChanges {
@@ -63,11 +78,14 @@ struct LedgerChanges {
   std::vector<std::string> shards_deleted;  // compacted, sorted
   std::vector<SubjectRoute> fences;         // sorted
   bool shard_sequence = false;
+  std::vector<PeriodKey> period_snapshots;          // closed periods written, sorted
+  std::vector<PeriodKey> period_snapshots_deleted;  // beyond retention
 
   bool empty() const {
     return reservations_upserted.empty() && reservations_deleted.empty() && accounts.empty() &&
            !policies && gateways.empty() && shards.empty() && shards_deleted.empty() &&
-           fences.empty() && !shard_sequence;
+           fences.empty() && !shard_sequence && period_snapshots.empty() &&
+           period_snapshots_deleted.empty();
   }
 };
 
@@ -79,10 +97,15 @@ struct LedgerChangedRows {
   std::vector<const AccountEntry*> accounts;  // sorted by key
   bool policies = false;
   ShardChangedRows shards;  // gateways, shards, fences and the shard sequence
+  // Period-close snapshots, in the same batch as the accounts whose period they closed (so a
+  // crash never loses or doubles a period). Sorted by key.
+  std::vector<const PeriodSnapshot*> period_snapshots;
+  std::vector<PeriodKey> period_snapshots_deleted;  // beyond limits::kPeriodSnapshotsKept
 
   bool empty() const {
     return reservations_upserted.empty() && reservations_deleted.empty() && accounts.empty() &&
-           !policies && shards.empty();
+           !policies && shards.empty() && period_snapshots.empty() &&
+           period_snapshots_deleted.empty();
   }
 };
 
@@ -107,6 +130,8 @@ class Ledger {
   // finishRestore(). Restored state is not
   // reported by takeChanges() (it is already durable).
   Status restoreReservation(const Reservation& reservation);
+  // A stored period-close snapshot, after the accounts.
+  Status restorePeriodSnapshot(const PeriodSnapshot& snapshot);
   // Rebuilds the deadline queues, checks the audit, and sets the clock to at least `now_ms`.
   Status finishRestore(uint64_t now_ms);
 
@@ -123,7 +148,11 @@ class Ledger {
 
   // Expires RESERVED reservations past expiresAt, closes USAGE_UNKNOWN ones past the hard
   // execution limit as fully consumed, and compacts terminal ones past retention; at most
-  // `items_max` of each per call so a tick never stalls the loop.
+  // `items_max` of each per call so a tick never stalls the loop. Also closes accounting
+  // periods (core/period_close.h): once `now_ms` passes an hour boundary, a sweep visits every
+  // account (at most `items_max` per tick) and closes each whose period's epoch has ended: its
+  // route is rebalanced up to `now_ms` (the refill it has earned, exactly as audit projects it)
+  // and the snapshot of its balances is recorded. No balance changes beyond that refill.
   TickOutcome tick(uint64_t now_ms, uint64_t items_max = 10'000);
 
   // The two halves of expiry, exposed so the simulator can interleave a start between them.
@@ -154,6 +183,8 @@ class Ledger {
   ShardReply writeOffShard(const std::string& shard_id, uint64_t now_ms);
 
   AuditReport audit(uint64_t now_ms) const;
+  PeriodAudit auditPeriods(const PeriodQuery& query, uint64_t now_ms) const;
+  const PeriodBook& periods() const { return periods_; }
   AccountBook& accounts() { return accounts_; }
   const AccountBook& accounts() const { return accounts_; }
   ShardRegistry& shards() { return shards_; }
@@ -207,6 +238,9 @@ class Ledger {
   void pushDeadline(DeadlineQueue* queue, uint64_t at_ms, const Record& record);
   // Pops the top entry; returns the reservation it names now, or null.
   Record* popDue(DeadlineQueue* queue);
+  // The period-close sweep of tick(); returns the periods closed.
+  uint64_t closePeriods(uint64_t now_ms, uint64_t items_max);
+  void addPeriod(PeriodSnapshot snapshot);
 
   LedgerOptions options_;
 #ifdef TALLY_TEST_FAULTS
@@ -221,6 +255,12 @@ class Ledger {
   DeadlineQueue retention_queue_;   // terminal reservations by closedAt + retention
   std::vector<Record*> upserted_;   // each with change_pending set, in first-touch order
   std::vector<std::string> deleted_;
+  PeriodBook periods_;
+  uint64_t period_sweep_due_ms_ = 0;  // the next hour boundary (0: sweep at the first tick)
+  bool period_sweeping_ = false;
+  size_t period_cursor_ = 0;  // AccountBook::entryAt index of the sweep
+  std::vector<PeriodKey> periods_upserted_;
+  std::vector<PeriodKey> periods_deleted_;
 };
 
 }  // namespace tally

@@ -12,6 +12,7 @@ const char* errorCodeName(ErrorCode code) {
     case ErrorCode::kUnavailable: return "unavailable";
     case ErrorCode::kInternal: return "internal";
     case ErrorCode::kPermissionDenied: return "permissionDenied";
+    case ErrorCode::kNotFound: return "notFound";
   }
   return "invalid";
 }

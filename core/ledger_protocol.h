@@ -25,6 +25,9 @@ namespace tally {
 struct AuditRequest {
   std::string subject;  // empty: every subject
   std::string route;    // empty: every route
+  // Closed accounting periods instead of current balances (`tallyctl audit --period/--periods`).
+  std::optional<uint64_t> period;
+  bool list_periods = false;
 };
 struct HealthRequest {};
 struct PublishPolicyRequest {
@@ -80,7 +83,7 @@ using LedgerRequest =
 
 // Errors of the protocol rather than of the domain. The framing and decoding ones
 // (kMalformedFrame, kFrameTooLarge, kInvalidArgument) are the wire layer's; core answers
-// kUnknownMessage; the agent adds kUnavailable and kPermissionDenied.
+// kUnknownMessage and kNotFound; the agent adds kUnavailable and kPermissionDenied.
 enum class ErrorCode : uint8_t {
   kUnspecified = 0,
   kMalformedFrame,
@@ -90,6 +93,7 @@ enum class ErrorCode : uint8_t {
   kUnavailable,
   kInternal,
   kPermissionDenied,  // agent: the peer's credentials are not allowed
+  kNotFound,          // ledger: e.g. no closed accounting period covers the epoch asked for
 };
 const char* errorCodeName(ErrorCode code);
 

@@ -155,8 +155,18 @@ LedgerOutcome LedgerRequests::apply(const LedgerRequest& request, uint64_t now_m
 }
 
 LedgerOutcome LedgerRequests::audit(const AuditRequest& request, uint64_t now_ms) const {
-  AuditReport report = ledger_->audit(now_ms);
   LedgerOutcome outcome;
+  if (request.period || request.list_periods) {  // closed accounting periods
+    PeriodAudit periods = ledger_->auditPeriods(
+        {request.period, request.list_periods, request.subject, request.route}, now_ms);
+    if (periods.found) {
+      outcome.reply = std::move(periods.report);
+    } else {
+      outcome.reply = ErrorReply{.code = ErrorCode::kNotFound, .message = periods.message};
+    }
+    return outcome;
+  }
+  AuditReport report = ledger_->audit(now_ms);
   outcome.events.emplace_back(
       Audited{.conserved = report.conserved, .violations = uint64_t{report.violations.size()}});
   if (!request.subject.empty() || !request.route.empty()) {

@@ -1,10 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/account.h"
+#include "core/period_close.h"
 #include "core/policy.h"
 #include "core/reservation.h"
 #include "core/shard_types.h"
@@ -117,6 +119,11 @@ struct AuditReport {
   bool conserved = true;
   std::vector<std::string> violations;  // human-readable, empty when conserved
   std::vector<ShardLedgerView> shards;  // every shard's central equation, sorted by id
+  // Closed accounting periods (`audit --period` / `--periods`, core/period_close.h); empty in
+  // the audit of current balances.
+  std::optional<uint64_t> period_epoch;          // the epoch asked for
+  std::vector<PeriodSnapshot> period_snapshots;  // every account's period covering it, by key
+  std::vector<PeriodSpan> closed_periods;        // every closed period kept, ascending
 };
 
 struct GatewayReply {

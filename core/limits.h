@@ -57,4 +57,9 @@ inline constexpr uint64_t kShardReceiptsPerReportMax = 100'000;
 // Retention of terminal reservations before compaction (the idempotency window).
 inline constexpr uint64_t kRetentionMsDefault = 24ull * 3600 * 1000;
 
+// Accounting-period snapshots kept per account, in memory and in the store (the oldest is
+// deleted when a close adds one past it): a day of hourly periods, 24 days of daily ones.
+// About 130 bytes each packed in the store, about 300 in memory.
+inline constexpr uint64_t kPeriodSnapshotsKept = 24;
+
 }  // namespace tally::limits

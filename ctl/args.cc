@@ -29,6 +29,8 @@ enum class Flag : uint8_t {
   kGateway,
   kState,
   kRegion,
+  kPeriod,
+  kPeriods,  // the one command flag without a value (audit --periods)
 };
 
 struct FlagName {
@@ -49,6 +51,8 @@ constexpr FlagName kFlags[] = {
     {"gateway", Flag::kGateway},
     {"state", Flag::kState},
     {"region", Flag::kRegion},
+    {"period", Flag::kPeriod},
+    {"periods", Flag::kPeriods},
 };
 
 struct CommandSpec {
@@ -75,7 +79,7 @@ const CommandSpec& specFor(Command command) {
       {Command::kMarkUnknown, {F::kId, F::kOperation}, {}},
       {Command::kReport, {F::kId, F::kOperation, F::kActual}, {}},
       {Command::kQuery, {F::kId}, {}},
-      {Command::kAudit, {}, {F::kSubject, F::kRoute}},
+      {Command::kAudit, {}, {F::kSubject, F::kRoute, F::kPeriod, F::kPeriods}},
       {Command::kGatewayEnroll, {F::kId, F::kPublicKey}, {}},
       {Command::kGatewayList, {}, {}},
       {Command::kGatewayDisable, {F::kId}, {}},
@@ -202,6 +206,12 @@ Status applyFlag(Flag flag, const std::string& value, Invocation* inv) {
     case Flag::kUnits: return parseNumber(name, value, 1, UINT64_MAX, &inv->units);
     case Flag::kActual: return parseNumber(name, value, 0, UINT64_MAX, &inv->actual_units);
     case Flag::kGeneration: return parseNumber(name, value, 0, UINT64_MAX, &inv->generation);
+    case Flag::kPeriod: {
+      Status s = parseNumber(name, value, 0, UINT64_MAX, &number);
+      inv->period = number;
+      return s;
+    }
+    case Flag::kPeriods: inv->list_periods = true; return Status::ok();
     case Flag::kPriority: {
       Status s = parseNumber(name, value, 0, UINT32_MAX, &number);
       inv->priority = static_cast<uint32_t>(number);
@@ -271,6 +281,11 @@ Status scanFlag(std::span<const std::string_view> args, size_t* i, Scanned* out)
     return usage("unknown flag '--" + std::string(name) + "'");
   }
   std::string value;
+  if (command_flag != nullptr && command_flag->flag == Flag::kPeriods) {
+    if (has_inline) return usage("--periods takes no value");
+    out->flags.emplace_back(Flag::kPeriods, std::string());
+    return Status::ok();
+  }
   if (has_inline) {
     value = std::string(arg.substr(equals + 1));
   } else if (*i + 1 < args.size()) {
@@ -503,6 +518,12 @@ Commands:
                                   every account's balances and the conservation check, and
                                   every emergency shard's: allocated = spent + reminted +
                                   retired (and the agent's last reported local equation)
+  audit   --period EPOCH [--subject S] [--route R] [--periods]
+                                  the closed accounting period covering EPOCH (hourly or
+                                  daily: floor(Unix ms / period), UTC) of every account: its
+                                  balances at the period's opening and close, its activity
+                                  and the period's conservation check
+  audit   --periods               the closed accounting periods kept
   health                          ask the peer whether it is serving
 
 Gateways and emergency shards (ledger only; an agent refuses these):
@@ -543,7 +564,13 @@ JSON fields:
                overdraftIssued, available, reserved, spent, retiredForEmergency,
                overdraftRepaid, transferredOut, conserved, overdraftBreaches (settles that left
                debt above max overdraft), overdraftBreachUnits (the debt beyond it, summed)),
-               violations[]
+               violations[]; with --period: period, periodSnapshots[] (subject, route,
+               policyGeneration, accountingEpoch, epochFirst, epochLast (more than one epoch
+               after a ledger outage), openedAt, openedAtMs, closedAt, closedAtMs, conserved,
+               opening{}, closing{} (the balances above), activity{} (opened, minted, spent,
+               debtIssued, debtRepaid, transferredOut), debtOpening, debtClosing); with
+               --periods: closedPeriods[] (accountingEpoch, epochFirst, epochLast, accounts,
+               conserved)
   policy       code, policyGeneration, message (show adds budgets[] with the TOML keys)
   gateway      code, duplicate, message, gateways[] (gatewayId (the name), publicKey (base64),
                enabled, enrolledAt, enrolledAtMs)
@@ -571,7 +598,8 @@ Exit codes:
   5   conflict: IDEMPOTENCY_CONFLICT (same id, other digest), OPERATION_CONFLICT (bound to
       another operation), EXPIRED (the expiry won the race against start/release)
   6   unavailable: cannot connect, timed out, connection lost, peer answered "unavailable"
-  7   NOT_FOUND: no such reservation (never seen, or compacted after retention)
+  7   NOT_FOUND: no such reservation (never seen, or compacted after retention); audit
+      --period: no closed period covers EPOCH (the open one, or older than retention)
   8   INVALID_STATE: not allowed in the reservation's current state
   9   RESOURCE_EXHAUSTED or ARITHMETIC_OVERFLOW: the ledger refused and changed nothing
   10  protocol error: malformed or unexpected answer, or another error reply from the peer

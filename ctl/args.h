@@ -70,6 +70,9 @@ struct Invocation {
   std::optional<PublicKey> public_key;    // gateway enroll --public-key BASE64
   std::string shard_id;                   // shard revoke/write-off --id ID
   std::optional<ShardState> shard_state;  // shard list --state S
+
+  std::optional<uint64_t> period;  // audit --period EPOCH: that closed accounting period
+  bool list_periods = false;       // audit --periods: the closed accounting periods kept
 };
 
 // Parses the arguments after argv[0]. Global flags (--ledger, --agent, --json, --timeout-ms)

@@ -5,6 +5,7 @@
 #include "ctl/json.h"
 #include "ctl/policy_toml.h"
 #include "ctl/render.h"
+#include "ctl/render_periods.h"
 #include "tally/version.h"
 #include "wire/digest.h"
 
@@ -44,6 +45,7 @@ int exitCodeForError(wire::ErrorCode code) {
   switch (code) {
     case wire::ErrorCode::kInvalidArgument: return kExitUsage;
     case wire::ErrorCode::kUnavailable: return kExitUnavailable;
+    case wire::ErrorCode::kNotFound: return kExitNotFound;
     default: return kExitProtocol;
   }
 }
@@ -84,8 +86,9 @@ CommandOutput renderBody(const Invocation& inv, const wire::ResponseBody& body) 
   }
   if (const auto* report = std::get_if<AuditReport>(&body);
       report != nullptr && expect == Expect::kAudit) {
+    const bool periods = inv.period || inv.list_periods;
     return {.exit_code = auditConserved(*report) ? kExitOk : kExitAuditFailed,
-            .out = renderAudit(*report, inv.json)};
+            .out = periods ? renderPeriodAudit(*report, inv.json) : renderAudit(*report, inv.json)};
   }
   if (const auto* health = std::get_if<wire::HealthReply>(&body);
       health != nullptr && expect == Expect::kHealth) {
@@ -154,7 +157,10 @@ Result<wire::RequestBody> buildRequest(const Invocation& inv) {
     case Command::kQuery:
       return wire::RequestBody(QueryRequest{.reservation_id = inv.reservation_id});
     case Command::kAudit:
-      return wire::RequestBody(wire::AuditRequest{.subject = inv.subject, .route = inv.route});
+      return wire::RequestBody(wire::AuditRequest{.subject = inv.subject,
+                                                  .route = inv.route,
+                                                  .period = inv.period,
+                                                  .list_periods = inv.list_periods});
     case Command::kGatewayEnroll:
       return wire::RequestBody(wire::EnrollGatewayRequest{
           .gateway_name = inv.gateway_name, .public_key = inv.public_key.value_or(PublicKey{})});

@@ -350,6 +350,7 @@ const char* errorCodeConstant(wire::ErrorCode code) {
     case wire::ErrorCode::kUnavailable: return "UNAVAILABLE";
     case wire::ErrorCode::kInternal: return "INTERNAL";
     case wire::ErrorCode::kPermissionDenied: return "PERMISSION_DENIED";
+    case wire::ErrorCode::kNotFound: return "NOT_FOUND";
   }
   return "UNKNOWN_ERROR";
 }

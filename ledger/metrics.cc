@@ -48,6 +48,13 @@ LedgerGauges ledgerGauges(const Ledger& ledger, uint64_t now_ms) {
     gauges.overdraft_breaches =
         saturatingAdd(gauges.overdraft_breaches, view.overdraft_breaches.count);
   }
+  if (const PeriodSnapshot* latest = ledger.periods().latest()) {
+    gauges.period_last_closed_epoch = latest->epoch_last;
+    gauges.period_last_closed_at_ms = latest->closed_at_ms;
+  }
+  for (const PeriodSpan& span : ledger.periods().spans()) {
+    if (!span.conserved) ++gauges.period_spans_unconserved;
+  }
   ledger.forEachReservation([&gauges](const Reservation& reservation) {
     ++gauges.reservations[static_cast<size_t>(reservation.state)];
   });
@@ -122,6 +129,17 @@ std::string LedgerMetrics::render(const LedgerGauges& g) const {
              "Settles that left an account's debt above the policy's maximum overdraft, summed "
              "over accounts (durable per account: never goes down, compaction included).");
   promSample(&out, "tally_ledger_overdraft_breaches", "", count(g.overdraft_breaches));
+  promHeader(&out, "tally_ledger_period_last_closed_epoch", "gauge",
+             "Accounting epoch the most recent period close ended (epochLast; 0: none yet).");
+  promSample(&out, "tally_ledger_period_last_closed_epoch", "", count(g.period_last_closed_epoch));
+  promHeader(&out, "tally_ledger_period_last_closed_timestamp_seconds", "gauge",
+             "Ledger time of the most recent period close (Unix seconds; 0: none yet).");
+  promSample(&out, "tally_ledger_period_last_closed_timestamp_seconds", "",
+             count(g.period_last_closed_at_ms / 1000));
+  promHeader(&out, "tally_ledger_period_spans_unconserved", "gauge",
+             "Closed accounting periods kept in which some account's snapshot fails the "
+             "period's equation (alert on > 0).");
+  promSample(&out, "tally_ledger_period_spans_unconserved", "", count(g.period_spans_unconserved));
   promHeader(&out, "tally_ledger_reservations", "gauge",
              "Reservations kept, by state (terminal ones until compacted after retention).");
   for (int state = 0; state < kReservationStateCount; ++state) {

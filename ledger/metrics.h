@@ -31,6 +31,11 @@ struct LedgerGauges {
   uint64_t debt_units = 0;
   // Settles that left debt above max overdraft: the accounts' durable counters, summed.
   uint64_t overdraft_breaches = 0;
+  // Accounting periods (docs/LEDGER.md): the most recent close, and kept snapshots that fail
+  // their period's equation.
+  uint64_t period_last_closed_epoch = 0;  // epochLast of the latest snapshot; 0: none yet
+  uint64_t period_last_closed_at_ms = 0;
+  uint64_t period_spans_unconserved = 0;
   std::array<uint64_t, kReservationStateCount> reservations{};  // kept, by state
   std::array<uint64_t, kShardStateCount> shards{};
   uint64_t store_bytes = 0;

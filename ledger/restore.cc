@@ -37,11 +37,14 @@ Result<RestoreSummary> restoreLedger(StoreContents contents, Ledger* ledger, uin
   for (const AccountRecord& record : contents.accounts) {
     if (Status s =
             ledger->accounts().restoreAccount(record.key, record.balances, record.refill_clock_ms,
-                                              record.refill_carry, record.breaches);
+                                              record.refill_carry, record.breaches, record.period);
         !s.isOk()) {
       return s;
     }
     ++summary.accounts;
+  }
+  for (const PeriodSnapshot& snapshot : contents.period_snapshots) {
+    if (Status s = ledger->restorePeriodSnapshot(snapshot); !s.isOk()) return s;
   }
   for (const Reservation& reservation : contents.reservations) {
     if (Status s = ledger->restoreReservation(reservation); !s.isOk()) return s;

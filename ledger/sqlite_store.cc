@@ -148,7 +148,7 @@ Status SqliteStore::openTables(int64_t* folded_seq) {
   if (!tables.isOk()) return tables.status();
   tables_ = std::move(tables).value();
   TALLY_SQLITE_RETURN_IF_ERROR(files::createOrCheckSchema(
-      *tables_, files::kTablesSchema, "reservations", files::kTablesShardSchema));
+      *tables_, files::kTablesSchema, "reservations", files::kTablesMigrations));
   TALLY_SQLITE_RETURN_IF_ERROR(tables_->prepare(files::kTablesStatementSql));
   std::optional<int64_t> folded;
   TALLY_SQLITE_RETURN_IF_ERROR(files::readMeta(tables_->db(), (*tables_)[files::kTablesGetMeta],
@@ -183,7 +183,8 @@ Status SqliteStore::openLog(int64_t folded_seq) {
                                             ": the log after it is lost; refusing to start");
         }));
   }
-  TALLY_SQLITE_RETURN_IF_ERROR(files::createOrCheckSchema(*log_, files::kLogSchema, "log"));
+  TALLY_SQLITE_RETURN_IF_ERROR(
+      files::createOrCheckSchema(*log_, files::kLogSchema, "log", files::kLogMigrations));
   TALLY_SQLITE_RETURN_IF_ERROR(log_->prepare(files::kLogStatementSql));
   std::optional<int64_t> trimmed;
   TALLY_SQLITE_RETURN_IF_ERROR(

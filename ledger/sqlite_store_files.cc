@@ -183,6 +183,58 @@ Status writeShardRows(const sqlite::Connection& tables, const StoreBatch& net) {
   return Status::ok();
 }
 
+Status bindPeriodKey(sqlite3* db, sqlite3_stmt* stmt, const AccountKey& key, uint64_t epoch_first,
+                     const char* op) {
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 1, key.subject, op));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 2, key.route, op));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db, stmt, 3, static_cast<int64_t>(key.generation), op));
+  return bindInt64(db, stmt, 4, static_cast<int64_t>(epoch_first), op);
+}
+
+// Deletions first: within one fold they never name an upserted key (BatchFolder).
+Status writePeriodSnapshots(const sqlite::Connection& tables, const StoreBatch& net) {
+  sqlite3* db = tables.db();
+  for (const PeriodKey& key : net.deleted_period_snapshots) {
+    sqlite3_stmt* stmt = tables[kTablesDeletePeriodSnapshot];
+    ResetOnExit reset(stmt);
+    const char* op = "fold period snapshot deletion";
+    TALLY_SQLITE_RETURN_IF_ERROR(bindPeriodKey(db, stmt, key.key, key.epoch_first, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+  }
+  for (const PeriodSnapshot& snapshot : net.period_snapshots) {
+    const Blob blob = encodePeriodSnapshotRecord(snapshot);
+    sqlite3_stmt* stmt = tables[kTablesUpsertPeriodSnapshot];
+    ResetOnExit reset(stmt);
+    const char* op = "fold period snapshot";
+    TALLY_SQLITE_RETURN_IF_ERROR(bindPeriodKey(db, stmt, snapshot.key, snapshot.epoch_first, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindBlob(db, stmt, 5, blobBytes(blob), op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+  }
+  return Status::ok();
+}
+
+Status readPeriodSnapshots(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max,
+                           std::map<PeriodKey, PeriodSnapshot>* out) {
+  return forEachRow(db, stmt, "read period snapshots", [&](sqlite3_stmt* row) -> Status {
+    PeriodKey key{.key = {.subject = columnText(row, 0),
+                          .route = columnText(row, 1),
+                          .generation = static_cast<Generation>(sqlite3_column_int64(row, 2))},
+                  .epoch_first = static_cast<uint64_t>(sqlite3_column_int64(row, 3))};
+    const std::string where = "period_snapshots (" + key.key.subject + ", " + key.key.route + ", " +
+                              std::to_string(key.key.generation) + ", " +
+                              std::to_string(key.epoch_first) + ")";
+    std::span<const uint8_t> body = columnBlob(row, 4);
+    TALLY_SQLITE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
+    Result<PeriodSnapshot> record = decodePeriodSnapshotRecord(body);
+    if (!record.isOk()) return Status::corruption(where + ": " + record.status().message());
+    if (record.value().key != key.key || record.value().epoch_first != key.epoch_first) {
+      return Status::corruption(where + ": body holds another key");
+    }
+    (*out)[std::move(key)] = std::move(record).value();
+    return Status::ok();
+  });
+}
+
 Status writePolicies(const sqlite::Connection& tables, const StoreBatch& net) {
   sqlite3* db = tables.db();
   sqlite3_stmt* stmt = tables[kTablesUpsertPolicy];
@@ -270,6 +322,13 @@ void LogFold::apply(StoreBatch&& batch) {
     SubjectRoute key = record.key;
     fences[std::move(key)] = std::move(record);
   }
+  for (PeriodKey& key : batch.deleted_period_snapshots) {
+    period_snapshots[std::move(key)] = std::nullopt;
+  }
+  for (PeriodSnapshot& snapshot : batch.period_snapshots) {
+    PeriodKey key{.key = snapshot.key, .epoch_first = snapshot.epoch_first};
+    period_snapshots[std::move(key)] = std::move(snapshot);
+  }
   ledger_clock_ms = std::max(ledger_clock_ms, batch.ledger_clock_ms);
   shard_sequence = std::max(shard_sequence, batch.shard_sequence);
 }
@@ -352,7 +411,7 @@ Status setMetaMax(sqlite3* db, sqlite3_stmt* set_max, const char* key, int64_t v
 
 Status createOrCheckSchema(const sqlite::Connection& connection,
                            std::span<const char* const> schema, const char* marker_table,
-                           std::span<const char* const> migration) {
+                           std::span<const Migration> migrations) {
   sqlite3* db = connection.db();
   const std::string& path = connection.path();
   TALLY_SQLITE_RETURN_IF_ERROR(sqlite::execSql(db, "BEGIN IMMEDIATE", "begin schema setup"));
@@ -383,9 +442,13 @@ Status createOrCheckSchema(const sqlite::Connection& connection,
                               }
                               return Status::ok();
                             }));
-      if (version == kPreviousSchemaVersion && has_marker) {
-        for (const char* statement : migration) {
-          TALLY_SQLITE_RETURN_IF_ERROR(sqlite::execSql(db, statement, statement));
+      if (version && *version >= kOldestMigratedSchemaVersion && *version < kSchemaVersion &&
+          has_marker) {
+        for (const Migration& step : migrations) {
+          if (step.from_version < *version) continue;
+          for (const char* statement : step.statements) {
+            TALLY_SQLITE_RETURN_IF_ERROR(sqlite::execSql(db, statement, statement));
+          }
         }
         const std::string bump = std::string("UPDATE meta SET value = ") +
                                  std::to_string(kSchemaVersion) + " WHERE key = '" +
@@ -426,6 +489,7 @@ Status writeFold(const sqlite::Connection& tables, StoreBatch* net, int64_t last
   TALLY_SQLITE_RETURN_IF_ERROR(writeAccounts(tables, *net));
   TALLY_SQLITE_RETURN_IF_ERROR(writeReservations(tables, net));
   TALLY_SQLITE_RETURN_IF_ERROR(writeShardRows(tables, *net));
+  TALLY_SQLITE_RETURN_IF_ERROR(writePeriodSnapshots(tables, *net));
   sqlite3* db = tables.db();
   sqlite3_stmt* set_max = tables[kTablesSetMetaMax];
   TALLY_SQLITE_RETURN_IF_ERROR(
@@ -450,6 +514,8 @@ Status readTables(const sqlite::Connection& tables, uint64_t bytes_max, TablesIm
       db, tables[kTablesSelectShards], bytes_max, "shards", decodeShardRecord,
       [](const ShardRecord& record) { return record.grant.shard_id; }, &image->shards));
   TALLY_SQLITE_RETURN_IF_ERROR(readFences(db, tables[kTablesSelectFences], &image->fences));
+  TALLY_SQLITE_RETURN_IF_ERROR(readPeriodSnapshots(db, tables[kTablesSelectPeriodSnapshots],
+                                                   bytes_max, &image->period_snapshots));
   std::optional<int64_t> shard_sequence;
   TALLY_SQLITE_RETURN_IF_ERROR(
       readMeta(db, tables[kTablesGetMeta], kMetaShardSequence, &shard_sequence));
@@ -493,6 +559,17 @@ StoreContents mergeContents(TablesImage image, LogFold fold) {
   for (auto& [id, record] : image.shards) contents.shards.push_back(std::move(record));
   for (auto& [key, record] : image.fences) contents.fences.push_back(std::move(record));
   contents.shard_sequence = std::max(image.shard_sequence, fold.shard_sequence);
+  for (auto& [key, record] : fold.period_snapshots) {
+    if (record) {
+      image.period_snapshots[key] = std::move(*record);
+    } else {
+      image.period_snapshots.erase(key);
+    }
+  }
+  contents.period_snapshots.reserve(image.period_snapshots.size());
+  for (auto& [key, record] : image.period_snapshots) {
+    contents.period_snapshots.push_back(std::move(record));
+  }
   return contents;
 }
 

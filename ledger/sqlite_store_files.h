@@ -23,18 +23,25 @@
 //
 //   DIR/ledger.db  meta(schema_version, trimmed_seq)     log(seq, body): one StoreBatchV1 each
 //   DIR/tables.db  meta(schema_version, folded_seq,      policies, accounts, reservations,
-//                       ledger_clock_ms, shard_sequence) gateways, shards, fences: the latest
-//                                                        image of each row, folded from log
+//                       ledger_clock_ms, shard_sequence) gateways, shards, fences,
+//                                                        period_snapshots: the latest image
+//                                                        of each row, folded from log
 //
 // Invariant across the files: trimmed_seq <= folded_seq, and ledger.db holds every log row with
 // seq > trimmed_seq, in one contiguous run.
 
 namespace tally::ledger::store_files {
 
-inline constexpr int64_t kSchemaVersion = 3;
-// The version this build migrates from: 2 lacked the shard tables (gateways, shards, fences)
-// and meta.shard_sequence; opening a version-2 file creates them and bumps schema_version.
-inline constexpr int64_t kPreviousSchemaVersion = 2;
+inline constexpr int64_t kSchemaVersion = 4;
+// The versions this build migrates from, oldest first, each by its Migration's statements:
+// 2 lacked the shard tables (gateways, shards, fences) and meta.shard_sequence; 3 lacked
+// period_snapshots (accounting-period close). Opening an older file runs every step from its
+// version on, in one transaction, and bumps schema_version.
+inline constexpr int64_t kOldestMigratedSchemaVersion = 2;
+struct Migration {
+  int64_t from_version = 0;
+  std::span<const char* const> statements;
+};
 inline constexpr const char* kMetaSchemaVersion = "schema_version";
 inline constexpr const char* kMetaTrimmedSeq = "trimmed_seq";  // ledger.db: log rows <= it gone
 inline constexpr const char* kMetaFoldedSeq = "folded_seq";    // tables.db: log rows <= it in
@@ -83,7 +90,22 @@ inline constexpr std::array<const char*, 3> kTablesShardSchema = {
     "CREATE TABLE fences(subject TEXT, route TEXT, fence INTEGER NOT NULL, "
     "PRIMARY KEY(subject, route)) WITHOUT ROWID",
 };
-inline constexpr std::array<const char*, 7> kTablesSchema = {
+// What version 4 added to tables.db: also the migration from version 3.
+inline constexpr std::array<const char*, 1> kTablesPeriodSchema = {
+    "CREATE TABLE period_snapshots(subject TEXT, route TEXT, generation INTEGER, "
+    "epoch_first INTEGER, body BLOB NOT NULL, "
+    "PRIMARY KEY(subject, route, generation, epoch_first)) WITHOUT ROWID",
+};
+inline constexpr std::array<Migration, 2> kTablesMigrations = {
+    Migration{.from_version = 2, .statements = kTablesShardSchema},
+    Migration{.from_version = 3, .statements = kTablesPeriodSchema},
+};
+// ledger.db's log is the same table in every version: only schema_version moves.
+inline constexpr std::array<Migration, 2> kLogMigrations = {
+    Migration{.from_version = 2},
+    Migration{.from_version = 3},
+};
+inline constexpr std::array<const char*, 8> kTablesSchema = {
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER)",
     "CREATE TABLE policies(generation INTEGER PRIMARY KEY, body BLOB NOT NULL)",
     "CREATE TABLE accounts(subject TEXT, route TEXT, generation INTEGER, body BLOB NOT NULL, "
@@ -92,6 +114,7 @@ inline constexpr std::array<const char*, 7> kTablesSchema = {
     kTablesShardSchema[0],
     kTablesShardSchema[1],
     kTablesShardSchema[2],
+    kTablesPeriodSchema[0],
 };
 
 enum TablesStatement : size_t {
@@ -114,6 +137,9 @@ enum TablesStatement : size_t {
   kTablesSelectShards,
   kTablesSelectFences,
   kTablesDeleteShard,
+  kTablesUpsertPeriodSnapshot,
+  kTablesDeletePeriodSnapshot,
+  kTablesSelectPeriodSnapshots,
   kTablesStatementCount,
 };
 
@@ -138,6 +164,12 @@ inline constexpr std::array<const char*, kTablesStatementCount> kTablesStatement
     "SELECT id, body FROM shards ORDER BY id",
     "SELECT subject, route, fence FROM fences ORDER BY subject, route",
     "DELETE FROM shards WHERE id = ?1",
+    "INSERT OR REPLACE INTO period_snapshots(subject, route, generation, epoch_first, body) "
+    "VALUES(?1, ?2, ?3, ?4, ?5)",
+    "DELETE FROM period_snapshots WHERE subject = ?1 AND route = ?2 AND generation = ?3 AND "
+    "epoch_first = ?4",
+    "SELECT subject, route, generation, epoch_first, body FROM period_snapshots "
+    "ORDER BY subject, route, generation, epoch_first",
 };
 
 // --- Folding ------------------------------------------------------------------------------------
@@ -153,6 +185,7 @@ struct LogFold {
   std::map<std::string, GatewayRecord> gateways;
   std::map<std::string, std::optional<ShardRecord>> shards;  // nullopt: deleted
   std::map<SubjectRoute, FenceRecord> fences;
+  std::map<PeriodKey, std::optional<PeriodSnapshot>> period_snapshots;  // nullopt: deleted
   uint64_t ledger_clock_ms = 0;
   uint64_t shard_sequence = 0;
   int64_t first_seq = 0;  // 0 while empty
@@ -181,11 +214,12 @@ Status setMetaMax(sqlite3* db, sqlite3_stmt* set_max, const char* key, int64_t v
 
 // Creates `schema` and schema_version in a new file, or checks an existing file: it must hold
 // `marker_table` and schema_version kSchemaVersion (kFailedPrecondition otherwise, naming the
-// version found). A file at kPreviousSchemaVersion is migrated in the same transaction: the
-// statements of `migration` run and schema_version becomes kSchemaVersion.
+// version found). A file at an older version that `migrations` covers is migrated in the same
+// transaction: the statements of every step from its version on run, in order, and
+// schema_version becomes kSchemaVersion.
 Status createOrCheckSchema(const sqlite::Connection& connection,
                            std::span<const char* const> schema, const char* marker_table,
-                           std::span<const char* const> migration = {});
+                           std::span<const Migration> migrations);
 
 // --- tables.db ----------------------------------------------------------------------------------
 
@@ -203,6 +237,7 @@ struct TablesImage {
   std::map<std::string, GatewayRecord> gateways;
   std::map<std::string, ShardRecord> shards;
   std::map<SubjectRoute, FenceRecord> fences;
+  std::map<PeriodKey, PeriodSnapshot> period_snapshots;
   uint64_t ledger_clock_ms = 0;
   uint64_t shard_sequence = 0;
   int64_t folded_seq = 0;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/account.h"
+#include "core/period_close.h"
 #include "core/policy.h"
 #include "core/reservation.h"
 #include "core/shard_record.h"
@@ -42,6 +43,7 @@ struct AccountRecord {
   uint64_t refill_clock_ms = 0;
   uint64_t refill_carry = 0;
   OverdraftBreaches breaches;
+  PeriodState period;  // the accounting period open now (all zero: stored before periods)
 
   bool operator==(const AccountRecord&) const = default;
 };
@@ -57,11 +59,15 @@ struct StoreBatch {
   std::vector<FenceRecord> fences;
   uint64_t shard_sequence = 0;  // the last shard sequence number used; load() keeps the highest
   std::vector<std::string> deleted_shards;  // compacted; ids are never reused
+  // Closed accounting periods, in the batch that moved their accounts to the next period.
+  // Deletions apply before the upserts; the two never name the same key in one batch.
+  std::vector<PeriodSnapshot> period_snapshots;
+  std::vector<PeriodKey> deleted_period_snapshots;  // beyond limits::kPeriodSnapshotsKept
 
   bool empty() const {
     return policies.empty() && accounts.empty() && reservations.empty() &&
            deleted_reservations.empty() && gateways.empty() && shards.empty() && fences.empty() &&
-           deleted_shards.empty();
+           deleted_shards.empty() && period_snapshots.empty() && deleted_period_snapshots.empty();
   }
 };
 
@@ -74,6 +80,7 @@ struct StoreContents {
   std::vector<ShardRecord> shards;      // ascending id
   std::vector<FenceRecord> fences;      // ascending subject/route
   uint64_t shard_sequence = 0;
+  std::vector<PeriodSnapshot> period_snapshots;  // ascending (key, epoch_first)
 };
 
 class Store {

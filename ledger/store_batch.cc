@@ -21,7 +21,8 @@ StoreBatch storeBatchOf(const Ledger& ledger, LedgerChangedRows* rows, uint64_t 
                                            .balances = entry->account.balances(),
                                            .refill_clock_ms = entry->account.refillClockMs(),
                                            .refill_carry = entry->account.refillCarry(),
-                                           .breaches = entry->account.breaches()});
+                                           .breaches = entry->account.breaches(),
+                                           .period = entry->period});
   }
   batch.reservations.reserve(rows->reservations_upserted.size());
   for (const Reservation* reservation : rows->reservations_upserted) {
@@ -34,6 +35,11 @@ StoreBatch storeBatchOf(const Ledger& ledger, LedgerChangedRows* rows, uint64_t 
   batch.fences = shards.fences;
   batch.shard_sequence = shards.shard_sequence;
   batch.deleted_shards = shards.deleted_shards;
+  batch.period_snapshots.reserve(rows->period_snapshots.size());
+  for (const PeriodSnapshot* snapshot : rows->period_snapshots) {
+    batch.period_snapshots.push_back(*snapshot);
+  }
+  batch.deleted_period_snapshots = std::move(rows->period_snapshots_deleted);
   return batch;
 }
 

@@ -20,6 +20,7 @@
 #include "schemas/store.capnp.h"
 #include "wire/codec.h"
 #include "wire/enum_mapping.h"
+#include "wire/period_codec.h"
 
 namespace tally::ledger {
 namespace {
@@ -32,6 +33,7 @@ constexpr uint64_t kWordsPerDeletion = 20;
 constexpr uint64_t kWordsPerGateway = 16;
 constexpr uint64_t kWordsPerShard = 160;
 constexpr uint64_t kWordsPerFence = 12;
+constexpr uint64_t kWordsPerPeriodSnapshot = 40;
 constexpr uint64_t kWordsOverhead = 64;
 
 // Traversal budget per packed byte. Our records pack to about half their size (ids, digests and
@@ -128,6 +130,29 @@ void buildAccount(const AccountRecord& record, schema::AccountRecordV1::Builder 
   builder.setRefillCarry(record.refill_carry);
   builder.setOverdraftBreaches(record.breaches.count);
   builder.setOverdraftBreachUnits(record.breaches.units);
+  builder.setPeriodEpochFirst(record.period.epoch_first);
+  builder.setPeriodOpenedAtMs(record.period.opened_at_ms);
+  wire::fromCore(record.period.opening, builder.initPeriodOpening());
+}
+
+void assertStorable(const AccountKey& key) {
+  TALLY_ASSERT(key.subject.size() <= limits::kSubjectBytesMax);
+  TALLY_ASSERT(key.route.size() <= limits::kRouteBytesMax);
+}
+
+void buildPeriodKey(const PeriodKey& key, schema::PeriodKeyV1::Builder builder) {
+  assertStorable(key.key);
+  builder.setSubject(textOf(key.key.subject));
+  builder.setRoute(textOf(key.key.route));
+  builder.setGeneration(key.key.generation);
+  builder.setEpochFirst(key.epoch_first);
+}
+
+void buildPeriodSnapshot(const PeriodSnapshot& snapshot,
+                         schema::PeriodSnapshotV1::Builder builder) {
+  assertStorable(snapshot.key);
+  TALLY_ASSERT(snapshot.epoch_first <= snapshot.epoch_last);
+  wire::fromCore(snapshot, builder);
 }
 
 void buildReservation(const Reservation& reservation,
@@ -220,7 +245,35 @@ Result<AccountRecord> readAccount(schema::AccountRecordV1::Reader reader) {
   record.refill_carry = reader.getRefillCarry();
   record.breaches = {.count = reader.getOverdraftBreaches(),
                      .units = reader.getOverdraftBreachUnits()};
+  record.period.epoch_first = reader.getPeriodEpochFirst();
+  record.period.opened_at_ms = reader.getPeriodOpenedAtMs();
+  // Absent in an account stored before periods existed: all zero.
+  if (Status status = wire::readBalances(reader.getPeriodOpening(), &record.period.opening);
+      !status.isOk()) {
+    return Status::corruption("account period opening: " + status.message());
+  }
   return record;
+}
+
+Result<PeriodSnapshot> readPeriodSnapshot(schema::PeriodSnapshotV1::Reader reader) {
+  PeriodSnapshot snapshot;
+  if (Status status = wire::readPeriodSnapshot(reader, &snapshot); !status.isOk()) {
+    return Status::corruption("period snapshot: " + status.message());
+  }
+  return snapshot;
+}
+
+Result<PeriodKey> readPeriodKey(schema::PeriodKeyV1::Reader reader) {
+  if (reader.getSubject().size() > limits::kSubjectBytesMax ||
+      reader.getRoute().size() > limits::kRouteBytesMax) {
+    return Status::corruption("period key: subject or route longer than allowed");
+  }
+  PeriodKey key;
+  key.key.subject.assign(reader.getSubject().begin(), reader.getSubject().size());
+  key.key.route.assign(reader.getRoute().begin(), reader.getRoute().size());
+  key.key.generation = reader.getGeneration();
+  key.epoch_first = reader.getEpochFirst();
+  return key;
 }
 
 Result<Reservation> readReservation(schema::ReservationRecordV1::Reader reader) {
@@ -356,6 +409,16 @@ Result<StoreBatch> readBatch(schema::StoreBatchV1::Reader reader) {
     }
     batch.deleted_shards.emplace_back(id.begin(), id.size());
   }
+  if (Status status =
+          readAll(reader.getPeriodSnapshots(), readPeriodSnapshot, &batch.period_snapshots);
+      !status.isOk()) {
+    return status;
+  }
+  if (Status status = readAll(reader.getDeletedPeriodSnapshots(), readPeriodKey,
+                              &batch.deleted_period_snapshots);
+      !status.isOk()) {
+    return status;
+  }
   return batch;
 }
 
@@ -367,7 +430,9 @@ Blob encodeBatch(const StoreBatch& batch) {
       kWordsPerAccount * batch.accounts.size() + kWordsPerReservation * batch.reservations.size() +
       kWordsPerDeletion * batch.deleted_reservations.size() +
       kWordsPerGateway * batch.gateways.size() + kWordsPerShard * batch.shards.size() +
-      kWordsPerFence * batch.fences.size();
+      kWordsPerFence * batch.fences.size() +
+      kWordsPerPeriodSnapshot * batch.period_snapshots.size() +
+      kWordsPerDeletion * batch.deleted_period_snapshots.size();
   capnp::MallocMessageBuilder message(static_cast<unsigned>(std::min<uint64_t>(estimate, 1 << 24)));
   auto builder = message.initRoot<schema::StoreBatchV1>();
   auto policies = builder.initPolicies(static_cast<unsigned>(batch.policies.size()));
@@ -404,7 +469,27 @@ Blob encodeBatch(const StoreBatch& batch) {
     TALLY_ASSERT(batch.deleted_shards[i].size() <= wire::kOriginBytesMax);
     deleted_shards.set(static_cast<unsigned>(i), textOf(batch.deleted_shards[i]));
   }
+  auto snapshots =
+      builder.initPeriodSnapshots(static_cast<unsigned>(batch.period_snapshots.size()));
+  for (size_t i = 0; i < batch.period_snapshots.size(); ++i) {
+    buildPeriodSnapshot(batch.period_snapshots[i], snapshots[static_cast<unsigned>(i)]);
+  }
+  auto deleted_periods = builder.initDeletedPeriodSnapshots(
+      static_cast<unsigned>(batch.deleted_period_snapshots.size()));
+  for (size_t i = 0; i < batch.deleted_period_snapshots.size(); ++i) {
+    buildPeriodKey(batch.deleted_period_snapshots[i], deleted_periods[static_cast<unsigned>(i)]);
+  }
   return finish(message);
+}
+
+Blob encodePeriodSnapshotRecord(const PeriodSnapshot& snapshot) {
+  capnp::MallocMessageBuilder message(kWordsPerPeriodSnapshot * 2);
+  buildPeriodSnapshot(snapshot, message.initRoot<schema::PeriodSnapshotV1>());
+  return finish(message);
+}
+
+Result<PeriodSnapshot> decodePeriodSnapshotRecord(std::span<const uint8_t> bytes) {
+  return withRoot<schema::PeriodSnapshotV1, PeriodSnapshot>(bytes, readPeriodSnapshot);
 }
 
 Blob encodePolicyRecord(const PolicyRecord& record) {
@@ -486,6 +571,8 @@ struct BatchFolder::Index {
   std::map<std::string_view, schema::GatewayRecordV1::Reader> gateways;
   std::map<std::string_view, std::optional<schema::ShardRecordV1::Reader>> shards;
   std::map<std::pair<std::string_view, std::string_view>, schema::FenceRecordV1::Reader> fences;
+  using PeriodKeyView = std::tuple<std::string_view, std::string_view, uint64_t, uint64_t>;
+  std::map<PeriodKeyView, std::optional<schema::PeriodSnapshotV1::Reader>> period_snapshots;
   uint64_t ledger_clock_ms = 0;
   uint64_t shard_sequence = 0;
 };
@@ -542,6 +629,19 @@ Status BatchFolder::add(Blob blob) {
       index.fences.insert_or_assign(
           std::pair{viewOf(record.getSubject()), viewOf(record.getRoute())}, record);
     }
+    // Deletions first, as for reservations.
+    for (auto key : batch.getDeletedPeriodSnapshots()) {
+      index.period_snapshots.insert_or_assign(
+          Index::PeriodKeyView{viewOf(key.getSubject()), viewOf(key.getRoute()),
+                               key.getGeneration(), key.getEpochFirst()},
+          std::nullopt);
+    }
+    for (auto record : batch.getPeriodSnapshots()) {
+      index.period_snapshots.insert_or_assign(
+          Index::PeriodKeyView{viewOf(record.getSubject()), viewOf(record.getRoute()),
+                               record.getPolicyGeneration(), record.getEpochFirst()},
+          record);
+    }
     index.ledger_clock_ms = std::max(index.ledger_clock_ms, batch.getLedgerClockMs());
     index.shard_sequence = std::max(index.shard_sequence, batch.getShardSequence());
     messages_.push_back(std::move(message));
@@ -596,6 +696,19 @@ Result<StoreBatch> BatchFolder::finish() const {
       Result<FenceRecord> record = readFence(reader);
       if (!record.isOk()) return asCorruption(record.status());
       batch.fences.push_back(std::move(record).value());
+    }
+    for (const auto& [key, reader] : index.period_snapshots) {
+      if (!reader) {
+        batch.deleted_period_snapshots.push_back(
+            PeriodKey{.key = {.subject = std::string(std::get<0>(key)),
+                              .route = std::string(std::get<1>(key)),
+                              .generation = std::get<2>(key)},
+                      .epoch_first = std::get<3>(key)});
+        continue;
+      }
+      Result<PeriodSnapshot> record = readPeriodSnapshot(*reader);
+      if (!record.isOk()) return asCorruption(record.status());
+      batch.period_snapshots.push_back(std::move(record).value());
     }
   } catch (const kj::Exception& exception) {
     return Status::corruption(std::string("malformed message: ") +

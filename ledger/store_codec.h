@@ -36,6 +36,7 @@ Blob encodeAccountRecord(const AccountRecord& record);
 Blob encodeReservationRecord(const Reservation& reservation);
 Blob encodeGatewayRecord(const GatewayRecord& record);
 Blob encodeShardRecord(const ShardRecord& record);
+Blob encodePeriodSnapshotRecord(const PeriodSnapshot& snapshot);  // Protocol.PeriodSnapshotV1
 
 Result<StoreBatch> decodeBatch(std::span<const uint8_t> bytes);
 Result<PolicyRecord> decodePolicyRecord(std::span<const uint8_t> bytes);
@@ -43,6 +44,7 @@ Result<AccountRecord> decodeAccountRecord(std::span<const uint8_t> bytes);
 Result<Reservation> decodeReservationRecord(std::span<const uint8_t> bytes);
 Result<GatewayRecord> decodeGatewayRecord(std::span<const uint8_t> bytes);
 Result<ShardRecord> decodeShardRecord(std::span<const uint8_t> bytes);
+Result<PeriodSnapshot> decodePeriodSnapshotRecord(std::span<const uint8_t> bytes);
 
 // Folds a run of encoded batches (oldest first) into their net effect: the latest image of every
 // row they touch, and the reservation ids whose last change deleted them. Superseded images are

@@ -78,6 +78,10 @@ struct ReportOperationRequest {
 struct AuditRequest {
   subject @0 :Text;                # empty: every subject
   route @1 :Text;                  # empty: every route
+  # Closed accounting periods (docs/LEDGER.md "Accounting periods") instead of current balances:
+  period @2 :UInt64;               # with periodSet: every account's closed period covering it
+  periodSet @3 :Bool;
+  listPeriods @4 :Bool;            # the list of closed periods kept (closedPeriods)
 }
 
 struct HealthRequest {}
@@ -259,6 +263,47 @@ struct AuditReply {
   violations @2 :List(Text);       # human-readable, empty when conserved
   shards @3 :List(ShardAudit);
   asOfMs @4 :UInt64;               # ledger time the balances are as of (refill applied up to it)
+  periodEpoch @5 :UInt64;          # with periodSet: the epoch asked for
+  periodSet @6 :Bool;
+  periodSnapshots @7 :List(PeriodSnapshotV1);  # sorted by subject, route, generation
+  closedPeriods @8 :List(ClosedPeriodV1);      # listPeriods only, ascending
+}
+
+struct BalancesV1 {
+  # core Balances: SPEC §4's terms, cumulative except available, reserved, retiredForEmergency.
+  opening @0 :UInt64;
+  minted @1 :UInt64;
+  overdraftIssued @2 :UInt64;
+  available @3 :UInt64;
+  reserved @4 :UInt64;
+  spent @5 :UInt64;
+  retiredForEmergency @6 :UInt64;
+  overdraftRepaid @7 :UInt64;
+  transferredOut @8 :UInt64;
+}
+
+struct PeriodSnapshotV1 {
+  # One account's closed accounting period (core PeriodSnapshot): its balances at the period's
+  # start and at its close; the period's activity is their difference. Also the store's record.
+  subject @0 :Text;
+  route @1 :Text;
+  policyGeneration @2 :UInt64;
+  accountingEpoch @3 :Budget.EpochPeriod;
+  epochFirst @4 :UInt64;           # epochs [epochFirst, epochLast]: more than one after a gap
+  epochLast @5 :UInt64;
+  openedAtMs @6 :UInt64;
+  closedAtMs @7 :UInt64;
+  opening @8 :BalancesV1;
+  closing @9 :BalancesV1;
+  conserved @10 :Bool;             # both ends conserve and the period's equation holds
+}
+
+struct ClosedPeriodV1 {
+  accountingEpoch @0 :Budget.EpochPeriod;
+  epochFirst @1 :UInt64;
+  epochLast @2 :UInt64;
+  accounts @3 :UInt64;             # snapshots kept for this span
+  conserved @4 :Bool;
 }
 
 struct HealthReply {
@@ -276,6 +321,7 @@ enum ErrorCode {
   unavailable @5;                  # retry later (e.g. the ledger is unreachable)
   internal @6;
   permissionDenied @7;             # agent: the peer's uid/gid is not allowed
+  notFound @8;                     # ledger: e.g. no closed accounting period covers that epoch
 }
 
 struct ErrorReply {

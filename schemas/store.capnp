@@ -42,6 +42,10 @@ struct AccountRecordV1 {
   refillCarry @13 :UInt64;
   overdraftBreaches @14 :UInt64;     # core OverdraftBreaches: settles that left debt above
   overdraftBreachUnits @15 :UInt64;  # max overdraft, and the debt beyond it summed over them
+  # core PeriodState: the accounting period open now (all zero: stored before periods existed).
+  periodEpochFirst @16 :UInt64;
+  periodOpenedAtMs @17 :UInt64;
+  periodOpening @18 :Protocol.BalancesV1;
 }
 
 struct ReservationRecordV1 {
@@ -63,6 +67,15 @@ struct StoreBatchV1 {
   fences @7 :List(FenceRecordV1);
   shardSequence @8 :UInt64;        # the last shard sequence number used (never decreases)
   deletedShards @9 :List(Text);    # compacted after retention (ids are never reused)
+  periodSnapshots @10 :List(Protocol.PeriodSnapshotV1);  # closed accounting periods
+  deletedPeriodSnapshots @11 :List(PeriodKeyV1);         # beyond retention
+}
+
+struct PeriodKeyV1 {
+  subject @0 :Text;
+  route @1 :Text;
+  generation @2 :UInt64;
+  epochFirst @3 :UInt64;
 }
 
 struct GatewayRecordV1 {

@@ -11,6 +11,7 @@
 #include "wire/enum_mapping.h"
 #include "wire/field_codec.h"
 #include "wire/frame.h"
+#include "wire/period_codec.h"
 
 namespace tally::wire {
 namespace {
@@ -236,6 +237,8 @@ Result<AuditRequest> readAudit(schema::AuditRequest::Reader reader) {
       readText(reader.getSubject(), limits::kSubjectBytesMax, "subject", &out.subject));
   TALLY_WIRE_RETURN_IF_ERROR(
       readText(reader.getRoute(), limits::kRouteBytesMax, "route", &out.route));
+  if (reader.getPeriodSet()) out.period = reader.getPeriod();
+  out.list_periods = reader.getListPeriods();
   return out;
 }
 
@@ -385,6 +388,25 @@ Result<AuditReport> readAuditReply(schema::AuditReply::Reader reader) {
     Result<ShardLedgerView> shard = toCore(shards[i]);
     if (!shard.isOk()) return withContext(shard.status(), "shards[" + std::to_string(i) + "]");
     out.shards.push_back(std::move(shard).value());
+  }
+  if (reader.getPeriodSet()) out.period_epoch = reader.getPeriodEpoch();
+  auto snapshots = reader.getPeriodSnapshots();
+  TALLY_WIRE_RETURN_IF_ERROR(
+      checkListSize(snapshots.size(), limits::kAccountsMax, "periodSnapshots"));
+  out.period_snapshots.resize(snapshots.size());
+  for (uint32_t i = 0; i < snapshots.size(); ++i) {
+    if (Status status = readPeriodSnapshot(snapshots[i], &out.period_snapshots[i]);
+        !status.isOk()) {
+      return withContext(status, "periodSnapshots[" + std::to_string(i) + "]");
+    }
+  }
+  auto periods = reader.getClosedPeriods();
+  TALLY_WIRE_RETURN_IF_ERROR(checkListSize(periods.size(), limits::kAccountsMax, "closedPeriods"));
+  out.closed_periods.resize(periods.size());
+  for (uint32_t i = 0; i < periods.size(); ++i) {
+    if (Status status = readClosedPeriod(periods[i], &out.closed_periods[i]); !status.isOk()) {
+      return withContext(status, "closedPeriods[" + std::to_string(i) + "]");
+    }
   }
   return out;
 }
@@ -676,6 +698,11 @@ void fromCore(const ReportOperationRequest& request,
 void fromCore(const AuditRequest& request, schema::AuditRequest::Builder builder) {
   builder.setSubject(textOf(request.subject));
   builder.setRoute(textOf(request.route));
+  if (request.period) {
+    builder.setPeriod(*request.period);
+    builder.setPeriodSet(true);
+  }
+  builder.setListPeriods(request.list_periods);
 }
 
 void fromCore(const PublishPolicyRequest& request, schema::PublishPolicyRequest::Builder builder) {
@@ -778,6 +805,19 @@ void fromCore(const AuditReport& report, schema::AuditReply::Builder builder) {
   auto shards = builder.initShards(static_cast<capnp::uint>(report.shards.size()));
   for (size_t i = 0; i < report.shards.size(); ++i) {
     fromCore(report.shards[i], shards[static_cast<capnp::uint>(i)]);
+  }
+  if (report.period_epoch) {
+    builder.setPeriodEpoch(*report.period_epoch);
+    builder.setPeriodSet(true);
+  }
+  auto snapshots =
+      builder.initPeriodSnapshots(static_cast<capnp::uint>(report.period_snapshots.size()));
+  for (size_t i = 0; i < report.period_snapshots.size(); ++i) {
+    fromCore(report.period_snapshots[i], snapshots[static_cast<capnp::uint>(i)]);
+  }
+  auto periods = builder.initClosedPeriods(static_cast<capnp::uint>(report.closed_periods.size()));
+  for (size_t i = 0; i < report.closed_periods.size(); ++i) {
+    fromCore(report.closed_periods[i], periods[static_cast<capnp::uint>(i)]);
   }
 }
 

@@ -95,6 +95,7 @@ std::optional<ErrorCode> enumToCore(schema::ErrorCode value) {
     case W::UNAVAILABLE: return ErrorCode::kUnavailable;
     case W::INTERNAL: return ErrorCode::kInternal;
     case W::PERMISSION_DENIED: return ErrorCode::kPermissionDenied;
+    case W::NOT_FOUND: return ErrorCode::kNotFound;
   }
   return std::nullopt;  // a raw value beyond the schema
 }
@@ -203,6 +204,7 @@ schema::ErrorCode enumFromCore(ErrorCode value) {
     case ErrorCode::kUnavailable: return W::UNAVAILABLE;
     case ErrorCode::kInternal: return W::INTERNAL;
     case ErrorCode::kPermissionDenied: return W::PERMISSION_DENIED;
+    case ErrorCode::kNotFound: return W::NOT_FOUND;
   }
   TALLY_UNREACHABLE();
 }

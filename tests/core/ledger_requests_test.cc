@@ -518,6 +518,7 @@ TEST(TickOutcomeTest, EveryCounterIsAChange) {
   EXPECT_TRUE(TickOutcome{.compacted = 1}.changed());
   EXPECT_TRUE(TickOutcome{.shards_reminted = 1}.changed());
   EXPECT_TRUE(TickOutcome{.shards_compacted = 1}.changed());
+  EXPECT_TRUE(TickOutcome{.periods_closed = 1}.changed());
 }
 
 }  // namespace

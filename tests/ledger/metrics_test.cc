@@ -62,5 +62,32 @@ TEST(LedgerGauges, OverdraftBreachesCountSettlesPerAccountAndSurviveCompaction) 
   EXPECT_NE(rendered.find("\ntally_ledger_overdraft_breaches 2\n"), std::string::npos) << rendered;
 }
 
+TEST(LedgerGauges, TheLastPeriodCloseIsExported) {
+  constexpr uint64_t kHourMs = 3'600'000;
+  Ledger ledger;
+  const Budget budget{.subject_pattern = "tenant-*",
+                      .route = "/v1/chat",
+                      .unit = "tokens",
+                      .burst = 1'000,
+                      .max_single_reservation = 1'000,
+                      .hold_ttl_ms = 30'000,
+                      .hard_execution_limit_ms = 60'000};
+  ASSERT_EQ(ledger.publishPolicy(Policy{.budgets = {budget}}, kT0).code, ReplyCode::kOk);
+  ASSERT_EQ(ledger.reserve(reserveOf("a", "tenant-1", 10), kT0).code, ReplyCode::kOk);
+  EXPECT_EQ(ledgerGauges(ledger, kT0).period_last_closed_epoch, 0u);
+  const uint64_t closed_at = (kT0 / kHourMs + 1) * kHourMs + 250;
+  ASSERT_EQ(ledger.tick(closed_at).periods_closed, 1u);
+  const LedgerGauges gauges = ledgerGauges(ledger, closed_at);
+  EXPECT_EQ(gauges.period_last_closed_epoch, kT0 / kHourMs);
+  EXPECT_EQ(gauges.period_last_closed_at_ms, closed_at);
+  EXPECT_EQ(gauges.period_spans_unconserved, 0u);
+  const std::string rendered = LedgerMetrics().render(gauges);
+  EXPECT_NE(rendered.find("\ntally_ledger_period_last_closed_epoch " +
+                          std::to_string(kT0 / kHourMs) + "\n"),
+            std::string::npos)
+      << rendered;
+  EXPECT_NE(rendered.find("\ntally_ledger_period_spans_unconserved 0\n"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tally::ledger

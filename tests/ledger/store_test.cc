@@ -858,7 +858,7 @@ TEST_F(StoreTest, SchemaVersion1IsRefusedWithAClearMessage) {
   ASSERT_FALSE(store.isOk());
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   const std::string& message = store.status().message();
-  EXPECT_NE(message.find("ledger.db has schema_version 1; this build reads only 3"),
+  EXPECT_NE(message.find("ledger.db has schema_version 1; this build reads only 4"),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("there is no migration"), std::string::npos) << message;
@@ -1029,16 +1029,16 @@ TEST_F(StoreTest, OtherSchemaVersionIsRefused) {
   }
   for (const std::string& path : {dbPath(), tablesPath()}) {
     SCOPED_TRACE(path);
-    rawSql(path, "UPDATE meta SET value = 4 WHERE key = 'schema_version'", nullptr);
+    rawSql(path, "UPDATE meta SET value = 5 WHERE key = 'schema_version'", nullptr);
     Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
     ASSERT_FALSE(store.isOk());
     EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(
-        store.status().message().find(path + " has schema_version 4; this build reads only 3"),
+        store.status().message().find(path + " has schema_version 5; this build reads only 4"),
         std::string::npos)
         << store.status().toString();
     // Refusing changed nothing: with the version restored, the data is all there.
-    rawSql(path, "UPDATE meta SET value = 3 WHERE key = 'schema_version'", nullptr);
+    rawSql(path, "UPDATE meta SET value = 4 WHERE key = 'schema_version'", nullptr);
   }
   auto reopened = openOrDie(dataDir());
   ASSERT_NE(reopened, nullptr);
@@ -1273,14 +1273,15 @@ TEST_F(StoreTest, DataDirOfSchemaVersion2IsMigrated) {
   }
   // Turn the dir back into what the build before emergency shards wrote.
   execSql(tablesPath(), {"DROP TABLE gateways", "DROP TABLE shards", "DROP TABLE fences",
+                         "DROP TABLE period_snapshots",
                          "UPDATE meta SET value = 2 WHERE key = 'schema_version'"});
   execSql(dbPath(), {"UPDATE meta SET value = 2 WHERE key = 'schema_version'"});
   ASSERT_EQ(schemaVersionOf(tablesPath()), 2);
   {
     auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
     ASSERT_NE(store, nullptr);
-    EXPECT_EQ(schemaVersionOf(tablesPath()), 3);
-    EXPECT_EQ(schemaVersionOf(dbPath()), 3);
+    EXPECT_EQ(schemaVersionOf(tablesPath()), SqliteStore::kSchemaVersion);
+    EXPECT_EQ(schemaVersionOf(dbPath()), SqliteStore::kSchemaVersion);
     StoreContents contents = loadOrDie(store.get());
     expectContents(contents, model);
     expectShardContents(contents, {}, {}, {}, 0);
@@ -1299,6 +1300,135 @@ TEST_F(StoreTest, DataDirOfSchemaVersion2IsMigrated) {
   expectShardContents(contents, {makeGateway("gw-a", 1, true)}, {makeShard(1, ShardState::kIssued)},
                       {}, 1);
   EXPECT_EQ(contents.reservations.size(), model.reservations.size());
+}
+
+PeriodSnapshot makeSnapshot(const std::string& subject, uint64_t epoch_first, uint64_t n) {
+  return PeriodSnapshot{.key = {.subject = subject, .route = "/v1/chat", .generation = 1},
+                        .epoch_period = n % 2 == 0 ? EpochPeriod::kHour : EpochPeriod::kDay,
+                        .epoch_first = epoch_first,
+                        .epoch_last = epoch_first + n,
+                        .opened_at_ms = 1'700'000'000'000 + n,
+                        .closed_at_ms = 1'700'000'100'000 + n,
+                        .opening = {.opening = 1000, .available = 1000 - n, .spent = n},
+                        .closing = {.opening = 1000,
+                                    .minted = 5 + n,
+                                    .overdraft_issued = 3,
+                                    .available = 900,
+                                    .reserved = 7,
+                                    .spent = 101 + n,
+                                    .retired_for_emergency = 0,
+                                    .overdraft_repaid = 0,
+                                    .transferred_out = 0},
+                        .conserved = n % 3 != 0};
+}
+
+AccountRecord withPeriod(AccountRecord record, uint64_t epoch_first) {
+  record.period = PeriodState{.epoch_first = epoch_first,
+                              .opened_at_ms = 1'700'000'000'000 + epoch_first,
+                              .opening = record.balances};
+  record.period.opening.spent -= 1;
+  return record;
+}
+
+TEST_F(StoreTest, PeriodSnapshotsAndAccountPeriodsRoundTripThroughTheLogAndTheTables) {
+  const AccountRecord account = withPeriod(makeAccount("tenant-1", 1, 3), 472'223);
+  const PeriodSnapshot first = makeSnapshot("tenant-1", 472'220, 1);
+  const PeriodSnapshot second = makeSnapshot("tenant-1", 472'222, 2);
+  const PeriodSnapshot other = makeSnapshot("tenant-2", 472'222, 3);
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(
+        store
+            ->commit(
+                {.accounts = {account}, .ledger_clock_ms = 10, .period_snapshots = {first, second}})
+            .isOk());
+    StoreContents contents = loadOrDie(store.get());  // from the log
+    ASSERT_EQ(contents.accounts.size(), 1u);
+    EXPECT_EQ(contents.accounts[0], account);
+    EXPECT_EQ(contents.period_snapshots, (std::vector<PeriodSnapshot>{first, second}));
+    ASSERT_TRUE(store->checkpoint().isOk());  // folded into tables.db
+    // The next batch drops the oldest and adds another account's; it stays in the log.
+    ASSERT_TRUE(store
+                    ->commit({.ledger_clock_ms = 20,
+                              .period_snapshots = {other},
+                              .deleted_period_snapshots = {{.key = first.key,
+                                                            .epoch_first = first.epoch_first}}})
+                    .isOk());
+    contents = loadOrDie(store.get());
+    EXPECT_EQ(contents.period_snapshots, (std::vector<PeriodSnapshot>{second, other}));
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    SCOPED_TRACE(pass);
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    const StoreContents contents = loadOrDie(store.get());
+    EXPECT_EQ(contents.period_snapshots, (std::vector<PeriodSnapshot>{second, other}));
+    ASSERT_EQ(contents.accounts.size(), 1u);
+    EXPECT_EQ(contents.accounts[0].period, account.period);
+    ASSERT_TRUE(store->checkpoint().isOk());  // the second pass reads it all from tables.db
+  }
+}
+
+TEST_F(StoreTest, APeriodSnapshotBodyUnderAnotherKeyIsCorruption) {
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(
+        store->commit({.ledger_clock_ms = 1, .period_snapshots = {makeSnapshot("tenant-1", 5, 1)}})
+            .isOk());
+    ASSERT_TRUE(store->checkpoint().isOk());
+  }
+  execSql(tablesPath(), {"UPDATE period_snapshots SET epoch_first = 6"});
+  auto store = openOrDie(dataDir());
+  ASSERT_NE(store, nullptr);
+  Result<StoreContents> loaded = store->load();
+  ASSERT_FALSE(loaded.isOk());
+  EXPECT_EQ(loaded.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(loaded.status().message().find("period_snapshots (tenant-1, /v1/chat, 1, 6)"),
+            std::string::npos)
+      << loaded.status().toString();
+}
+
+TEST_F(StoreTest, DataDirOfSchemaVersion3IsMigrated) {
+  Model model;
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->commit(crashBatch(1)).isOk());
+    ASSERT_TRUE(store->checkpoint().isOk());           // folded into tables.db
+    ASSERT_TRUE(store->commit(crashBatch(2)).isOk());  // and one left in the log
+    model.apply(crashBatch(1));
+    model.apply(crashBatch(2));
+  }
+  // Turn the dir back into what the build before accounting periods wrote (its account records
+  // had no period fields: they read as zero, which crashBatch's accounts are).
+  execSql(tablesPath(), {"DROP TABLE period_snapshots",
+                         "UPDATE meta SET value = 3 WHERE key = 'schema_version'"});
+  execSql(dbPath(), {"UPDATE meta SET value = 3 WHERE key = 'schema_version'"});
+  ASSERT_EQ(schemaVersionOf(tablesPath()), 3);
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(schemaVersionOf(tablesPath()), 4);
+    EXPECT_EQ(schemaVersionOf(dbPath()), 4);
+    StoreContents contents = loadOrDie(store.get());
+    expectContents(contents, model);
+    EXPECT_TRUE(contents.period_snapshots.empty());
+    for (const AccountRecord& account : contents.accounts) EXPECT_EQ(account.period, PeriodState{});
+    // The new table works.
+    ASSERT_TRUE(
+        store->commit({.ledger_clock_ms = 30, .period_snapshots = {makeSnapshot("counter", 9, 2)}})
+            .isOk());
+    ASSERT_TRUE(store->checkpoint().isOk());
+  }
+  auto store = openOrDie(dataDir());
+  ASSERT_NE(store, nullptr);
+  const StoreContents contents = loadOrDie(store.get());
+  EXPECT_EQ(contents.period_snapshots,
+            (std::vector<PeriodSnapshot>{makeSnapshot("counter", 9, 2)}));
+  model.apply(StoreBatch{.ledger_clock_ms = 30});
+  expectContents(contents, model);
 }
 
 }  // namespace

@@ -367,7 +367,7 @@ TEST(CodecResponse, HealthAndErrorRoundTrip) {
   for (ErrorCode code :
        {ErrorCode::kUnspecified, ErrorCode::kMalformedFrame, ErrorCode::kFrameTooLarge,
         ErrorCode::kUnknownMessage, ErrorCode::kInvalidArgument, ErrorCode::kUnavailable,
-        ErrorCode::kInternal}) {
+        ErrorCode::kInternal, ErrorCode::kPermissionDenied, ErrorCode::kNotFound}) {
     Response error =
         responseRoundTrip({.request_id = 7, .body = ErrorReply{.code = code, .message = "m"}});
     EXPECT_EQ(bodyAs<ErrorReply>(error).code, code) << errorCodeName(code);
@@ -689,7 +689,7 @@ TEST(CodecValidation, RejectsEnumValuesBeyondTheSchema) {
   {
     capnp::MallocMessageBuilder message;
     message.initRoot<schema::ErrorReply>().setCode(
-        static_cast<schema::ErrorCode>(8));  // 7 is permissionDenied
+        static_cast<schema::ErrorCode>(9));  // 8 is notFound
     expectInvalidArgumentNaming(toCore(message.getRoot<schema::ErrorReply>().asReader()).status(),
                                 "code");
   }
