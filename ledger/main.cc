@@ -15,6 +15,8 @@
 
 #include "common/daemon_args.h"
 #include "common/log.h"
+#include "common/sd_notify.h"
+#include "common/sd_watchdog.h"
 #include "common/wall_clock.h"
 #include "core/ledger.h"
 #include "ledger/check_commands.h"
@@ -66,7 +68,9 @@ constexpr const char* kUsage =
     "equation, each appended to DIR/quarantine.jsonl (docs/RUNBOOK.md); exit 0 once the store\n"
     "restores cleanly, 65 if something cannot be repaired (nothing is written then).\n"
     "Exit: 0 after SIGTERM/SIGINT drain, 1 startup failure, 2 usage, 65 a stored record cannot\n"
-    "be applied (see check), 74 storage failure.\n";
+    "be applied (see check), 74 storage failure.\n"
+    "Under systemd (Type=notify): READY=1 once serving, STOPPING=1 at SIGTERM/SIGINT, and\n"
+    "WATCHDOG=1 every half $WATCHDOG_USEC (WatchdogSec=) to $NOTIFY_SOCKET.\n";
 
 struct Command {
   bool identity = false;  // `identity`: print the signing key and exit
@@ -286,8 +290,12 @@ int run(const LedgerConfig& config) {
                                       return metrics.render(gauges);
                                     });
   bool metrics_started = false;
+  SdWatchdog watchdog(&loop, sdWatchdogIntervalMs(), [&logger](const std::string& error) {
+    logger.warn("sd_notify_failed", {{"error", error}});
+  });
   Signals signals;
-  auto close_signals = [&signals, &metrics_server, &metrics_started] {
+  auto close_signals = [&signals, &metrics_server, &metrics_started, &watchdog] {
+    watchdog.stop();
     for (uv_signal_t* handle : {&signals.term, &signals.interrupt}) {
       if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(handle))) {
         uv_close(reinterpret_cast<uv_handle_t*>(handle), nullptr);
@@ -306,6 +314,8 @@ int run(const LedgerConfig& config) {
   auto on_signal = [](uv_signal_t* handle, int signum) {
     auto* srv = static_cast<Server*>(handle->data);
     (void)signum;
+    // Told before the drain, as the agent does: systemd shows "deactivating" from here on.
+    (void)sdNotify("STOPPING=1");
     srv->stop();
   };
   for (uv_signal_t* handle : {&signals.term, &signals.interrupt}) {
@@ -346,6 +356,10 @@ int run(const LedgerConfig& config) {
       }
       ::close(config.ready_fd);
     }
+    if (Status s = sdNotify("READY=1"); !s.isOk()) {
+      logger.warn("sd_notify_failed", {{"error", s.toString()}});
+    }
+    if (!watchdog.start()) logger.warn("watchdog_start_failed");
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   if (server.fatal()) exit_code = kExitIoError;
