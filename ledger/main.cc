@@ -43,8 +43,7 @@ constexpr int kExitBadRecord = kExitCheckBadRecords;  // 65: a stored record can
 constexpr const char* kUsage =
     "usage: tally-ledger --data-dir DIR [--listen HOST:PORT] [--config FILE]\n"
     "                    [--log-level debug|info|warn|error] [--metrics HOST:PORT]\n"
-    "                    [--ready-fd FD]"
-    "                    [--signing-key-file PATH]\n"
+    "                    [--ready-fd FD] [--signing-key-file PATH]\n"
     "       tally-ledger --data-dir DIR [--signing-key-file PATH] identity [--json]\n"
     "       tally-ledger --data-dir DIR check | repair\n"
     "       tally-ledger --data-dir DIR backup DEST\n"
