@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Under a real systemd: boots a container with systemd-nspawn --boot whose /usr and dpkg
 # database are overlays of this host's (nothing on the host is written; no debootstrap, no
-# download: the host's own Debian 12 /usr, systemd included, is the container's OS), installs
+# download: the host's own Debian 12 /usr, systemd included, is the container's OS; its own
+# network namespace, so the ledger's fixed ports never collide with the host's), installs
 # the .deb inside and runs nspawn_inside.sh as a unit under the container's PID 1: install
 # enables nothing; tally-ledger starts (Type=notify) with its hardening in force and survives a
 # 2 s watchdog; a tallyctl reserve through tally-agent.socket starts the agent on demand;
@@ -39,7 +40,7 @@ printf '127.0.0.1 localhost\n::1 localhost\n' >"$root/etc/hosts"
 
 nspawn=(systemd-nspawn -q --register=no --keep-unit -D "$root"
   "--overlay=/usr:$TMP/usr-upper:/usr" "--overlay=/var/lib/dpkg:$TMP/dpkg-upper:/var/lib/dpkg"
-  "--bind=$share:/tally-test")
+  "--bind=$share:/tally-test" --private-network)
 if ! probe="$(timeout 30 "${nspawn[@]}" /bin/true 2>&1)"; then
   skip "systemd-nspawn cannot run a container here: $probe"
 fi
