@@ -33,7 +33,7 @@ for path in ./usr/bin/tally-ledger ./usr/bin/tally-agent ./usr/bin/tallyctl \
   ./usr/lib/tmpfiles.d/tally.conf ./etc/tally/agent.toml ./etc/tally/ledger.toml \
   ./etc/default/tally-agent ./etc/default/tally-ledger \
   ./usr/share/man/man8/tally-ledger.8.gz ./usr/share/man/man8/tally-agent.8.gz \
-  ./usr/share/man/man1/tallyctl.1.gz; do
+  ./usr/share/man/man1/tallyctl.1.gz ./usr/share/doc/tally/examples/tally.rules.yml; do
   grep -qx -- "$path" <<<"$contents" || fail "$path is not in the package"
 done
 for doc in operations configuration; do  # dh_compress leaves files under 4 KiB as they are
