@@ -12,6 +12,20 @@
 namespace tally::agent {
 namespace {
 
+// The keys of the file: top level, then the [health] and [emergency] tables.
+const std::vector<std::string> kTopKeys = {
+    "socket",           "socket_mode",        "allowed_uids",
+    "allowed_gids",     "metrics_listen",     "request_timeout_ms",
+    "health",           "outbox_entries_max", "policy_refresh_ms",
+    "drain_timeout_ms", "frame_bytes_max",    "log_level",
+    "gateway_name",     "identity_file",      "ledger_public_keys",
+    "emergency"};
+const std::vector<std::string> kHealthKeys = {"failures_to_degrade", "failures_to_partition",
+                                              "slow_request_us", "partition_after_ms",
+                                              "successes_to_recover"};
+const std::vector<std::string> kEmergencyKeys = {
+    "accounts", "shards_on_hand", "refresh_before_expiry_ms", "hold_ttl_ms", "accounts_max"};
+
 Status readIdList(const toml::table& table, const std::string& path, const char* key,
                   std::vector<uint32_t>* out) {
   const toml::node* node = table.get(key);
@@ -57,9 +71,7 @@ Status readHealth(const toml::table& root, const std::string& path, LinkHealthTh
   if (node == nullptr) return Status::ok();
   const toml::table* table = node->as_table();
   if (table == nullptr) return configKeyError(path, "health", "must be a table");
-  static const std::set<std::string> kKnown = {"failures_to_degrade", "failures_to_partition",
-                                               "slow_request_us", "partition_after_ms",
-                                               "successes_to_recover"};
+  static const std::set<std::string> kKnown(kHealthKeys.begin(), kHealthKeys.end());
   for (const auto& [key, value] : *table) {
     if (!kKnown.contains(std::string(key.str()))) {
       return configKeyError(path, "health." + std::string(key.str()), "unknown key");
@@ -112,8 +124,7 @@ Status readEmergency(const toml::table& root, const std::string& path, Emergency
   if (node == nullptr) return Status::ok();
   const toml::table* table = node->as_table();
   if (table == nullptr) return configKeyError(path, "emergency", "must be a table");
-  static const std::set<std::string> kKnown = {
-      "accounts", "shards_on_hand", "refresh_before_expiry_ms", "hold_ttl_ms", "accounts_max"};
+  static const std::set<std::string> kKnown(kEmergencyKeys.begin(), kEmergencyKeys.end());
   for (const auto& [key, value] : *table) {
     if (!kKnown.contains(std::string(key.str()))) {
       return configKeyError(path, "emergency." + std::string(key.str()), "unknown key");
@@ -162,14 +173,21 @@ Status applyMetricsListen(const std::string& text, AgentConfig* config) {
   return parseHostPort(text, &config->metrics_host, &config->metrics_port);
 }
 
+const std::vector<std::string>& configKeys() {
+  static const std::vector<std::string> kKeys = [] {
+    std::vector<std::string> keys;
+    for (const std::string& key : kTopKeys) {
+      if (key != "health" && key != "emergency") keys.push_back(key);
+    }
+    for (const std::string& key : kEmergencyKeys) keys.push_back("emergency." + key);
+    for (const std::string& key : kHealthKeys) keys.push_back("health." + key);
+    return keys;
+  }();
+  return kKeys;
+}
+
 Status applyConfigFile(const std::string& path, AgentConfig* config) {
-  static const std::set<std::string> kKnown = {
-      "socket",           "socket_mode",        "allowed_uids",
-      "allowed_gids",     "metrics_listen",     "request_timeout_ms",
-      "health",           "outbox_entries_max", "policy_refresh_ms",
-      "drain_timeout_ms", "frame_bytes_max",    "log_level",
-      "gateway_name",     "identity_file",      "ledger_public_keys",
-      "emergency"};
+  static const std::set<std::string> kKnown(kTopKeys.begin(), kTopKeys.end());
   Result<toml::table> read = readConfigTable(path, kKnown);
   if (!read.isOk()) return read.status();
   const toml::table& table = read.value();

@@ -85,6 +85,9 @@ Status parseHostPort(const std::string& text, std::string* host, uint16_t* port)
 // metrics_listen: "" disables, otherwise HOST:PORT.
 Status applyMetricsListen(const std::string& text, AgentConfig* config);
 Status applyConfigFile(const std::string& path, AgentConfig* config);
+// Every key applyConfigFile() accepts, a table's keys dotted ("health.slow_request_us"): a test
+// holds docs/configuration.md and packaging/config/agent.toml to exactly these.
+const std::vector<std::string>& configKeys();
 // Fills the default allowed ids (own uid/gid and root) unless the file set them.
 void applyDefaultPeers(AgentConfig* config, uid_t own_uid, gid_t own_gid);
 Status validateConfig(const AgentConfig& config);

@@ -23,6 +23,7 @@
 #include "common/daemon_args.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
+#include "common/sd_watchdog.h"
 #include "common/wall_clock.h"
 #include "shard/crypto.h"
 #include "shard/identity.h"
@@ -54,7 +55,8 @@ constexpr const char* kUsage =
     "--metrics HOST:PORT: Prometheus endpoint (default 127.0.0.1:9464; \"\" disables).\n"
     "--ready-fd FD: write \"ready METRICS_PORT SOCKET\\n\" to FD once serving (METRICS_PORT is 0\n"
     "when metrics are disabled), then close it. Socket activation (LISTEN_FDS) and sd_notify\n"
-    "(NOTIFY_SOCKET) are supported.\n"
+    "(NOTIFY_SOCKET: READY=1, STOPPING=1, and WATCHDOG=1 every half $WATCHDOG_USEC) are\n"
+    "supported.\n"
     "Emergency shards (docs/SHARDS.md): while the ledger is healthy the agent keeps signed shards\n"
     "for the config's [emergency] accounts and recently reserved ones; while it is partitioned,\n"
     "enforce-mode reserves are admitted from them (persisted in DIR/agent.db), and they are\n"
@@ -254,7 +256,7 @@ constexpr uint64_t kGatewayDrainGraceMs = 1'000;
 struct Daemon {
   Daemon(uv_loop_t* loop, const AgentConfig& config, Logger* logger, OutboxStore* store,
          int inherited_fd, ShardStore* shard_store, const ShardCrypto* crypto, GatewaySigner signer,
-         uint64_t boot_epoch)
+         uint64_t boot_epoch, uint64_t watchdog_interval_ms)
       : config(config),
         logger(logger),
         link(loop,
@@ -282,7 +284,10 @@ struct Daemon {
                  service.handle(std::move(body), std::move(respond), std::move(alive));
                }),
         metrics_server(loop, logger, config.metrics_host, config.metrics_port,
-                       [this] { return metrics.render(service.gauges()); }) {
+                       [this] { return metrics.render(service.gauges()); }),
+        watchdog(loop, watchdog_interval_ms, [logger](const std::string& error) {
+          logger->warn("sd_notify_failed", {{"error", error}});
+        }) {
     term.data = this;
     interrupt.data = this;
     service.setShardKeeper(&keeper);
@@ -308,6 +313,7 @@ struct Daemon {
         keeper.stop();
         if (metrics_started) metrics_server.stop();
         link.stop([this] {
+          watchdog.stop();
           for (uv_signal_t* handle : {&term, &interrupt}) {
             if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(handle))) {
               uv_close(reinterpret_cast<uv_handle_t*>(handle), nullptr);
@@ -326,6 +332,7 @@ struct Daemon {
   AgentService service;
   GatewayServer server;
   MetricsServer metrics_server;
+  SdWatchdog watchdog;
   bool metrics_started = false;
   bool shutting_down = false;
   uv_signal_t term{};
@@ -415,7 +422,8 @@ int run(const AgentConfig& config) {
   int exit_code = kExitOk;
   {
     Daemon daemon(&loop, config, &logger, store.get(), inheritedSocket(&logger),
-                  shard_store.value().get(), &crypto, std::move(signer), epoch.value());
+                  shard_store.value().get(), &crypto, std::move(signer), epoch.value(),
+                  sdWatchdogIntervalMs());
     for (uv_signal_t* handle : {&daemon.term, &daemon.interrupt}) {
       (void)uv_signal_init(&loop, handle);
     }
@@ -452,6 +460,7 @@ int run(const AgentConfig& config) {
       if (Status s = sdNotify("READY=1"); !s.isOk()) {
         logger.warn("sd_notify_failed", {{"error", s.toString()}});
       }
+      if (!daemon.watchdog.start()) logger.warn("watchdog_start_failed");
     }
     uv_run(&loop, UV_RUN_DEFAULT);
   }

@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+#include <string_view>
 
 namespace tally {
 
@@ -50,6 +52,39 @@ int sdListenFds() {
   ::unsetenv("LISTEN_FDS");
   ::unsetenv("LISTEN_FDNAMES");
   return count;
+}
+
+namespace {
+
+// A positive decimal without sign, spaces or trailing bytes; 0 for anything else.
+uint64_t parsePositive(const char* text) {
+  if (text == nullptr) return 0;
+  const std::string_view view(text);
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(view.data(), view.data() + view.size(), value);
+  if (view.empty() || error != std::errc() || end != view.data() + view.size()) return 0;
+  return value;
+}
+
+}  // namespace
+
+uint64_t watchdogIntervalMs(const char* watchdog_usec, const char* watchdog_pid, pid_t self) {
+  const uint64_t usec = parsePositive(watchdog_usec);
+  if (usec == 0) return 0;
+  if (watchdog_pid != nullptr && watchdog_pid[0] != '\0' &&
+      parsePositive(watchdog_pid) != static_cast<uint64_t>(self)) {
+    return 0;
+  }
+  const uint64_t half_ms = usec / 2 / 1000;
+  return half_ms == 0 ? 1 : half_ms;
+}
+
+uint64_t sdWatchdogIntervalMs() {
+  const uint64_t interval_ms =
+      watchdogIntervalMs(std::getenv("WATCHDOG_USEC"), std::getenv("WATCHDOG_PID"), ::getpid());
+  ::unsetenv("WATCHDOG_USEC");
+  ::unsetenv("WATCHDOG_PID");
+  return interval_ms;
 }
 
 }  // namespace tally

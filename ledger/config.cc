@@ -22,10 +22,15 @@ Status applyMetricsListen(const std::string& text, LedgerConfig* config) {
                        &config->metrics_port);
 }
 
-Status applyConfigFile(const std::string& path, LedgerConfig* config) {
-  static const std::set<std::string> kKnown = {
+const std::vector<std::string>& configKeys() {
+  static const std::vector<std::string> kKeys = {
       "listen",    "frame_bytes_max", "retention_ms", "tick_interval_ms", "checkpoint_log_rows",
       "log_level", "metrics"};
+  return kKeys;
+}
+
+Status applyConfigFile(const std::string& path, LedgerConfig* config) {
+  static const std::set<std::string> kKnown(configKeys().begin(), configKeys().end());
   Result<toml::table> read = readConfigTable(path, kKnown);
   if (!read.isOk()) return read.status();
   const toml::table& table = read.value();

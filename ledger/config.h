@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/limits.h"
 #include "core/status.h"
@@ -46,6 +47,9 @@ Status parseListen(const std::string& text, std::string* host, uint16_t* port);
 // The metrics endpoint's "HOST:PORT", or "" to disable it.
 Status applyMetricsListen(const std::string& text, LedgerConfig* config);
 Status applyConfigFile(const std::string& path, LedgerConfig* config);
+// Every key applyConfigFile() accepts, in the order docs/configuration.md lists them (a test
+// holds the two, and packaging/config/ledger.toml, equal).
+const std::vector<std::string>& configKeys();
 Status validateConfig(const LedgerConfig& config);
 
 }  // namespace tally::ledger

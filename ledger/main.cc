@@ -15,8 +15,11 @@
 
 #include "common/daemon_args.h"
 #include "common/log.h"
+#include "common/sd_notify.h"
+#include "common/sd_watchdog.h"
 #include "common/wall_clock.h"
 #include "core/ledger.h"
+#include "ledger/backup.h"
 #include "ledger/check_commands.h"
 #include "ledger/config.h"
 #include "ledger/metrics.h"
@@ -40,10 +43,10 @@ constexpr int kExitBadRecord = kExitCheckBadRecords;  // 65: a stored record can
 constexpr const char* kUsage =
     "usage: tally-ledger --data-dir DIR [--listen HOST:PORT] [--config FILE]\n"
     "                    [--log-level debug|info|warn|error] [--metrics HOST:PORT]\n"
-    "                    [--ready-fd FD]"
-    "                    [--signing-key-file PATH]\n"
+    "                    [--ready-fd FD] [--signing-key-file PATH]\n"
     "       tally-ledger --data-dir DIR [--signing-key-file PATH] identity [--json]\n"
     "       tally-ledger --data-dir DIR check | repair\n"
+    "       tally-ledger --data-dir DIR backup DEST\n"
     "       tally-ledger --version | --help\n"
     "\n"
     "The central capacity ledger. Keeps accounts and reservations in memory with SQLite\n"
@@ -65,14 +68,22 @@ constexpr const char* kUsage =
     "repair: quarantine what check lists, with a correcting entry that keeps every account's\n"
     "equation, each appended to DIR/quarantine.jsonl (docs/RUNBOOK.md); exit 0 once the store\n"
     "restores cleanly, 65 if something cannot be repaired (nothing is written then).\n"
+    "backup DEST: an online, consistent copy of the store (SQLite's backup API; the ledger may\n"
+    "be serving: the copy never takes its lock) into DEST, a new or empty directory, with the\n"
+    "signing key; the copy is checked to restore. DEST is a ready data dir: restore by stopping\n"
+    "the ledger and using a copy of DEST as its --data-dir (docs/operations.md). Exit 0, or 1\n"
+    "(nothing is left in DEST).\n"
     "Exit: 0 after SIGTERM/SIGINT drain, 1 startup failure, 2 usage, 65 a stored record cannot\n"
-    "be applied (see check), 74 storage failure.\n";
+    "be applied (see check), 74 storage failure.\n"
+    "Under systemd (Type=notify): READY=1 once serving, STOPPING=1 at SIGTERM/SIGINT, and\n"
+    "WATCHDOG=1 every half $WATCHDOG_USEC (WatchdogSec=) to $NOTIFY_SOCKET.\n";
 
 struct Command {
   bool identity = false;  // `identity`: print the signing key and exit
   bool json = false;
-  bool check = false;   // `check`: list the records a restore cannot apply, and exit
-  bool repair = false;  // `repair`: quarantine them, and exit
+  bool check = false;       // `check`: list the records a restore cannot apply, and exit
+  bool repair = false;      // `repair`: quarantine them, and exit
+  std::string backup_dest;  // `backup DEST`: copy the store into DEST, and exit
 };
 
 // Returns kExitOk to continue, or an exit code.
@@ -112,6 +123,9 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
       command->check = true;
     } else if (arg == "repair") {
       command->repair = true;
+    } else if (arg == "backup") {
+      if ((v = args.value()) == nullptr) return kExitUsage;
+      command->backup_dest = v;
     } else if (arg == "--json" && command->identity) {
       command->json = true;
     } else if (arg == "--ready-fd") {
@@ -286,8 +300,12 @@ int run(const LedgerConfig& config) {
                                       return metrics.render(gauges);
                                     });
   bool metrics_started = false;
+  SdWatchdog watchdog(&loop, sdWatchdogIntervalMs(), [&logger](const std::string& error) {
+    logger.warn("sd_notify_failed", {{"error", error}});
+  });
   Signals signals;
-  auto close_signals = [&signals, &metrics_server, &metrics_started] {
+  auto close_signals = [&signals, &metrics_server, &metrics_started, &watchdog] {
+    watchdog.stop();
     for (uv_signal_t* handle : {&signals.term, &signals.interrupt}) {
       if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(handle))) {
         uv_close(reinterpret_cast<uv_handle_t*>(handle), nullptr);
@@ -306,6 +324,8 @@ int run(const LedgerConfig& config) {
   auto on_signal = [](uv_signal_t* handle, int signum) {
     auto* srv = static_cast<Server*>(handle->data);
     (void)signum;
+    // Told before the drain, as the agent does: systemd shows "deactivating" from here on.
+    (void)sdNotify("STOPPING=1");
     srv->stop();
   };
   for (uv_signal_t* handle : {&signals.term, &signals.interrupt}) {
@@ -346,6 +366,10 @@ int run(const LedgerConfig& config) {
       }
       ::close(config.ready_fd);
     }
+    if (Status s = sdNotify("READY=1"); !s.isOk()) {
+      logger.warn("sd_notify_failed", {{"error", s.toString()}});
+    }
+    if (!watchdog.start()) logger.warn("watchdog_start_failed");
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   if (server.fatal()) exit_code = kExitIoError;
@@ -369,5 +393,8 @@ int main(int argc, char** argv) {
   if (command.identity) return tally::ledger::printIdentity(config, command.json);
   if (command.check) return tally::ledger::runCheck(config.data_dir, tally::wallClockMs());
   if (command.repair) return tally::ledger::runRepair(config.data_dir, tally::wallClockMs());
+  if (!command.backup_dest.empty()) {
+    return tally::ledger::runBackup(config.data_dir, command.backup_dest, tally::wallClockMs());
+  }
   return tally::ledger::run(config);
 }
