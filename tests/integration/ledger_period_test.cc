@@ -57,7 +57,7 @@ std::vector<PeriodSpan> waitForClosedPeriods(client::BlockingClient& client) {
     EXPECT_TRUE(body.isOk()) << body.status().toString();
     if (!body.isOk()) return {};
     const auto* report = std::get_if<AuditReport>(&body.value());
-    EXPECT_NE(report, nullptr) << describe(body.value());
+    EXPECT_NE(report, nullptr) << wire::describe(body.value());
     if (report == nullptr) return {};
     if (!report->closed_periods.empty()) return report->closed_periods;
     pauseMs(kPollMs);
@@ -107,7 +107,7 @@ TEST(LedgerPeriodTest, ALedgerDownAcrossBoundariesClosesTheGapOnceAndKeepsItDura
     Result<wire::ResponseBody> body = auditPeriods(*client.value(), epoch, false);
     ASSERT_TRUE(body.isOk()) << body.status().toString();
     const auto* report = std::get_if<AuditReport>(&body.value());
-    ASSERT_NE(report, nullptr) << describe(body.value());
+    ASSERT_NE(report, nullptr) << wire::describe(body.value());
     EXPECT_TRUE(report->conserved);
     EXPECT_EQ(report->period_epoch, epoch);
     ASSERT_EQ(report->period_snapshots.size(), 1u);
@@ -128,7 +128,7 @@ TEST(LedgerPeriodTest, ALedgerDownAcrossBoundariesClosesTheGapOnceAndKeepsItDura
   Result<wire::ResponseBody> open = auditPeriods(*client.value(), span.epoch_last + 1, false);
   ASSERT_TRUE(open.isOk());
   const auto* error = std::get_if<wire::ErrorReply>(&open.value());
-  ASSERT_NE(error, nullptr) << describe(open.value());
+  ASSERT_NE(error, nullptr) << wire::describe(open.value());
   EXPECT_EQ(error->code, wire::ErrorCode::kNotFound);
   EXPECT_NE(error->message.find("no closed accounting period covers epoch " +
                                 std::to_string(span.epoch_last + 1)),
