@@ -37,6 +37,18 @@ void timeField(JsonWriter& w, std::string_view name, uint64_t unix_ms) {
   w.field(std::string(name) + "Ms", unix_ms);
 }
 
+void balanceFields(JsonWriter& w, const Balances& b) {
+  w.field("opening", b.opening);
+  w.field("minted", b.minted);
+  w.field("overdraftIssued", b.overdraft_issued);
+  w.field("available", b.available);
+  w.field("reserved", b.reserved);
+  w.field("spent", b.spent);
+  w.field("retiredForEmergency", b.retired_for_emergency);
+  w.field("overdraftRepaid", b.overdraft_repaid);
+  w.field("transferredOut", b.transferred_out);
+}
+
 std::string timeText(uint64_t unix_ms) {
   return unix_ms == 0 ? std::string("-") : rfc3339FromUnixMs(unix_ms);
 }
@@ -181,15 +193,7 @@ void accountJson(JsonWriter& w, const AccountView& a) {
   w.field("generationState", generationStateName(a.generation_state));
   timeField(w, "accountingEpoch", a.accounting_epoch_ms);
   w.field("debt", a.debt);
-  w.field("opening", b.opening);
-  w.field("minted", b.minted);
-  w.field("overdraftIssued", b.overdraft_issued);
-  w.field("available", b.available);
-  w.field("reserved", b.reserved);
-  w.field("spent", b.spent);
-  w.field("retiredForEmergency", b.retired_for_emergency);
-  w.field("overdraftRepaid", b.overdraft_repaid);
-  w.field("transferredOut", b.transferred_out);
+  balanceFields(w, b);
   w.field("conserved", a.conserved);
   w.field("overdraftBreaches", a.overdraft_breaches.count);
   w.field("overdraftBreachUnits", a.overdraft_breaches.units);

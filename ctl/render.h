@@ -23,6 +23,9 @@ class JsonWriter;
 // tallyctl's JSON comes as this pair.
 void timeField(JsonWriter& w, std::string_view name, uint64_t unix_ms);
 
+// The nine balances of SPEC §4 as fields of the object being written (same names everywhere).
+void balanceFields(JsonWriter& w, const Balances& b);
+
 struct ReservationView {
   const ReservationReply& reply;
   std::string_view requested_id;  // shown when the reply carries no receipt (NOT_FOUND …)

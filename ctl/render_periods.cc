@@ -11,15 +11,7 @@ namespace {
 
 void balancesJson(JsonWriter& w, const Balances& b) {
   w.beginObject();
-  w.field("opening", b.opening);
-  w.field("minted", b.minted);
-  w.field("overdraftIssued", b.overdraft_issued);
-  w.field("available", b.available);
-  w.field("reserved", b.reserved);
-  w.field("spent", b.spent);
-  w.field("retiredForEmergency", b.retired_for_emergency);
-  w.field("overdraftRepaid", b.overdraft_repaid);
-  w.field("transferredOut", b.transferred_out);
+  balanceFields(w, b);
   w.endObject();
 }
 
