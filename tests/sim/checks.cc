@@ -173,11 +173,26 @@ void Checker::onQueried(const std::string& reservation_id, const ReservationRepl
   }
 }
 
+void Checker::beforeTick(const Ledger& ledger) {
+  before_tick_.clear();
+  ledger.forEachReservation([&](const Reservation& r) {
+    if (isTerminal(r.state)) {
+      before_tick_[r.reservation_id] =
+          Image{.key = keyOf(r), .sums = {.consumed = consumedBy(r), .debt = r.debt_units}};
+    }
+  });
+}
+
 void Checker::onCompacted(const std::vector<Reservation>& deleted) {
   for (const Reservation& r : deleted) {
-    Sums& sums = compacted_[keyOf(r)];
-    sums.consumed += consumedBy(r);
-    sums.debt += r.debt_units;
+    auto image = before_tick_.find(r.reservation_id);
+    const Image last =
+        image != before_tick_.end()
+            ? image->second
+            : Image{.key = keyOf(r), .sums = {.consumed = consumedBy(r), .debt = r.debt_units}};
+    Sums& sums = compacted_[last.key];
+    sums.consumed += last.sums.consumed;
+    sums.debt += last.sums.debt;
     compacted_ids_.insert(r.reservation_id);
     uint64_t& created = compacted_created_at_ms_[r.reservation_id];
     created = std::max(created, r.created_at_ms);

@@ -54,6 +54,10 @@ class Checker {
   // A gateway's query about a reservation whose acknowledged state was `known` when it asked.
   void onQueried(const std::string& reservation_id, const ReservationReply& reply,
                  ReservationState known, uint64_t now_ms);
+  // Before every Ledger::tick (the only place that compacts): the final images of the terminal
+  // reservations. A reservation settled and compacted within one batch was never durable in its
+  // settled form, so its last durable image would undercount what it consumed.
+  void beforeTick(const Ledger& ledger);
   // Reservations compacted by a durable commit (their consumption stays in the sums).
   void onCompacted(const std::vector<Reservation>& deleted);
   void fail(Check check, const std::string& detail, uint64_t now_ms);
@@ -100,7 +104,12 @@ class Checker {
   std::vector<std::string> fresh_facts_;        // acknowledged since the last check
   std::map<std::string, uint64_t> admissions_;  // fresh admissions committed, by id
   std::map<std::string, uint64_t> refunds_;     // committed replies that refunded, by id
-  std::map<AccountKey, Sums> compacted_;        // consumption of compacted reservations
+  struct Image {
+    AccountKey key;
+    Sums sums;
+  };
+  std::map<AccountKey, Sums> compacted_;      // consumption of compacted reservations
+  std::map<std::string, Image> before_tick_;  // terminal reservations before the last tick
   std::set<std::string> compacted_ids_;
   std::map<std::string, uint64_t> compacted_created_at_ms_;  // latest compacted incarnation
   std::map<std::string, uint64_t> unknown_since_ms_;

@@ -44,8 +44,9 @@ bool Gateway::idle() const {
 std::optional<uint64_t> Gateway::nextWakeMs() const {
   std::optional<uint64_t> earliest;
   for (const Job& job : jobs_) {
-    if (job.phase != Phase::kDone)
+    if (job.phase != Phase::kDone) {
       earliest = std::min(earliest.value_or(job.next_at_ms), job.next_at_ms);
+    }
   }
   return earliest;
 }
@@ -62,24 +63,30 @@ void Gateway::newJob(uint64_t now_ms) {
   if (r.subject == "max" && rng_.chance(300)) r.units = limits::kUnitsPerRequestMax;
   r.priority = static_cast<uint32_t>(rng_.below(4));
   r.policy_generation = rng_.chance(80) ? rng_.range(1, generation_hint_ + 1) : 0;
-  // Values at the limits of every field, and beyond them.
+  // Values at the limits of every field, and beyond them (beyond: the ledger must refuse).
   switch (rng_.below(40)) {
-    case 0: r.units = 0, job.beyond_limits = true; break;
-    case 1: r.units = limits::kUnitsPerRequestMax + 1, job.beyond_limits = true; break;
+    case 0:
+      r.units = 0;
+      job.beyond_limits = true;
+      break;
+    case 1:
+      r.units = limits::kUnitsPerRequestMax + 1;
+      job.beyond_limits = true;
+      break;
     case 2:
-      r.reservation_id +=
-          std::string(limits::kReservationIdBytesMax + 1 - r.reservation_id.size(), 'x');
+      r.reservation_id.resize(limits::kReservationIdBytesMax + 1, 'x');
       job.beyond_limits = true;
       break;
-    case 3:
-      r.reservation_id +=
-          std::string(limits::kReservationIdBytesMax - r.reservation_id.size(), 'x');
-      break;
+    case 3: r.reservation_id.resize(limits::kReservationIdBytesMax, 'x'); break;
     case 4:
-      r.subject = "wide-" + std::string(limits::kSubjectBytesMax - 4, 'w'),
+      r.subject = "wide-";
+      r.subject.resize(limits::kSubjectBytesMax + 1, 'w');
       job.beyond_limits = true;
       break;
-    case 5: r.subject.clear(), job.beyond_limits = true; break;
+    case 5:
+      r.subject.clear();
+      job.beyond_limits = true;
+      break;
     default: break;
   }
   job.name = r.reservation_id;

@@ -110,11 +110,16 @@ class Run {
       const uint64_t max = events_.chance(50) ? hold_ttl_ms_max_ * 2 : 200;
       clock_.advance(events_.range(1, std::min<uint64_t>(max, 3'600'000)));
     } else if (pick < 87) {
-      node_.tick(now());
+      tick();
       commit();
     } else {
       fault();
     }
+  }
+
+  void tick() {
+    if (node_.up()) checker_.beforeTick(node_.ledger());
+    node_.tick(now());
   }
 
   void deliverOne() {
@@ -286,7 +291,7 @@ class Run {
     const uint64_t deadline = now() + hold_ttl_ms_max_ + hard_limit_ms_max_ * 3 + 60'000;
     for (int round = 0; round < 100'000 && !checker_.failed() && node_.up(); ++round) {
       while (std::optional<Envelope> envelope = network_.takeDue(now())) deliver(*envelope);
-      node_.tick(now());
+      tick();
       commit();
       for (auto& gateway : gateways_) gateway->settleDown(now());
       check();
