@@ -178,7 +178,9 @@ void Checker::beforeTick(const Ledger& ledger) {
   ledger.forEachReservation([&](const Reservation& r) {
     if (isTerminal(r.state)) {
       before_tick_[r.reservation_id] =
-          Image{.key = keyOf(r), .sums = {.consumed = consumedBy(r), .debt = r.debt_units}};
+          Image{.key = keyOf(r),
+                .sums = {.consumed = consumedBy(r), .debt = r.debt_units},
+                .created_at_ms = r.created_at_ms};
     }
   });
 }
@@ -186,16 +188,17 @@ void Checker::beforeTick(const Ledger& ledger) {
 void Checker::onCompacted(const std::vector<Reservation>& deleted) {
   for (const Reservation& r : deleted) {
     auto image = before_tick_.find(r.reservation_id);
-    const Image last =
-        image != before_tick_.end()
-            ? image->second
-            : Image{.key = keyOf(r), .sums = {.consumed = consumedBy(r), .debt = r.debt_units}};
+    const Image last = image != before_tick_.end()
+                           ? image->second
+                           : Image{.key = keyOf(r),
+                                   .sums = {.consumed = consumedBy(r), .debt = r.debt_units},
+                                   .created_at_ms = r.created_at_ms};
     Sums& sums = compacted_[last.key];
     sums.consumed += last.sums.consumed;
     sums.debt += last.sums.debt;
     compacted_ids_.insert(r.reservation_id);
     uint64_t& created = compacted_created_at_ms_[r.reservation_id];
-    created = std::max(created, r.created_at_ms);
+    created = std::max(created, last.created_at_ms);
     // Past the idempotency window the id is free again: what was said about it is history.
     facts_.erase(r.reservation_id);
     admissions_.erase(r.reservation_id);

@@ -107,6 +107,7 @@ class Checker {
   struct Image {
     AccountKey key;
     Sums sums;
+    uint64_t created_at_ms = 0;
   };
   std::map<AccountKey, Sums> compacted_;      // consumption of compacted reservations
   std::map<std::string, Image> before_tick_;  // terminal reservations before the last tick

@@ -24,7 +24,11 @@ void SimStore::apply(const ledger::StoreBatch& batch) {
   for (const ledger::AccountRecord& record : batch.accounts) accounts_[record.key] = record;
   for (const std::string& id : batch.deleted_reservations) {
     auto it = reservations_.find(id);
-    if (it == reservations_.end()) continue;
+    if (it == reservations_.end()) {
+      // Admitted and compacted within one batch: never durable. Reported by id alone.
+      deleted_.push_back(Reservation{.reservation_id = id});
+      continue;
+    }
     deleted_.push_back(std::move(it->second));
     reservations_.erase(it);
   }

@@ -25,7 +25,8 @@ class SimStore : public ledger::Store {
   void failCommits(uint64_t count) { failing_commits_ = count; }
 
   // Reservations deleted (compacted) by durable commits since the last call, with their last
-  // durable image: the checker keeps their consumption in its per-account sums.
+  // durable image (only the id for one that was never durable): the checker keeps their
+  // consumption in its per-account sums.
   std::vector<Reservation> takeDeleted();
 
   uint64_t commits() const { return commits_; }
