@@ -1,0 +1,25 @@
+# Runs `tally-sim --interleavings N --jobs J --json` and asserts every count of the gate is 0,
+# the p99 within its bound and `interleavings` equal to N (a run that did nothing cannot pass).
+#   -DSIM=path/to/tally-sim -DINTERLEAVINGS=N -DJOBS=J
+execute_process(COMMAND ${SIM} --interleavings ${INTERLEAVINGS} --jobs ${JOBS} --json
+                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
+message(STATUS "${out}${err}")
+string(JSON interleavings GET "${out}" interleavings)
+if(NOT interleavings EQUAL INTERLEAVINGS)
+  message(FATAL_ERROR "ran ${interleavings} interleavings, asked for ${INTERLEAVINGS}")
+endif()
+foreach(field conservationViolations overspend secondReservations duplicateShardConsumption
+              unrecordedDebt duplicateRefunds unknownTreatedAsUnconsumed lostAcknowledged
+              unknownUnresolved)
+  string(JSON value GET "${out}" ${field})
+  if(NOT value EQUAL 0)
+    message(FATAL_ERROR "${field} = ${value} (must be 0)")
+  endif()
+endforeach()
+string(JSON p99 GET "${out}" unknownConvergenceP99Ms)
+if(p99 GREATER 600000)
+  message(FATAL_ERROR "unknownConvergenceP99Ms = ${p99} (limit 600000)")
+endif()
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "tally-sim exited ${rc}")
+endif()

@@ -1,0 +1,362 @@
+#include "tests/sim/checks.h"
+
+#include <algorithm>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <variant>
+
+#include "ledger/restore.h"
+#include "tests/sim/describe.h"
+
+namespace tally::sim {
+namespace {
+
+using S = ReservationState;
+
+// reach[from][to]: `to` is `from` or follows it through canTransition.
+struct Reach {
+  bool table[kReservationStateCount][kReservationStateCount] = {};
+
+  Reach() {
+    for (int from = 0; from < kReservationStateCount; ++from) {
+      table[from][from] = true;
+      for (bool grew = true; grew;) {
+        grew = false;
+        for (int mid = 0; mid < kReservationStateCount; ++mid) {
+          if (!table[from][mid]) continue;
+          for (int to = 0; to < kReservationStateCount; ++to) {
+            if (!table[from][to] && canTransition(static_cast<S>(mid), static_cast<S>(to))) {
+              table[from][to] = true;
+              grew = true;
+            }
+          }
+        }
+      }
+    }
+  }
+};
+
+const Reach& reach() {
+  static const Reach table;
+  return table;
+}
+
+AccountKey keyOf(const Reservation& r) {
+  return AccountKey{.subject = r.subject, .route = r.route, .generation = r.policy_generation};
+}
+
+}  // namespace
+
+const char* checkName(Check check) {
+  switch (check) {
+    case Check::kConservation: return "conservation";
+    case Check::kOverspend: return "overspend";
+    case Check::kSecondReservation: return "second reservation";
+    case Check::kDuplicateShardConsumption: return "duplicate shard consumption";
+    case Check::kUnrecordedDebt: return "unrecorded debt";
+    case Check::kDuplicateRefund: return "duplicate refund";
+    case Check::kUnknownTreatedAsUnconsumed: return "unknown treated as unconsumed";
+    case Check::kLostAcknowledged: return "lost acknowledged";
+    case Check::kUnknownUnresolved: return "unknown unresolved";
+    case Check::kCount: break;
+  }
+  return "?";
+}
+
+bool reachable(ReservationState from, ReservationState to) {
+  return reach().table[static_cast<int>(from)][static_cast<int>(to)];
+}
+
+Units consumedBy(const Reservation& r) {
+  if (r.state != S::kSettled && r.state != S::kSettledWithDebt) return 0;
+  // A hard-limit close spends every reserved unit; a later, larger receipt charges the rest.
+  if (r.closed_by_hard_limit) return std::max(r.reserved_units, r.actual_units);
+  return r.actual_units;
+}
+
+void Checker::fail(Check check, const std::string& detail, uint64_t now_ms) {
+  findings_.push_back(Finding{.check = check, .detail = detail, .now_ms = now_ms});
+  if (trace_->on())
+    trace_->add(now_ms, std::string("CHECK FAILED: ") + checkName(check) + ": " + detail);
+}
+
+std::array<bool, kCheckCount> Checker::failedChecks() const {
+  std::array<bool, kCheckCount> failed{};
+  for (const Finding& finding : findings_) failed[static_cast<size_t>(finding.check)] = true;
+  return failed;
+}
+
+void Checker::onCommitted(const CommittedReply& committed, uint64_t now_ms) {
+  const auto* reply = std::get_if<ReservationReply>(&committed.response.body);
+  if (reply == nullptr) return;
+  const std::string& id = reply->receipt.reservation_id;
+  if (committed.admitted_in_debt) {
+    fail(Check::kOverspend, "admitted " + id + " while its subject/route owed debt", now_ms);
+  }
+  if (std::holds_alternative<ReserveRequest>(committed.request) && reply->code == ReplyCode::kOk &&
+      !reply->duplicate && ++admissions_[id] > 1) {
+    fail(Check::kSecondReservation, id + " admitted a second time", now_ms);
+  }
+  if (std::holds_alternative<MarkUnknownRequest>(committed.request) &&
+      reply->code == ReplyCode::kOk) {
+    unknown_since_ms_.try_emplace(id, now_ms);
+  }
+  if (reply->refunded_units > 0) {
+    if (reply->duplicate) {
+      fail(Check::kDuplicateRefund,
+           "a duplicate refunded " + std::to_string(reply->refunded_units) + " on " + id, now_ms);
+    } else if (++refunds_[id] > 1) {
+      fail(Check::kDuplicateRefund, id + " refunded a second time", now_ms);
+    }
+    if (std::holds_alternative<MarkUnknownRequest>(committed.request)) {
+      fail(Check::kUnknownTreatedAsUnconsumed,
+           "markUnknown refunded " + std::to_string(reply->refunded_units) + " on " + id, now_ms);
+    }
+  }
+}
+
+void Checker::onAcknowledged(const std::string& reservation_id, const ReservationReply& reply,
+                             bool actual_known, uint64_t now_ms) {
+  const Reservation& receipt = reply.receipt;
+  if (trace_->on()) trace_->add(now_ms, "acknowledged: " + describe(receipt));
+  if (auto gone = compacted_created_at_ms_.find(reservation_id);
+      gone != compacted_created_at_ms_.end() && receipt.created_at_ms <= gone->second) {
+    return;  // a late reply about an incarnation compacted since: history
+  }
+  auto [it, inserted] = facts_.try_emplace(reservation_id);
+  Fact& fact = it->second;
+  if (!inserted) {
+    if (!reachable(fact.state, receipt.state)) {
+      fail(Check::kLostAcknowledged,
+           reservation_id + " was acknowledged " + reservationStateName(fact.state) +
+               ", a later reply says " + reservationStateName(receipt.state),
+           now_ms);
+      return;
+    }
+    if (fact.actual_known && receipt.actual_units != fact.actual_units) {
+      fail(Check::kLostAcknowledged,
+           reservation_id + " settled with actual " + std::to_string(fact.actual_units) + ", now " +
+               std::to_string(receipt.actual_units),
+           now_ms);
+      return;
+    }
+  }
+  fresh_facts_.push_back(reservation_id);
+  fact.state = receipt.state;
+  fact.reserved_units = receipt.reserved_units;
+  fact.created_at_ms = receipt.created_at_ms;
+  if (actual_known) {
+    fact.actual_known = true;
+    fact.actual_units = receipt.actual_units;
+  }
+}
+
+void Checker::onQueried(const std::string& reservation_id, const ReservationReply& reply,
+                        ReservationState known, uint64_t now_ms) {
+  // Once compacted, an id may hold a new incarnation: the gateway's knowledge is history.
+  if (compacted_ids_.contains(reservation_id)) return;
+  if (reply.code == ReplyCode::kNotFound) {
+    if (known != S::kRequested) {
+      fail(Check::kLostAcknowledged,
+           "a query does not find " + reservation_id + ", acknowledged " +
+               reservationStateName(known),
+           now_ms);
+    }
+    return;
+  }
+  if (reply.code == ReplyCode::kOk && !reachable(known, reply.receipt.state)) {
+    fail(Check::kLostAcknowledged,
+         reply.receipt.reservation_id + " was acknowledged " + reservationStateName(known) +
+             ", a query says " + reservationStateName(reply.receipt.state),
+         now_ms);
+  }
+}
+
+void Checker::beforeTick(const Ledger& ledger) {
+  before_tick_.clear();
+  ledger.forEachReservation([&](const Reservation& r) {
+    if (isTerminal(r.state)) {
+      before_tick_[r.reservation_id] =
+          Image{.key = keyOf(r),
+                .sums = {.consumed = consumedBy(r), .debt = r.debt_units},
+                .created_at_ms = r.created_at_ms};
+    }
+  });
+}
+
+void Checker::onCompacted(const std::vector<Reservation>& deleted) {
+  for (const Reservation& r : deleted) {
+    auto image = before_tick_.find(r.reservation_id);
+    const Image last = image != before_tick_.end()
+                           ? image->second
+                           : Image{.key = keyOf(r),
+                                   .sums = {.consumed = consumedBy(r), .debt = r.debt_units},
+                                   .created_at_ms = r.created_at_ms};
+    Sums& sums = compacted_[last.key];
+    sums.consumed += last.sums.consumed;
+    sums.debt += last.sums.debt;
+    compacted_ids_.insert(r.reservation_id);
+    uint64_t& created = compacted_created_at_ms_[r.reservation_id];
+    created = std::max(created, last.created_at_ms);
+    // Past the idempotency window the id is free again: what was said about it is history.
+    facts_.erase(r.reservation_id);
+    admissions_.erase(r.reservation_id);
+    refunds_.erase(r.reservation_id);
+  }
+}
+
+void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
+  const AuditReport audit = ledger.audit(now_ms);
+  if (!audit.conserved) {
+    fail(Check::kConservation,
+         audit.violations.empty() ? "audit not conserved" : audit.violations.front(), now_ms);
+  }
+
+  // Sums by account entry (entries never move), jobs by views into the ledger's own strings:
+  // this runs after every step. A gateway names a job's reservation "g<gateway>-j<job>"; a retry
+  // under a new id (a bug the can-fail test injects) appends "-r<n>".
+  std::unordered_map<const AccountEntry*, Sums> sums;
+  std::unordered_map<std::string_view, std::string_view> debited_by_job;
+  ledger.forEachReservation([&](const Reservation& r) {
+    if (r.state != S::kRejected) {
+      const std::string_view id = r.reservation_id;
+      auto [job, inserted] = debited_by_job.try_emplace(id.substr(0, id.find("-r")), id);
+      if (!inserted && job->second != id) {
+        fail(Check::kSecondReservation,
+             "one job holds two reservations: " + std::string(job->second) + " and " +
+                 r.reservation_id,
+             now_ms);
+      }
+    }
+    Sums& account = sums[ledger.accounts().find(r.subject, r.route, r.policy_generation)];
+    account.consumed += consumedBy(r);
+    account.debt += r.debt_units;
+    if ((r.state == S::kUsageUnknown || r.closed_by_hard_limit) && r.refunded_units > 0) {
+      fail(Check::kUnknownTreatedAsUnconsumed,
+           r.reservation_id + " refunded " + std::to_string(r.refunded_units) + " while " +
+               reservationStateName(r.state),
+           now_ms);
+    }
+    if (r.state == S::kUsageUnknown) {
+      unknown_since_ms_.try_emplace(r.reservation_id, now_ms);
+    } else if (!unknown_since_ms_.empty() && isTerminal(r.state)) {
+      if (auto it = unknown_since_ms_.find(r.reservation_id); it != unknown_since_ms_.end()) {
+        convergence_ms_.push_back(std::max(r.closed_at_ms, it->second) - it->second);
+        unknown_since_ms_.erase(it);
+      }
+    }
+  });
+  for (const AccountView& view : audit.accounts) {
+    Sums expected;
+    if (auto it = sums.find(ledger.accounts().find(view.key)); it != sums.end()) {
+      expected = it->second;
+    }
+    if (!compacted_.empty()) {
+      if (auto it = compacted_.find(view.key); it != compacted_.end()) {
+        expected.consumed += it->second.consumed;
+        expected.debt += it->second.debt;
+      }
+    }
+    if (view.balances.spent != expected.consumed ||
+        view.balances.overdraft_issued != expected.debt) {
+      fail(Check::kUnrecordedDebt,
+           view.key.subject + "/" + view.key.route + "#" + std::to_string(view.key.generation) +
+               ": spent " + std::to_string(view.balances.spent) + " vs receipts " +
+               std::to_string(expected.consumed) + ", overdraft issued " +
+               std::to_string(view.balances.overdraft_issued) + " vs receipts' debt " +
+               std::to_string(expected.debt),
+           now_ms);
+    }
+  }
+
+  for (const auto& [id, fact] : facts_) checkFact(ledger, id, fact, now_ms);
+  fresh_facts_.clear();
+}
+
+void Checker::afterAcknowledgements(const Ledger& ledger, uint64_t now_ms) {
+  for (const std::string& id : fresh_facts_) {
+    if (auto it = facts_.find(id); it != facts_.end()) checkFact(ledger, id, it->second, now_ms);
+  }
+  fresh_facts_.clear();
+}
+
+void Checker::checkFact(const Ledger& ledger, const std::string& id, const Fact& fact,
+                        uint64_t now_ms) {
+  const Reservation* r = ledger.findReservation(id);
+  if (r == nullptr) {
+    if (!compacted_ids_.contains(id)) {
+      fail(Check::kLostAcknowledged,
+           id + " was acknowledged " + reservationStateName(fact.state) + " and is gone", now_ms);
+    }
+    return;
+  }
+  if (!reachable(fact.state, r->state) || r->reserved_units != fact.reserved_units ||
+      (fact.actual_known && r->actual_units != fact.actual_units)) {
+    fail(Check::kLostAcknowledged,
+         id + " was acknowledged " + reservationStateName(fact.state) + ", ledger holds " +
+             describe(*r),
+         now_ms);
+  }
+}
+
+void Checker::checkDurable(const Ledger& live, SimStore* store, const LedgerOptions& options,
+                           uint64_t now_ms) {
+  Ledger rebuilt(options);
+  Result<ledger::StoreContents> contents = store->load();
+  if (!contents.isOk()) {
+    fail(Check::kLostAcknowledged, "durable rows unreadable: " + contents.status().toString(),
+         now_ms);
+    return;
+  }
+  Result<ledger::RestoreSummary> restored =
+      ledger::restoreLedger(std::move(contents).value(), &rebuilt, now_ms);
+  if (!restored.isOk()) {
+    fail(Check::kLostAcknowledged, "durable rows refused: " + restored.status().toString(), now_ms);
+    return;
+  }
+  std::vector<Reservation> a;
+  std::vector<Reservation> b;
+  live.forEachReservation([&](const Reservation& r) { a.push_back(r); });
+  rebuilt.forEachReservation([&](const Reservation& r) { b.push_back(r); });
+  auto by_id = [](const Reservation& x, const Reservation& y) {
+    return x.reservation_id < y.reservation_id;
+  };
+  std::sort(a.begin(), a.end(), by_id);
+  std::sort(b.begin(), b.end(), by_id);
+  if (a != b) {
+    std::string detail = "live and durable reservations differ";
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      if (!(a[i] == b[i])) {
+        detail += ": live " + describe(a[i]) + ", durable " + describe(b[i]);
+        break;
+      }
+    }
+    if (a.size() != b.size()) {
+      detail +=
+          " (" + std::to_string(a.size()) + " live, " + std::to_string(b.size()) + " durable)";
+    }
+    fail(Check::kLostAcknowledged, detail, now_ms);
+    return;
+  }
+  const AuditReport live_audit = live.audit(now_ms);
+  const AuditReport durable_audit = rebuilt.audit(now_ms);
+  if (live_audit.accounts != durable_audit.accounts) {
+    fail(Check::kLostAcknowledged, "live and durable accounts differ", now_ms);
+    return;
+  }
+  if (live.accounts().generations() != rebuilt.accounts().generations() ||
+      live.accounts().activeGeneration() != rebuilt.accounts().activeGeneration()) {
+    fail(Check::kLostAcknowledged, "live and durable policy generations differ", now_ms);
+  }
+}
+
+void Checker::atEnd(const Ledger& ledger, uint64_t now_ms) {
+  ledger.forEachReservation([&](const Reservation& r) {
+    if (r.state == S::kUsageUnknown) {
+      fail(Check::kUnknownUnresolved, r.reservation_id + " still USAGE_UNKNOWN", now_ms);
+    }
+  });
+}
+
+}  // namespace tally::sim

@@ -1,0 +1,125 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/ledger.h"
+#include "tests/sim/ledger_node.h"
+#include "tests/sim/storage.h"
+#include "tests/sim/trace.h"
+
+// The gate's checks (issue 10, "Checked after every step"), against the real Ledger and the
+// replies it made durable and sent. Each check counts the runs it failed in; a run stops at the
+// step of its first failure, so that --replay shows the step that broke it.
+
+namespace tally::sim {
+
+enum class Check : uint8_t {
+  kConservation = 0,            // Ledger::audit(): per account, and reserved = live holds
+  kOverspend,                   // a fresh admission while the subject/route owed debt, or an
+                                // admission of a request beyond the limits
+  kSecondReservation,           // one reservation id (or one gateway job) debited twice
+  kDuplicateShardConsumption,   // not exercised yet: no shards in the simulation
+  kUnrecordedDebt,              // per account: spent and overdraft issued equal what the
+                                // reservations' receipts consumed and owed
+  kDuplicateRefund,             // a reservation refunded twice, or a duplicate that refunded
+  kUnknownTreatedAsUnconsumed,  // USAGE_UNKNOWN (or its hard-limit close) refunded units
+  kLostAcknowledged,            // a reply the gateway saw contradicted later; or the live
+                                // state differs from the state rebuilt from durable rows
+  kUnknownUnresolved,           // USAGE_UNKNOWN left after healing and letting time pass
+  kCount,
+};
+inline constexpr size_t kCheckCount = static_cast<size_t>(Check::kCount);
+const char* checkName(Check check);
+
+struct Finding {
+  Check check = Check::kConservation;
+  std::string detail;
+  uint64_t now_ms = 0;
+};
+
+class Checker {
+ public:
+  explicit Checker(Trace* trace) : trace_(trace) {}
+
+  // A reply the ledger made durable and sent (LedgerNode::commit), in commit order.
+  void onCommitted(const CommittedReply& reply, uint64_t now_ms);
+  // A gateway accepted `reply` as the answer to its current request about `reservation_id`.
+  void onAcknowledged(const std::string& reservation_id, const ReservationReply& reply,
+                      bool actual_known, uint64_t now_ms);
+  // A gateway's query about a reservation whose acknowledged state was `known` when it asked.
+  void onQueried(const std::string& reservation_id, const ReservationReply& reply,
+                 ReservationState known, uint64_t now_ms);
+  // Before every Ledger::tick (the only place that compacts): the final images of the terminal
+  // reservations. A reservation settled and compacted within one batch was never durable in its
+  // settled form, so its last durable image would undercount what it consumed.
+  void beforeTick(const Ledger& ledger);
+  // Reservations compacted by a durable commit (their consumption stays in the sums).
+  void onCompacted(const std::vector<Reservation>& deleted);
+  void fail(Check check, const std::string& detail, uint64_t now_ms);
+  bool compacted(const std::string& reservation_id) const {
+    return compacted_ids_.contains(reservation_id);
+  }
+
+  // After every step that may have changed the ledger, while it is up.
+  void afterStep(const Ledger& ledger, uint64_t now_ms);
+  // After a step that left the ledger as it was: only what was acknowledged since the last
+  // check, against the ledger's state (the rest was checked against that same state).
+  void afterAcknowledgements(const Ledger& ledger, uint64_t now_ms);
+  // The live ledger equals one rebuilt from the durable rows (call with nothing uncommitted).
+  void checkDurable(const Ledger& live, SimStore* store, const LedgerOptions& options,
+                    uint64_t now_ms);
+  // After healing and letting time pass.
+  void atEnd(const Ledger& ledger, uint64_t now_ms);
+
+  bool failed() const { return !findings_.empty(); }
+  const std::vector<Finding>& findings() const { return findings_; }
+  // Simulated ms from a reservation's first sighting in USAGE_UNKNOWN to its close.
+  const std::vector<uint64_t>& convergenceMs() const { return convergence_ms_; }
+  std::array<bool, kCheckCount> failedChecks() const;
+
+ private:
+  struct Fact {
+    ReservationState state = ReservationState::kRequested;
+    Units reserved_units = 0;
+    Units actual_units = 0;
+    bool actual_known = false;
+    uint64_t created_at_ms = 0;  // which incarnation of the id (ids are reusable after
+                                 // compaction)
+  };
+  struct Sums {
+    Units consumed = 0;
+    Units debt = 0;
+  };
+
+  Trace* trace_;
+  std::vector<Finding> findings_;
+  void checkFact(const Ledger& ledger, const std::string& id, const Fact& fact, uint64_t now_ms);
+
+  std::map<std::string, Fact> facts_;           // acknowledged, by reservation id
+  std::vector<std::string> fresh_facts_;        // acknowledged since the last check
+  std::map<std::string, uint64_t> admissions_;  // fresh admissions committed, by id
+  std::map<std::string, uint64_t> refunds_;     // committed replies that refunded, by id
+  struct Image {
+    AccountKey key;
+    Sums sums;
+    uint64_t created_at_ms = 0;
+  };
+  std::map<AccountKey, Sums> compacted_;      // consumption of compacted reservations
+  std::map<std::string, Image> before_tick_;  // terminal reservations before the last tick
+  std::set<std::string> compacted_ids_;
+  std::map<std::string, uint64_t> compacted_created_at_ms_;  // latest compacted incarnation
+  std::map<std::string, uint64_t> unknown_since_ms_;
+  std::vector<uint64_t> convergence_ms_;
+};
+
+// Whether a reservation in `from` can later be observed in `to` (canTransition, closed).
+bool reachable(ReservationState from, ReservationState to);
+// What a settled reservation consumed (what its account's `spent` holds for it).
+Units consumedBy(const Reservation& reservation);
+
+}  // namespace tally::sim

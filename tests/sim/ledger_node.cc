@@ -1,0 +1,222 @@
+#include "tests/sim/ledger_node.h"
+
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "ledger/restore.h"
+#include "ledger/store_batch.h"
+#include "tests/sim/describe.h"
+#include "wire/frame.h"
+
+namespace tally::sim {
+
+LedgerNode::LedgerNode(Rng rng, LedgerOptions options, Network* network, Trace* trace)
+    : options_(options),
+      network_(network),
+      trace_(trace),
+      store_(rng),
+      ledger_(std::make_unique<Ledger>(options)) {}
+
+wire::ResponseBody LedgerNode::dispatch(const wire::RequestBody& body, uint64_t now_ms,
+                                        bool* in_debt) {
+  // The reservation and policy requests, as ledger/server.cc dispatches them.
+  return std::visit(
+      [&](const auto& request) -> wire::ResponseBody {
+        using T = std::decay_t<decltype(request)>;
+        if constexpr (std::is_same_v<T, ReserveRequest>) {
+          ReservationReply reply = ledger_->reserve(request, now_ms);
+          if (reply.code == ReplyCode::kOk && !reply.duplicate) {
+            *in_debt = ledger_->accounts().debt({request.subject, request.route}) > 0;
+          }
+          return reply;
+        } else if constexpr (std::is_same_v<T, StartRequest>) {
+          return ledger_->start(request, now_ms);
+        } else if constexpr (std::is_same_v<T, SettleRequest>) {
+          return ledger_->settle(request, now_ms);
+        } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
+          return ledger_->release(request, now_ms);
+        } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
+          return ledger_->markUnknown(request, now_ms);
+        } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
+          return ledger_->reportOperation(request, now_ms);
+        } else if constexpr (std::is_same_v<T, QueryRequest>) {
+          return ledger_->query(request);
+        } else if constexpr (std::is_same_v<T, wire::PublishPolicyRequest>) {
+          return wire::PolicyAnswer{
+              .reply = ledger_->publishPolicy(Policy{.budgets = request.budgets}, now_ms)};
+        } else if constexpr (std::is_same_v<T, wire::RollbackPolicyRequest>) {
+          return wire::PolicyAnswer{.reply = ledger_->rollbackPolicy(now_ms)};
+        } else {
+          return wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
+                                  .message = "not simulated"};
+        }
+      },
+      body);
+}
+
+void LedgerNode::receive(const Envelope& envelope, uint64_t now_ms) {
+  ++version_;
+  if (!up()) return;
+  // One envelope is what one connection delivered: split it into frames as the server does.
+  // A bad length closes the connection; the frames before it are served.
+  wire::FrameDecoder decoder;
+  std::vector<wire::Frame> frames;
+  const Status fed = decoder.feed(envelope.frame, &frames);
+  if (!fed.isOk() && trace_->on()) {
+    trace_->add(now_ms, "ledger: closes the connection of node " + std::to_string(envelope.from) +
+                            ": " + fed.toString());
+  }
+  for (const wire::Frame& frame : frames) {
+    wire::DecodedRequest decoded = wire::decodeRequest(frame);
+    if (!decoded.request_id.has_value()) {
+      if (trace_->on()) trace_->add(now_ms, "ledger: unreadable envelope, connection closed");
+      return;
+    }
+    CommittedReply held{.to = envelope.from};
+    held.response.request_id = *decoded.request_id;
+    if (!decoded.body.isOk()) {
+      held.response.body = wire::errorReplyFor(decoded.body.status());
+    } else {
+      held.request = decoded.body.value();
+      held.response.body = dispatch(held.request, now_ms, &held.admitted_in_debt);
+    }
+    if (trace_->on()) {
+      trace_->add(now_ms, "ledger <- node " + std::to_string(envelope.from) + " #" +
+                              std::to_string(held.response.request_id) + " " +
+                              (decoded.body.isOk() ? describe(held.request) : "malformed") +
+                              " => " + describe(held.response.body));
+    }
+#ifdef TALLY_TEST_FAULTS
+    if (faults_.reply_before_commit) {
+      Result<std::vector<uint8_t>> bytes = wire::encodeResponseFrame(held.response);
+      if (bytes.isOk()) network_->send(kLedgerNode, held.to, std::move(bytes).value(), now_ms);
+    }
+#endif
+    held_.push_back(std::move(held));
+  }
+}
+
+void LedgerNode::applyLocal(const wire::RequestBody& request, uint64_t now_ms) {
+  ++version_;
+  CommittedReply held{.to = kLedgerNode, .request = request};
+  held.response.body = dispatch(request, now_ms, &held.admitted_in_debt);
+  if (trace_->on()) {
+    trace_->add(now_ms,
+                "ledger (local) " + describe(request) + " => " + describe(held.response.body));
+  }
+  held_.push_back(std::move(held));
+}
+
+void LedgerNode::tick(uint64_t now_ms) {
+  ++version_;
+  if (!up()) return;
+  const TickOutcome outcome = ledger_->tick(now_ms);
+  if (outcome.expired + outcome.closed_by_hard_limit + outcome.compacted > 0) {
+    dirty_ = true;
+    if (trace_->on()) {
+      trace_->add(now_ms,
+                  "ledger tick: expired=" + std::to_string(outcome.expired) +
+                      " closed_by_hard_limit=" + std::to_string(outcome.closed_by_hard_limit) +
+                      " compacted=" + std::to_string(outcome.compacted));
+    }
+  }
+}
+
+std::vector<CommittedReply> LedgerNode::commit(uint64_t now_ms) {
+  ++version_;
+  if (!up()) return {};
+  LedgerChangedRows rows = ledger_->takeChangedRows();
+  if (!rows.empty()) {
+    const ledger::StoreBatch batch = ledger::storeBatchOf(*ledger_, &rows, now_ms);
+    if (Status s = store_.commit(batch); !s.isOk()) {
+      if (trace_->on()) trace_->add(now_ms, "ledger: commit failed (" + s.toString() + "), stops");
+      crash(now_ms);
+      return {};
+    }
+    if (trace_->on()) {
+      trace_->add(now_ms, "ledger: committed " + std::to_string(batch.reservations.size()) +
+                              " reservations, " + std::to_string(batch.accounts.size()) +
+                              " accounts, " + std::to_string(batch.deleted_reservations.size()) +
+                              " deleted" + (batch.policies.empty() ? "" : ", policies") +
+                              "; sends " + std::to_string(held_.size()) + " replies");
+    }
+  }
+  dirty_ = false;
+  std::vector<CommittedReply> sent = std::exchange(held_, {});
+  for (const CommittedReply& reply : sent) {
+    if (reply.to == kLedgerNode) continue;  // applied locally
+#ifdef TALLY_TEST_FAULTS
+    if (faults_.reply_before_commit) continue;  // already sent
+#endif
+    Result<std::vector<uint8_t>> bytes = wire::encodeResponseFrame(reply.response);
+    if (bytes.isOk()) network_->send(kLedgerNode, reply.to, std::move(bytes).value(), now_ms);
+  }
+  return sent;
+}
+
+bool LedgerNode::beginExpiry(const std::string& reservation_id, uint64_t now_ms) {
+  ++version_;
+  if (!up() || !ledger_->beginExpiry(reservation_id, now_ms)) return false;
+  dirty_ = true;
+  if (trace_->on()) trace_->add(now_ms, "ledger: expiry begins for " + reservation_id);
+  return true;
+}
+
+bool LedgerNode::completeExpiry(const std::string& reservation_id, uint64_t now_ms) {
+  ++version_;
+  if (!up() || !ledger_->completeExpiry(reservation_id, now_ms)) return false;
+  dirty_ = true;
+  if (trace_->on()) trace_->add(now_ms, "ledger: expiry completes for " + reservation_id);
+  return true;
+}
+
+#ifdef TALLY_TEST_FAULTS
+void LedgerNode::setFaults(NodeFaults faults) {
+  faults_ = faults;
+  if (ledger_ != nullptr) ledger_->setFaultsForTesting(faults_.ledger);
+}
+#endif
+
+void LedgerNode::crash(uint64_t now_ms) {
+  ++version_;
+  if (!up()) return;
+  ++crashes_;
+  if (trace_->on()) {
+    trace_->add(now_ms, "ledger CRASH: loses " + std::to_string(held_.size()) +
+                            " unsent replies and the uncommitted batch");
+  }
+  ledger_.reset();
+  held_.clear();
+  dirty_ = false;
+  network_->dropTo(kLedgerNode);
+}
+
+bool LedgerNode::restart(uint64_t now_ms, std::string* error) {
+  ++version_;
+  if (up()) return true;
+  auto fresh = std::make_unique<Ledger>(options_);
+  Result<ledger::StoreContents> contents = store_.load();
+  if (!contents.isOk()) {
+    *error = contents.status().toString();
+    return false;
+  }
+  Result<ledger::RestoreSummary> restored =
+      ledger::restoreLedger(std::move(contents).value(), fresh.get(), now_ms);
+  if (!restored.isOk()) {
+    *error = restored.status().toString();
+    return false;
+  }
+  if (trace_->on()) {
+    trace_->add(now_ms, "ledger RESTART from durable rows: " +
+                            std::to_string(restored.value().reservations) + " reservations, " +
+                            std::to_string(restored.value().accounts) + " accounts");
+  }
+  ledger_ = std::move(fresh);
+#ifdef TALLY_TEST_FAULTS
+  ledger_->setFaultsForTesting(faults_.ledger);
+#endif
+  return true;
+}
+
+}  // namespace tally::sim

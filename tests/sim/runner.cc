@@ -1,0 +1,357 @@
+#include "tests/sim/runner.h"
+
+#include <algorithm>
+#include <memory>
+#include <variant>
+
+#include "tests/sim/clock.h"
+#include "tests/sim/describe.h"
+#include "tests/sim/network.h"
+#include "tests/sim/workload.h"
+#include "wire/frame.h"
+
+namespace tally::sim {
+namespace {
+
+// 2023-11-14T22:13:20Z, plus up to ~2 years chosen by the seed.
+constexpr uint64_t kEpochMs = 1'700'000'000'000;
+
+struct Knobs {
+  uint64_t steps = 0;
+  uint64_t gateways = 0;
+  uint64_t crash_permille = 0;  // of the fault events
+  uint64_t partition_permille = 0;
+  uint64_t disk_full_permille = 0;
+};
+
+class Run {
+ public:
+  explicit Run(const RunOptions& options)
+      : options_(options),
+        root_(options.seed),
+        workload_rng_(root_.fork()),
+        workload_(makeWorkload(&workload_rng_)),
+        clock_(kEpochMs + root_.below(uint64_t{1} << 36)),
+        trace_(options.trace, clock_.nowMs()),
+        network_(root_.fork(), networkConfig(&root_)),
+        node_(root_.fork(), ledgerOptions(&root_), &network_, &trace_),
+        checker_(&trace_),
+        events_(root_.fork()) {
+    knobs_.steps = events_.range(100, 400);
+    knobs_.gateways = events_.range(2, 4);
+    knobs_.crash_permille = events_.chance(200) ? 0 : events_.range(50, 300);
+    knobs_.partition_permille = events_.chance(300) ? 0 : events_.range(50, 300);
+    knobs_.disk_full_permille = events_.chance(500) ? 0 : events_.range(20, 150);
+    for (uint64_t g = 1; g <= knobs_.gateways; ++g) {
+      gateways_.push_back(std::make_unique<Gateway>(static_cast<NodeId>(g), root_.fork(),
+                                                    &workload_, &network_, &checker_, &trace_));
+    }
+    operator_ = static_cast<NodeId>(knobs_.gateways + 1);
+    rogue_ = operator_ + 1;
+    hold_ttl_ms_max_ = workload_.hold_ttl_ms_max;
+    hard_limit_ms_max_ = workload_.hard_limit_ms_max;
+#ifdef TALLY_TEST_FAULTS
+    node_.setFaults(options.node_faults);
+    for (auto& gateway : gateways_) gateway->setFaults(options.gateway_faults);
+#endif
+  }
+
+  RunResult run() {
+    RunResult result;
+    result.seed = options_.seed;
+    if (trace_.on()) {
+      trace_.add(now(), "seed " + std::to_string(options_.seed) + ": " +
+                            std::to_string(knobs_.gateways) + " gateways, " +
+                            std::to_string(workload_.budgets.size()) + " budgets, " +
+                            std::to_string(knobs_.steps) + " steps");
+    }
+    node_.applyLocal(wire::PublishPolicyRequest{.budgets = workload_.budgets}, now());
+    commit();
+    uint64_t step = 0;
+    for (; step < knobs_.steps && !checker_.failed(); ++step) {
+      oneStep();
+      check();
+    }
+    if (!checker_.failed()) finish();
+    result.steps = step;
+    result.findings = checker_.findings();
+    result.failed = checker_.failedChecks();
+    result.convergence_ms = checker_.convergenceMs();
+    result.trace = trace_.lines();
+    result.crashes = node_.crashes();
+    result.messages = network_.stats().sent;
+    return result;
+  }
+
+ private:
+  static NetworkConfig networkConfig(Rng* rng) {
+    NetworkConfig config;
+    config.delay_ms_max = rng->range(1, 200);
+    config.drop_permille = rng->chance(300) ? 0 : rng->range(1, 150);
+    config.duplicate_permille = rng->chance(300) ? 0 : rng->range(1, 80);
+    return config;
+  }
+  static LedgerOptions ledgerOptions(Rng* rng) {
+    LedgerOptions options;
+    // Sometimes a short idempotency window, so that compaction happens within a run.
+    if (rng->chance(200)) options.retention_ms = rng->range(5'000, 120'000);
+    return options;
+  }
+
+  uint64_t now() const { return clock_.nowMs(); }
+
+  void oneStep() {
+    const uint64_t pick = events_.below(100);
+    if (pick < 35) {
+      deliverOne();
+    } else if (pick < 60) {
+      gateways_[events_.below(gateways_.size())]->act(now());
+    } else if (pick < 72) {
+      const uint64_t max = events_.chance(50) ? hold_ttl_ms_max_ * 2 : 200;
+      clock_.advance(events_.range(1, std::min<uint64_t>(max, 3'600'000)));
+    } else if (pick < 87) {
+      tick();
+      commit();
+    } else {
+      fault();
+    }
+  }
+
+  void tick() {
+    if (node_.up()) checker_.beforeTick(node_.ledger());
+    node_.tick(now());
+  }
+
+  void deliverOne() {
+    std::optional<Envelope> envelope = network_.takeDue(now());
+    if (!envelope.has_value()) {
+      const std::optional<uint64_t> next = network_.nextDueMs();
+      if (next.has_value() && *next > now()) clock_.advance(*next - now());
+      return;
+    }
+    deliver(*envelope);
+  }
+
+  void deliver(const Envelope& envelope) {
+    if (envelope.to == kLedgerNode) {
+      node_.receive(envelope, now());
+    } else if (envelope.to == operator_) {
+      operatorReply(envelope);
+    } else if (envelope.to != rogue_) {
+      gateways_[envelope.to - 1]->onFrame(envelope.frame, now());
+    }
+  }
+
+  void operatorReply(const Envelope& envelope) {
+    wire::FrameDecoder decoder;
+    std::vector<wire::Frame> frames;
+    if (!decoder.feed(envelope.frame, &frames).isOk()) return;
+    for (const wire::Frame& frame : frames) {
+      Result<wire::Response> response = wire::decodeResponse(frame);
+      if (!response.isOk()) continue;
+      if (const auto* answer = std::get_if<wire::PolicyAnswer>(&response.value().body)) {
+        if (answer->reply.code == ReplyCode::kOk) {
+          for (auto& gateway : gateways_) gateway->setGenerationHint(answer->reply.generation);
+        }
+      }
+    }
+  }
+
+  void commit() {
+    for (const CommittedReply& reply : node_.commit(now())) checker_.onCommitted(reply, now());
+    checker_.onCompacted(node_.store().takeDeleted());
+    if (node_.up() && events_.chance(20)) {
+      checker_.checkDurable(node_.ledger(), &node_.store(), node_.options(), now());
+    }
+  }
+
+  void send(NodeId from, wire::RequestBody body) {
+    Result<std::vector<uint8_t>> frame =
+        wire::encodeRequestFrame(wire::Request{.request_id = ++operator_requests_, .body = body});
+    if (frame.isOk()) network_.send(from, kLedgerNode, std::move(frame).value(), now());
+  }
+
+  void fault() {
+    const uint64_t pick = events_.below(1000);
+    const NodeId gateway = static_cast<NodeId>(events_.range(1, gateways_.size()));
+    if (!node_.up()) {
+      if (events_.chance(600)) restart();
+    } else if (pick < knobs_.crash_permille) {
+      node_.crash(now());
+    } else if (pick < 400) {
+      if (events_.chance(knobs_.partition_permille)) {
+        const bool both = events_.chance(500);
+        const bool inbound = events_.chance(500);
+        if (both || inbound) network_.partition(gateway, kLedgerNode);
+        if (both || !inbound) network_.partition(kLedgerNode, gateway);
+        if (trace_.on()) {
+          trace_.add(now(), "network: partition gateway " + std::to_string(gateway) +
+                                (both      ? " both ways"
+                                 : inbound ? " → ledger"
+                                           : " ← ledger"));
+        }
+      } else {
+        network_.heal(gateway, kLedgerNode);
+        network_.heal(kLedgerNode, gateway);
+        if (trace_.on()) trace_.add(now(), "network: heal gateway " + std::to_string(gateway));
+      }
+    } else if (pick < 450) {
+      if (events_.chance(knobs_.disk_full_permille * 4)) {
+        node_.store().failCommits(events_.range(1, 2));
+        if (trace_.on()) trace_.add(now(), "disk: full for the next commits");
+      }
+    } else if (pick < 550) {
+      std::vector<Budget> budgets = changedBudgets(workload_.budgets, &events_);
+      hold_ttl_ms_max_ = std::max(hold_ttl_ms_max_, holdTtlMsMax(budgets));
+      hard_limit_ms_max_ = std::max(hard_limit_ms_max_, hardLimitMsMax(budgets));
+      if (trace_.on()) trace_.add(now(), "operator: publishes a changed policy");
+      send(operator_, wire::PublishPolicyRequest{.budgets = std::move(budgets)});
+    } else if (pick < 600) {
+      if (trace_.on()) trace_.add(now(), "operator: rolls the policy back");
+      send(operator_, wire::RollbackPolicyRequest{});
+    } else if (pick < 800) {
+      splitExpiry();
+    } else {
+      rogueFrame();
+    }
+  }
+
+  void restart() {
+    std::string error;
+    if (!node_.restart(now(), &error)) {
+      checker_.fail(Check::kLostAcknowledged, "the ledger cannot restart: " + error, now());
+    }
+  }
+
+  // Begins the expiry of a due RESERVED reservation, or completes one begun earlier.
+  void splitExpiry() {
+    if (!expiring_.empty() && events_.chance(500)) {
+      const size_t index = events_.below(expiring_.size());
+      (void)node_.completeExpiry(expiring_[index], now());
+      expiring_.erase(expiring_.begin() + static_cast<std::ptrdiff_t>(index));
+      return;
+    }
+    std::vector<std::string> due;
+    node_.ledger().forEachReservation([&](const Reservation& r) {
+      if (r.state == ReservationState::kReserved && r.expires_at_ms <= now()) {
+        due.push_back(r.reservation_id);
+      }
+    });
+    if (due.empty()) return;
+    std::sort(due.begin(), due.end());  // the table's order is not the seed's
+    const std::string& id = due[events_.below(due.size())];
+    if (node_.beginExpiry(id, now())) expiring_.push_back(id);
+  }
+
+  // Malformed and oversized frames from a peer that is not a gateway: the ledger answers or
+  // closes, and nothing else changes.
+  void rogueFrame() {
+    std::vector<uint8_t> bytes;
+    const uint64_t kind = events_.below(4);
+    if (kind == 0) {  // garbage under a valid length
+      const uint32_t length = static_cast<uint32_t>(events_.range(1, 64));
+      for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<uint8_t>(length >> (8 * i)));
+      for (uint32_t i = 0; i < length; ++i) bytes.push_back(static_cast<uint8_t>(events_.next()));
+    } else if (kind == 1) {  // a length above the frame limit
+      const uint32_t length = static_cast<uint32_t>(limits::kFrameBytesMaxDefault + 1);
+      for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<uint8_t>(length >> (8 * i)));
+    } else if (kind == 2) {  // a zero length
+      bytes = {0, 0, 0, 0};
+    } else {  // a real request with bytes flipped in its body
+      Result<std::vector<uint8_t>> frame =
+          wire::encodeRequestFrame(wire::Request{.request_id = 7, .body = QueryRequest{"g1-j0"}});
+      if (!frame.isOk()) return;
+      bytes = std::move(frame).value();
+      for (int i = 0; i < 3; ++i) {
+        bytes[4 + events_.below(bytes.size() - 4)] ^= static_cast<uint8_t>(events_.range(1, 255));
+      }
+    }
+    if (trace_.on())
+      trace_.add(now(), "rogue: sends a malformed frame (kind " + std::to_string(kind) + ")");
+    network_.send(rogue_, kLedgerNode, std::move(bytes), now());
+  }
+
+  void check() {
+    if (!node_.up()) return;
+    if (node_.version() != checked_version_) {
+      checker_.afterStep(node_.ledger(), now());
+      checked_version_ = node_.version();
+    } else {
+      checker_.afterAcknowledgements(node_.ledger(), now());
+    }
+  }
+
+  // Heal everything, restart the ledger, let every job finish and time pass beyond every hold
+  // TTL and hard limit; then the end-state checks.
+  void finish() {
+    if (trace_.on()) trace_.add(now(), "--- heal: every link, no more drops; time passes ---");
+    network_.calm();
+    node_.store().failCommits(0);
+    if (!node_.up()) restart();
+    const uint64_t deadline = now() + hold_ttl_ms_max_ + hard_limit_ms_max_ * 3 + 60'000;
+    for (int round = 0; round < 100'000 && !checker_.failed() && node_.up(); ++round) {
+      while (std::optional<Envelope> envelope = network_.takeDue(now())) deliver(*envelope);
+      tick();
+      commit();
+      for (auto& gateway : gateways_) gateway->settleDown(now());
+      check();
+      const bool idle =
+          network_.inFlight() == 0 && !node_.hasUncommitted() &&
+          std::all_of(gateways_.begin(), gateways_.end(), [](const auto& g) { return g->idle(); });
+      const std::optional<uint64_t> close = nextUnknownCloseMs();
+      if (idle && !close.has_value() && now() >= deadline) break;
+      // Straight to the next thing that can happen: a delivery, a gateway's timer, a hard limit.
+      uint64_t next = deadline;
+      if (std::optional<uint64_t> due = network_.nextDueMs()) next = std::min(next, *due);
+      for (auto& gateway : gateways_) {
+        if (std::optional<uint64_t> wake = gateway->nextWakeMs()) next = std::min(next, *wake);
+      }
+      if (close.has_value()) next = std::min(next, *close);
+      clock_.advance(next > now() ? next - now() : 1);
+    }
+    if (node_.up() && !checker_.failed()) {
+      checker_.atEnd(node_.ledger(), now());
+      checker_.checkDurable(node_.ledger(), &node_.store(), node_.options(), now());
+    }
+  }
+
+  // When the earliest USAGE_UNKNOWN reaches its hard execution limit, if any is left.
+  std::optional<uint64_t> nextUnknownCloseMs() const {
+    std::optional<uint64_t> earliest;
+    node_.ledger().forEachReservation([&](const Reservation& r) {
+      if (r.state != ReservationState::kUsageUnknown) return;
+      const AccountEntry* entry =
+          node_.ledger().accounts().find(r.subject, r.route, r.policy_generation);
+      const uint64_t at =
+          r.started_at_ms + (entry != nullptr ? entry->budget.hard_execution_limit_ms : 0);
+      earliest = std::min(earliest.value_or(at), at);
+    });
+    return earliest;
+  }
+
+  RunOptions options_;
+  Rng root_;
+  Rng workload_rng_;
+  Workload workload_;
+  SimClock clock_;
+  Trace trace_;
+  Network network_;
+  LedgerNode node_;
+  Checker checker_;
+  Rng events_;
+  Knobs knobs_;
+  std::vector<std::unique_ptr<Gateway>> gateways_;
+  NodeId operator_ = 0;
+  NodeId rogue_ = 0;
+  uint64_t operator_requests_ = 0;
+  uint64_t hold_ttl_ms_max_ = 0;
+  uint64_t hard_limit_ms_max_ = 0;
+  std::vector<std::string> expiring_;
+  uint64_t checked_version_ = ~uint64_t{0};
+};
+
+}  // namespace
+
+RunResult runOne(const RunOptions& options) { return Run(options).run(); }
+
+}  // namespace tally::sim

@@ -1,0 +1,92 @@
+#include "tests/sim/workload.h"
+
+#include <algorithm>
+
+#include "core/limits.h"
+
+namespace tally::sim {
+namespace {
+
+// Values a real policy would carry: small buckets that run dry, slow and fast refill, hold TTLs
+// short enough to race a start, hard limits of seconds to minutes.
+void randomize(Budget* b, Rng* rng) {
+  b->burst = rng->range(1, 4) * rng->range(1, 250);
+  b->refill_per_second = rng->chance(200) ? 0 : rng->range(1, 200);
+  b->max_single_reservation = rng->chance(500) ? b->burst : rng->range(1, b->burst);
+  b->hold_ttl_ms = rng->range(100, 5'000);
+  b->hard_execution_limit_ms = rng->range(500, 120'000);
+  b->max_overdraft = rng->chance(300) ? 0 : rng->range(1, b->burst);
+  b->priority = static_cast<uint32_t>(rng->below(3));
+  b->weight = static_cast<uint32_t>(rng->range(1, 10));
+}
+
+Budget base(std::string subject_pattern, std::string route) {
+  Budget b;
+  b.subject_pattern = std::move(subject_pattern);
+  b.route = std::move(route);
+  b.unit = "tokens";
+  return b;
+}
+
+}  // namespace
+
+Workload makeWorkload(Rng* rng) {
+  Workload w;
+  const uint64_t tenants = rng->range(2, 4);
+  const uint64_t routes = rng->range(1, 3);
+  for (uint64_t r = 0; r < routes; ++r) w.routes.push_back("route-" + std::to_string(r));
+  for (uint64_t t = 0; t < tenants; ++t) {
+    const std::string subject = "tenant-" + std::to_string(t);
+    w.subjects.push_back(subject);
+    for (const std::string& route : w.routes) {
+      Budget b = base(subject, route);
+      randomize(&b, rng);
+      w.budgets.push_back(b);
+    }
+  }
+  // A subject of the maximal length, matched by a pattern budget on the first route.
+  w.subjects.push_back("wide-" + std::string(limits::kSubjectBytesMax - 5, 'w'));
+  Budget wide = base("wide-*", w.routes.front());
+  randomize(&wide, rng);
+  w.budgets.push_back(wide);
+  // Every policy value at its maximum (hard limit kept realistic: the gate bounds the time an
+  // UNKNOWN may take to close).
+  w.subjects.push_back("max");
+  Budget max = base("max", w.routes.front());
+  max.burst = limits::kBurstUnitsMax;
+  max.refill_per_second = limits::kRefillPerSecondMax;
+  max.max_single_reservation = limits::kBurstUnitsMax;
+  max.max_overdraft = limits::kUnitsPerRequestMax;
+  max.hold_ttl_ms = rng->chance(500) ? limits::kHoldTtlMsMax : 2'000;
+  max.hard_execution_limit_ms = 60'000;
+  max.weight = 1'000'000;
+  max.fairness_budget_permille = 1000;
+  w.budgets.push_back(max);
+  // No budget matches this one: every reservation is refused (kNoBudget).
+  w.subjects.push_back("nobody");
+  w.hold_ttl_ms_max = holdTtlMsMax(w.budgets);
+  w.hard_limit_ms_max = hardLimitMsMax(w.budgets);
+  return w;
+}
+
+std::vector<Budget> changedBudgets(const std::vector<Budget>& budgets, Rng* rng) {
+  std::vector<Budget> changed = budgets;
+  for (Budget& b : changed) {
+    if (b.subject_pattern != "max" && rng->chance(500)) randomize(&b, rng);
+  }
+  return changed;
+}
+
+uint64_t holdTtlMsMax(const std::vector<Budget>& budgets) {
+  uint64_t max = 0;
+  for (const Budget& b : budgets) max = std::max(max, b.hold_ttl_ms);
+  return max;
+}
+
+uint64_t hardLimitMsMax(const std::vector<Budget>& budgets) {
+  uint64_t max = 0;
+  for (const Budget& b : budgets) max = std::max(max, b.hard_execution_limit_ms);
+  return max;
+}
+
+}  // namespace tally::sim
