@@ -36,6 +36,8 @@ for path in ./usr/bin/tally-ledger ./usr/bin/tally-agent ./usr/bin/tallyctl \
   ./usr/share/man/man1/tallyctl.1.gz ./usr/share/doc/tally/examples/tally.rules.yml; do
   grep -qx -- "$path" <<<"$contents" || fail "$path is not in the package"
 done
+grep -qE -- "^\./usr/share/doc/tally/examples/tally\.json(\.gz)?$" <<<"$contents" ||
+  fail "the Grafana dashboard is not in the package"
 for doc in operations configuration; do  # dh_compress leaves files under 4 KiB as they are
   grep -qE -- "^\./usr/share/doc/tally/$doc\.md(\.gz)?$" <<<"$contents" ||
     fail "docs/$doc.md is not in the package"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Prometheus: `promtool check metrics` on the live /metrics of a ledger and an agent that served
 # real requests; `promtool check rules` and `promtool test rules` (tally.rules.test.yml) on
-# packaging/prometheus/tally.rules.yml; every metric the rules use exists in a live exposition.
+# packaging/prometheus/tally.rules.yml; every metric the rules and the Grafana dashboard
+# (packaging/grafana/tally.json) use exists in a live exposition, and every dashboard query parses.
 # promtool comes from PATH, or from build/tools/promtool (scripts/deps extracts it from Debian's
 # prometheus package without installing the server).
 # Usage: metrics_test.sh SOURCE_DIR BIN_DIR
@@ -80,6 +81,34 @@ for metric in $used; do
     --no-filename || fail "the rules use $metric, which neither daemon exposes"
 done
 echo "rules: $(wc -w <<<"$used") metrics used, all exposed"
+
+# The Grafana dashboard queries only metrics a daemon exposes, and every expression parses.
+dashboard="$SRC/packaging/grafana/tally.json"
+exprs="$(grep -E '^ *"expr": ' "$dashboard" | sed -E 's/^ *"expr": "(.*)",?$/\1/; s/\\"/"/g')"
+[[ -n "$exprs" ]] || fail "no query found in the dashboard"
+graphed="$(grep -oE 'tally_[a-z_]+' <<<"$exprs" | sed -E 's/_(bucket|sum|count)$//' | sort -u)"
+for metric in $graphed; do
+  grep -qx "# TYPE $metric [a-z]*" "$TMP/ledger.metrics" "$TMP/agent.metrics" \
+    --no-filename || fail "the dashboard graphs $metric, which neither daemon exposes"
+done
+# promtool has no expression linter; a rules file of one recording rule per query is checked
+# by `promtool check rules`, which parses each PromQL expression (the variable $job replaced
+# by what Grafana substitutes for "All").
+{
+  echo "groups:"
+  echo "  - name: dashboard"
+  echo "    rules:"
+  n=0
+  while IFS= read -r expr; do
+    n=$((n + 1))
+    expr="${expr//\$job/.*}"
+    [[ "$expr" != *"'"* ]] || fail "a dashboard query holds a single quote: $expr"
+    printf '      - record: dashboard:query%d\n        expr: %s\n' "$n" "'$expr'"
+  done <<<"$exprs"
+} >"$TMP/dashboard.rules.yml"
+"$promtool" check rules "$TMP/dashboard.rules.yml" >/dev/null ||
+  fail "a dashboard query does not parse: $("$promtool" check rules "$TMP/dashboard.rules.yml" 2>&1)"
+echo "dashboard: $(wc -l <<<"$exprs") queries parse, $(wc -w <<<"$graphed") metrics, all exposed"
 
 for pid in "${CHILD_PIDS[@]}"; do kill -TERM "$pid"; done
 for pid in "${CHILD_PIDS[@]}"; do wait "$pid" || fail "a daemon did not exit 0 after SIGTERM"; done
