@@ -348,6 +348,34 @@ void Checker::checkDurable(const Ledger& live, SimStore* store, const LedgerOpti
   if (live.accounts().generations() != rebuilt.accounts().generations() ||
       live.accounts().activeGeneration() != rebuilt.accounts().activeGeneration()) {
     fail(Check::kLostAcknowledged, "live and durable policy generations differ", now_ms);
+    return;
+  }
+  checkPeriods(live, rebuilt, now_ms);
+}
+
+// Closed accounting periods (SPEC §4): each conserves, and the durable record holds exactly the
+// snapshots the live ledger closed.
+void Checker::checkPeriods(const Ledger& live, const Ledger& rebuilt, uint64_t now_ms) {
+  const PeriodAudit live_spans = live.auditPeriods({.list = true}, now_ms);
+  const PeriodAudit durable_spans = rebuilt.auditPeriods({.list = true}, now_ms);
+  if (live_spans.report.closed_periods != durable_spans.report.closed_periods) {
+    fail(Check::kLostAcknowledged, "live and durable closed periods differ", now_ms);
+    return;
+  }
+  for (const PeriodSpan& span : live_spans.report.closed_periods) {
+    ++periods_checked_;
+    if (!span.conserved) {
+      fail(Check::kConservation,
+           "closed period from epoch " + std::to_string(span.epoch_first) + " does not conserve",
+           now_ms);
+    }
+    const PeriodAudit a = live.auditPeriods({.epoch = span.epoch_first}, now_ms);
+    const PeriodAudit b = rebuilt.auditPeriods({.epoch = span.epoch_first}, now_ms);
+    if (a.report.period_snapshots != b.report.period_snapshots) {
+      fail(Check::kLostAcknowledged,
+           "live and durable snapshots of epoch " + std::to_string(span.epoch_first) + " differ",
+           now_ms);
+    }
   }
 }
 

@@ -75,6 +75,8 @@ class Checker {
                     uint64_t now_ms);
   // After healing and letting time pass.
   void atEnd(const Ledger& ledger, uint64_t now_ms);
+  // Closed accounting periods compared between the live and the rebuilt ledger so far.
+  uint64_t periodsChecked() const { return periods_checked_; }
 
   bool failed() const { return !findings_.empty(); }
   const std::vector<Finding>& findings() const { return findings_; }
@@ -99,6 +101,8 @@ class Checker {
   Trace* trace_;
   std::vector<Finding> findings_;
   void checkFact(const Ledger& ledger, const std::string& id, const Fact& fact, uint64_t now_ms);
+  void checkPeriods(const Ledger& live, const Ledger& rebuilt, uint64_t now_ms);
+  uint64_t periods_checked_ = 0;
 
   std::map<std::string, Fact> facts_;           // acknowledged, by reservation id
   std::vector<std::string> fresh_facts_;        // acknowledged since the last check

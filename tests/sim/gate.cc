@@ -44,6 +44,7 @@ constexpr Field kFields[] = {
 
 void GateSummary::add(const RunResult& result) {
   ++interleavings_;
+  closed_periods_checked_ += result.closed_periods_checked;
   for (size_t i = 0; i < kCheckCount; ++i) counts_[i] += result.failed[i] ? 1 : 0;
   for (const uint64_t ms : result.convergence_ms) {
     ++histogram_[std::min<uint64_t>(ms / kBucketMs, kBuckets)];
@@ -58,6 +59,7 @@ void GateSummary::add(const RunResult& result) {
 
 void GateSummary::merge(const GateSummary& other) {
   interleavings_ += other.interleavings_;
+  closed_periods_checked_ += other.closed_periods_checked_;
   for (size_t i = 0; i < kCheckCount; ++i) counts_[i] += other.counts_[i];
   for (size_t i = 0; i < histogram_.size(); ++i) histogram_[i] += other.histogram_[i];
   samples_ += other.samples_;
@@ -93,6 +95,7 @@ std::string GateSummary::json() const {
   out += ",\"unknownConvergenceP99Ms\":" + std::to_string(unknownConvergenceP99Ms());
   // The scheduler of SPEC §7 does not exist yet: no tenant has a fairness error to report.
   out += ",\"fairness\":[]";
+  out += ",\"closedPeriodsChecked\":" + std::to_string(closed_periods_checked_);
   out += ",\"failedSeeds\":[";
   for (size_t i = 0; i < failed_.size(); ++i) {
     out += (i == 0 ? "" : ",") + std::string("{\"seed\":") + std::to_string(failed_[i].seed) +
@@ -110,6 +113,7 @@ std::string GateSummary::text() const {
   out += "  unknownConvergenceP99Ms: " + std::to_string(unknownConvergenceP99Ms()) + " (limit " +
          std::to_string(kUnknownConvergenceMsMax) + ")\n";
   out += "  fairness: none measured (no scheduler yet)\n";
+  out += "  closedPeriodsChecked: " + std::to_string(closed_periods_checked_) + "\n";
   for (const FailedRun& run : failed_) {
     out += "FAILED seed " + std::to_string(run.seed) + ": " + checkName(run.first.check) + ": " +
            run.first.detail + "\n  replay: tally-sim --replay " + std::to_string(run.seed) + "\n";

@@ -27,6 +27,8 @@ class GateSummary {
   // Nearest-rank p99 over every sample, to 100 ms (the histogram's resolution); 0 if none.
   uint64_t unknownConvergenceP99Ms() const;
   const std::vector<FailedRun>& failedRuns() const { return failed_; }
+  // How much of SPEC §4's period close the runs exercised (closed periods compared).
+  uint64_t closedPeriodsChecked() const { return closed_periods_checked_; }
   // Any count above 0, or the p99 above 10 minutes of simulated time.
   bool passes() const;
 
@@ -41,6 +43,7 @@ class GateSummary {
   std::array<uint64_t, kCheckCount> counts_{};
   std::vector<uint64_t> histogram_ = std::vector<uint64_t>(kBuckets + 1, 0);
   uint64_t samples_ = 0;
+  uint64_t closed_periods_checked_ = 0;
   std::vector<FailedRun> failed_;  // the first few, by seed
 };
 

@@ -80,6 +80,7 @@ class Run {
     result.trace = trace_.lines();
     result.crashes = node_.crashes();
     result.messages = network_.stats().sent;
+    result.closed_periods_checked = checker_.periodsChecked();
     return result;
   }
 

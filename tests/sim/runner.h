@@ -33,6 +33,7 @@ struct RunResult {
   std::vector<std::string> trace;  // when traced
   uint64_t crashes = 0;
   uint64_t messages = 0;
+  uint64_t closed_periods_checked = 0;  // accounting periods compared live vs durable
 
   bool ok() const { return findings.empty(); }
 };

@@ -39,6 +39,10 @@ void SimStore::apply(const ledger::StoreBatch& batch) {
   for (const ShardRecord& shard : batch.shards) shards_[shard.grant.shard_id] = shard;
   for (const std::string& id : batch.deleted_shards) shards_.erase(id);
   for (const FenceRecord& fence : batch.fences) fences_[fence.key] = fence;
+  for (const PeriodSnapshot& snapshot : batch.period_snapshots) {
+    period_snapshots_[PeriodKey{snapshot.key, snapshot.epoch_first}] = snapshot;
+  }
+  for (const PeriodKey& key : batch.deleted_period_snapshots) period_snapshots_.erase(key);
   shard_sequence_ = std::max(shard_sequence_, batch.shard_sequence);
   ledger_clock_ms_ = std::max(ledger_clock_ms_, batch.ledger_clock_ms);
 }
@@ -51,6 +55,8 @@ Result<ledger::StoreContents> SimStore::load() {
   for (const auto& [name, gateway] : gateways_) contents.gateways.push_back(gateway);
   for (const auto& [id, shard] : shards_) contents.shards.push_back(shard);
   for (const auto& [key, fence] : fences_) contents.fences.push_back(fence);
+  for (const auto& [key, snapshot] : period_snapshots_)
+    contents.period_snapshots.push_back(snapshot);
   contents.ledger_clock_ms = ledger_clock_ms_;
   contents.shard_sequence = shard_sequence_;
   return contents;

@@ -46,6 +46,7 @@ class SimStore : public ledger::Store {
   std::map<std::string, GatewayRecord> gateways_;
   std::map<std::string, ShardRecord> shards_;
   std::map<SubjectRoute, FenceRecord> fences_;
+  std::map<PeriodKey, PeriodSnapshot> period_snapshots_;
   uint64_t ledger_clock_ms_ = 0;
   uint64_t shard_sequence_ = 0;
   std::vector<Reservation> deleted_;
