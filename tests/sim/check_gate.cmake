@@ -16,6 +16,11 @@ foreach(field conservationViolations overspend secondReservations duplicateShard
     message(FATAL_ERROR "${field} = ${value} (must be 0)")
   endif()
 endforeach()
+# The runs crossed accounting-period boundaries and compared the closed periods (SPEC §4).
+string(JSON periods GET "${out}" closedPeriodsChecked)
+if(NOT periods GREATER 0)
+  message(FATAL_ERROR "no closed accounting period was checked")
+endif()
 string(JSON p99 GET "${out}" unknownConvergenceP99Ms)
 if(p99 GREATER 600000)
   message(FATAL_ERROR "unknownConvergenceP99Ms = ${p99} (limit 600000)")
