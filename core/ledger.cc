@@ -275,6 +275,11 @@ ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms)
                                         now_ms, &table_full, request.region);
   if (table_full)
     return {.code = ReplyCode::kResourceExhausted, .message = "account table is full"};
+#ifdef TALLY_TEST_FAULTS
+  if (faults_.admit_in_debt && admission.refused == LimitingDimension::kFrozenRoute) {
+    admission.refused = LimitingDimension::kNone;  // deliberately wrong: ignores the route's debt
+  }
+#endif
   if (admission.refused != LimitingDimension::kNone) {
     // No budget or a draining generation: retrying the same request never helps.
     int64_t retry_after_ms = kRetryNever;

@@ -116,6 +116,7 @@ struct LedgerFaults {
   bool refund_usage_unknown = false;     // treat USAGE_UNKNOWN as unconsumed on mark-unknown
   bool double_refund_release = false;    // a duplicate release refunds again
   bool remint_holding_receipts = false;  // a shard report remints STARTED/UNKNOWN units
+  bool admit_in_debt = false;            // admits while another generation of the route owes debt
 };
 #endif
 

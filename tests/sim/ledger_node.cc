@@ -112,13 +112,14 @@ void LedgerNode::tick(uint64_t now_ms) {
   ++version_;
   if (!up()) return;
   const TickOutcome outcome = ledger_->tick(now_ms);
-  if (outcome.expired + outcome.closed_by_hard_limit + outcome.compacted > 0) {
+  if (outcome.changed()) {
     dirty_ = true;
     if (trace_->on()) {
       trace_->add(now_ms,
                   "ledger tick: expired=" + std::to_string(outcome.expired) +
                       " closed_by_hard_limit=" + std::to_string(outcome.closed_by_hard_limit) +
-                      " compacted=" + std::to_string(outcome.compacted));
+                      " compacted=" + std::to_string(outcome.compacted) +
+                      " periods_closed=" + std::to_string(outcome.periods_closed));
     }
   }
 }
