@@ -80,6 +80,9 @@ Status validatePolicy(const Policy& policy);
 // (subject, route, generation) has one budget; regionAdmits() is then the fence.
 const Budget* matchBudget(const Policy& policy, const std::string& subject,
                           const std::string& route);
+// The result points into `policy`: never into a temporary one.
+const Budget* matchBudget(Policy&& policy, const std::string& subject,
+                          const std::string& route) = delete;
 
 // Whether `budget` may admit a request from `region`: a budget without a region admits every
 // region, a request without one ("the gateway does not say") is admitted by every budget, and

@@ -361,7 +361,8 @@ TEST(RegionFenceTest, AnotherRegionIsRefusedNamingBothRegions) {
 }
 
 TEST(MatchBudgetTest, NoBudgetsNoMatch) {
-  EXPECT_EQ(matchBudget(Policy{}, "tenant-7", "/a"), nullptr);
+  const Policy empty;
+  EXPECT_EQ(matchBudget(empty, "tenant-7", "/a"), nullptr);
 }
 
 TEST(SubjectMatchesTest, ExactPrefixAndWildcard) {

@@ -1,6 +1,7 @@
 #include "tests/sim/gateway.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <variant>
 
@@ -17,8 +18,13 @@ using S = ReservationState;
 
 constexpr uint64_t kErrorsMax = 20;  // error replies before a client gives a job up
 
-const Budget* budgetFor(const Workload& w, const std::string& subject, const std::string& route) {
-  return matchBudget(Policy{.budgets = w.budgets}, subject, route);
+// A copy: matchBudget points into the Policy it is given, and this one is a temporary.
+std::optional<Budget> budgetFor(const Workload& w, const std::string& subject,
+                                const std::string& route) {
+  const Policy policy{.budgets = w.budgets};
+  const Budget* budget = matchBudget(policy, subject, route);
+  if (budget == nullptr) return std::nullopt;
+  return *budget;
 }
 
 }  // namespace
@@ -287,9 +293,10 @@ void Gateway::advance(Job* job, const ReservationReply& reply, uint64_t now_ms) 
   if (reply.code != ReplyCode::kOk) {
     return finish(job, std::string(replyCodeName(reply.code)), now_ms);
   }
-  const Budget* budget = budgetFor(*workload_, job->reserve.subject, job->reserve.route);
-  const uint64_t hold_ttl_ms = budget != nullptr ? budget->hold_ttl_ms : 1'000;
-  const uint64_t hard_limit_ms = budget != nullptr ? budget->hard_execution_limit_ms : 1'000;
+  const std::optional<Budget> budget =
+      budgetFor(*workload_, job->reserve.subject, job->reserve.route);
+  const uint64_t hold_ttl_ms = budget ? budget->hold_ttl_ms : 1'000;
+  const uint64_t hard_limit_ms = budget ? budget->hard_execution_limit_ms : 1'000;
   job->sent = false;
   switch (job->phase) {
     case Phase::kReserve:
