@@ -72,25 +72,27 @@ rules="$SRC/packaging/prometheus/tally.rules.yml"
 "$promtool" check rules "$rules" || fail "promtool check rules"
 (cd "$(dirname "$0")" && "$promtool" test rules tally.rules.test.yml) || fail "promtool test rules"
 
-# Every tally_* metric the rules use is exposed by a daemon (histogram series by their family).
-used="$(grep -oE 'tally_[a-z_]+' <(grep 'expr:' "$rules") | sed -E 's/_(bucket|sum|count)$//' |
-  sort -u)"
-[[ -n "$used" ]] || fail "no metric found in the rules"
-for metric in $used; do
-  grep -qx "# TYPE $metric [a-z]*" "$TMP/ledger.metrics" "$TMP/agent.metrics" \
-    --no-filename || fail "the rules use $metric, which neither daemon exposes"
-done
+# The tally_* metric families named in the PromQL text $2 (histogram series by their family), each
+# asserted to be exposed by a daemon; $1 says who uses them. Prints them.
+exposed_families() {
+  local families metric
+  families="$(grep -oE 'tally_[a-z_]+' <<<"$2" | sed -E 's/_(bucket|sum|count)$//' | sort -u)"
+  [[ -n "$families" ]] || fail "no metric found in $1"
+  for metric in $families; do
+    grep -qx "# TYPE $metric [a-z]*" "$TMP/ledger.metrics" "$TMP/agent.metrics" \
+      --no-filename || fail "$1 uses $metric, which neither daemon exposes"
+  done
+  echo "$families"
+}
+
+used="$(exposed_families "the rules" "$(grep 'expr:' "$rules")")"
 echo "rules: $(wc -w <<<"$used") metrics used, all exposed"
 
 # The Grafana dashboard queries only metrics a daemon exposes, and every expression parses.
 dashboard="$SRC/packaging/grafana/tally.json"
 exprs="$(grep -E '^ *"expr": ' "$dashboard" | sed -E 's/^ *"expr": "(.*)",?$/\1/; s/\\"/"/g')"
 [[ -n "$exprs" ]] || fail "no query found in the dashboard"
-graphed="$(grep -oE 'tally_[a-z_]+' <<<"$exprs" | sed -E 's/_(bucket|sum|count)$//' | sort -u)"
-for metric in $graphed; do
-  grep -qx "# TYPE $metric [a-z]*" "$TMP/ledger.metrics" "$TMP/agent.metrics" \
-    --no-filename || fail "the dashboard graphs $metric, which neither daemon exposes"
-done
+graphed="$(exposed_families "the dashboard" "$exprs")"
 # promtool has no expression linter; a rules file of one recording rule per query is checked
 # by `promtool check rules`, which parses each PromQL expression (the variable $job replaced
 # by what Grafana substitutes for "All").
