@@ -39,3 +39,18 @@ wait_for() {
     sleep 0.05
   done
 }
+
+# The one policy the packaging tests publish: tenant-1/chat, 1,000 tokens, no refill.
+write_test_policy() {
+  cat >"$1" <<'POLICY'
+[[budget]]
+subject = "tenant-1"
+route = "chat"
+unit = "tokens"
+refill_per_second = 0
+burst = 1000
+max_single_reservation = 1000
+hold_ttl_ms = 600000
+hard_execution_limit_ms = 600000
+POLICY
+}

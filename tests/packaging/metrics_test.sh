@@ -38,17 +38,7 @@ wait_for "[[ -s '$TMP/agent.ready' ]]" 10 || fail "agent not ready: $(cat "$TMP/
 read -r _ agent_metrics _ <"$TMP/agent.ready"
 
 # Real traffic, so that the counters and histograms have samples.
-cat >"$TMP/policy.toml" <<'POLICY'
-[[budget]]
-subject = "tenant-1"
-route = "chat"
-unit = "tokens"
-refill_per_second = 0
-burst = 1000
-max_single_reservation = 1000
-hold_ttl_ms = 600000
-hard_execution_limit_ms = 600000
-POLICY
+write_test_policy "$TMP/policy.toml"
 "$BIN/tallyctl" --ledger "127.0.0.1:$ledger_port" policy publish "$TMP/policy.toml" >/dev/null
 "$BIN/tallyctl" --ledger "127.0.0.1:$ledger_port" reserve --id direct --subject tenant-1 \
   --route chat --units 10 >/dev/null

@@ -49,17 +49,7 @@ fi
   fail "scripts/package failed"
 cp "$TMP"/out/tally_*.deb "$share/"
 cp "$(dirname "$0")/nspawn_inside.sh" "$share/inside.sh"
-cat >"$share/policy.toml" <<'POLICY'
-[[budget]]
-subject = "tenant-1"
-route = "chat"
-unit = "tokens"
-refill_per_second = 0
-burst = 1000
-max_single_reservation = 1000
-hold_ttl_ms = 600000
-hard_execution_limit_ms = 600000
-POLICY
+write_test_policy "$share/policy.toml"
 
 mkdir -p "$root/etc/systemd/system/multi-user.target.wants"
 cat >"$root/etc/systemd/system/tally-test.service" <<'UNIT'
