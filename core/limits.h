@@ -49,6 +49,9 @@ inline constexpr uint64_t kRequestsInFlightPerConnectionMax = 4096;
 // reading and serving that peer until it drains (net/framed_stream.h).
 inline constexpr uint64_t kWriteQueueBytesPerConnectionMax = uint64_t{16} << 20;
 inline constexpr uint64_t kConnectionsPerServerMax = 4096;
+// How long a stream shut down after its last reply waits for the peer to read everything and
+// close its side before it closes anyway (the lingering close of net/framed_stream.h).
+inline constexpr uint64_t kLingerMsDefault = 5'000;
 
 // Emergency shards (SPEC §6): identities and reports.
 inline constexpr uint64_t kGatewayNameBytesMax = 128;  // [A-Za-z0-9._-], at least one byte

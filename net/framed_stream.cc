@@ -109,6 +109,10 @@ void FramedStream::onAlloc(uv_handle_t*, size_t, uv_buf_t* buf) {
 
 void FramedStream::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
   auto* self = static_cast<FramedStream*>(stream->data);
+  if (self->shutting_down_) {
+    self->onReadWhileShuttingDown(nread);
+    return;
+  }
   if (nread < 0) {
     self->lost(nread == UV_EOF ? Status::unavailable("the peer closed the connection")
                                : uvStatus("read", static_cast<int>(nread)));
@@ -153,6 +157,7 @@ void FramedStream::deliver() {
 }
 
 void FramedStream::updateReading() {
+  if (shutting_down_) return;  // the lingering close reads until the end of stream
   const bool wanted = want_reading_ && !closing_ && !shutting_down_ && !framing_lost_ &&
                       held_.empty() && !overLimit();
   if (wanted && !reading_) {
@@ -251,7 +256,9 @@ void FramedStream::shutdownThenClose() {
   flush();
   if (closing_) return;
   shutting_down_ = true;
-  updateReading();
+  held_.clear();  // requests not served by now never will be
+  startLingering();
+  if (closing_) return;
   auto request = std::make_unique<uv_shutdown_t>();
   request->data = this;
   if (uv_shutdown(request.get(), stream(), onShutdown) != 0) {
@@ -261,9 +268,52 @@ void FramedStream::shutdownThenClose() {
   (void)request.release();  // owned by the shutdown callback now
 }
 
-void FramedStream::onShutdown(uv_shutdown_t* req, int) {
+void FramedStream::startLingering() {
+  if (!linger_timer_initialized_) {
+    if (uv_timer_init(loop_, &linger_timer_) != 0) {
+      close();  // no bound on the wait: do not wait
+      return;
+    }
+    linger_timer_.data = this;
+    linger_timer_initialized_ = true;
+  }
+  if (uv_timer_start(&linger_timer_, onLingerDeadline, limits_.linger_ms, 0) != 0) {
+    close();
+    return;
+  }
+  if (!reading_) {
+    if (uv_read_start(stream(), onAlloc, onRead) != 0) {
+      close();
+      return;
+    }
+    reading_ = true;
+  }
+}
+
+void FramedStream::onReadWhileShuttingDown(ssize_t nread) {
+  if (closing_ || nread >= 0) return;  // input after the shutdown is discarded
+  if (nread != UV_EOF) {
+    close();  // the peer is gone: nothing more can reach it
+    return;
+  }
+  peer_ended_ = true;
+  (void)uv_read_stop(stream());
+  reading_ = false;
+  if (shutdown_done_) close();
+}
+
+void FramedStream::onShutdown(uv_shutdown_t* req, int status) {
   std::unique_ptr<uv_shutdown_t> owned(req);
-  static_cast<FramedStream*>(owned->data)->close();
+  auto* self = static_cast<FramedStream*>(owned->data);
+  if (self->closing_) return;  // closed meanwhile (UV_ECANCELED)
+  self->shutdown_done_ = true;
+  // Everything queued is in the kernel and FIN follows it. Wait for the peer's end of stream
+  // (it has read our last byte) unless it came already or the shutdown failed.
+  if (status != 0 || self->peer_ended_) self->close();
+}
+
+void FramedStream::onLingerDeadline(uv_timer_t* timer) {
+  static_cast<FramedStream*>(timer->data)->close();
 }
 
 void FramedStream::close() {
@@ -272,11 +322,17 @@ void FramedStream::close() {
   reading_ = false;
   held_.clear();
   if (!initialized_) return;
+  handles_closing_ = 1;
+  if (linger_timer_initialized_) {
+    ++handles_closing_;
+    uv_close(reinterpret_cast<uv_handle_t*>(&linger_timer_), onClose);
+  }
   uv_close(handle(), onClose);
 }
 
 void FramedStream::onClose(uv_handle_t* handle) {
   auto* self = static_cast<FramedStream*>(handle->data);
+  if (--self->handles_closing_ > 0) return;  // the stream's and the linger timer's
   self->closed_ = true;
   self->handler_->onClosed(self);  // may destroy self
 }

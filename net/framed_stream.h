@@ -29,8 +29,12 @@
 //    write_queue_bytes_max of replies plus one read (64 KiB) of undelivered requests, and costs
 //    the loop nothing more. A client stream (backpressure = false) always reads: its answers
 //    are what drain its queue; its owner bounds what it sends with queuedBytes().
-//  * Shutdown: shutdownThenClose() flushes, stops reading, lets the queued writes go out
-//    (uv_shutdown) and then closes; close() closes at once (queued writes are cancelled).
+//  * Shutdown: shutdownThenClose() flushes, stops delivering frames, lets the queued writes go
+//    out and sends FIN (uv_shutdown), then lingers: it reads and discards until the peer's end
+//    of stream, and only then closes, or after linger_ms at the latest. Closing a TCP socket
+//    with unread input makes the kernel send RST, which throws away replies still in its send
+//    queue: a peer that had pipelined more requests would lose answers to work already
+//    applied. close() closes at once (queued writes are cancelled).
 //
 // Ownership: owns its uv_tcp_t or uv_pipe_t, its connect and shutdown requests and its write
 // buffers; borrows `loop` and `handler`, which must outlive it. Non-copyable, non-movable
@@ -46,6 +50,8 @@ struct StreamLimits {
   uint64_t pending_replies_max = limits::kRequestsInFlightPerConnectionMax;
   // true (servers): stop serving and reading a peer past either maximum until it drains.
   bool backpressure = true;
+  // shutdownThenClose(): the longest wait for the queued writes and the peer's end of stream.
+  uint64_t linger_ms = limits::kLingerMsDefault;
 };
 
 enum class StreamKind : uint8_t { kTcp, kPipe };
@@ -114,6 +120,8 @@ class FramedStream {
   uv_pipe_t* pipe() { return &pipe_; }
   bool closing() const { return closing_; }
   bool shuttingDown() const { return shutting_down_; }
+  // Shut down and FIN sent; discarding input until the peer's end of stream or linger_ms.
+  bool lingering() const { return shutdown_done_ && !closing_; }
   bool reading() const { return reading_; }
   // Bytes owed to the peer: promised, in output(), and queued in libuv.
   uint64_t queuedBytes();
@@ -128,6 +136,7 @@ class FramedStream {
   static void onWrite(uv_write_t* request, int status);
   static void onConnect(uv_connect_t* request, int status);
   static void onShutdown(uv_shutdown_t* request, int status);
+  static void onLingerDeadline(uv_timer_t* timer);
   static void onClose(uv_handle_t* handle);
 
   bool overLimit();
@@ -135,6 +144,9 @@ class FramedStream {
   void deliver();
   void updateReading();
   void lost(Status status);
+  void startLingering();
+  // A read while shutting down: input is discarded; the peer's end of stream ends the wait.
+  void onReadWhileShuttingDown(ssize_t nread);
 
   uv_loop_t* loop_;
   StreamKind kind_;
@@ -144,10 +156,15 @@ class FramedStream {
   uv_tcp_t tcp_{};
   uv_pipe_t pipe_{};
   uv_connect_t connect_request_{};
+  uv_timer_t linger_timer_{};
   bool initialized_ = false;
-  bool closed_ = false;  // the close callback ran
+  bool linger_timer_initialized_ = false;
+  int handles_closing_ = 0;  // close callbacks still to come
+  bool closed_ = false;      // the last close callback ran
   bool closing_ = false;
   bool shutting_down_ = false;
+  bool shutdown_done_ = false;  // the shutdown callback ran: FIN is out
+  bool peer_ended_ = false;     // the peer's end of stream arrived while shutting down
   bool want_reading_ = false;
   bool reading_ = false;
   bool delivering_ = false;

@@ -1,8 +1,11 @@
 #include "net/framed_stream.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -247,15 +250,29 @@ TEST_F(FramedStreamTest, ShutdownThenCloseDeliversEverythingQueuedFirst) {
   std::string expected(300 * 1024, 's');
   stream_->output()->assign(expected.begin(), expected.end());
   stream_->shutdownThenClose();
-  EXPECT_FALSE(stream_->reading());
+  peerWrite(frameOf("too late"));  // discarded: a stream shutting down serves nothing more
   std::string received;
-  for (int i = 0; i < 100'000 && handler_.closed == 0; ++i) {
+  for (int i = 0; i < 100'000 && received.size() < expected.size(); ++i) {
     peerDrain(&received);
     turn();
   }
-  peerDrain(&received);
-  EXPECT_EQ(handler_.closed, 1);
   EXPECT_EQ(received, expected);
+  EXPECT_EQ(handler_.closed, 0);  // lingering: it waits for the peer's end of stream
+  ASSERT_EQ(::shutdown(peer_fd_, SHUT_WR), 0);
+  ASSERT_EQ(uv_run(&loop_, UV_RUN_DEFAULT), 0);
+  EXPECT_EQ(handler_.closed, 1);
+  EXPECT_TRUE(handler_.frames.empty());
+  EXPECT_TRUE(handler_.lost.empty());
+}
+
+TEST_F(FramedStreamTest, ALingeringStreamClosesAtItsDeadlineWhenThePeerNeverCloses) {
+  open({.linger_ms = 20});
+  stream_->output()->assign(100, 'x');
+  stream_->shutdownThenClose();
+  // The loop ends once the linger timer has closed the stream: the peer never ended its side.
+  ASSERT_EQ(uv_run(&loop_, UV_RUN_DEFAULT), 0);
+  EXPECT_EQ(handler_.closed, 1);
+  EXPECT_EQ(peerDrain(), 100u);
 }
 
 TEST_F(FramedStreamTest, PeerClosingIsReportedAsLost) {
@@ -266,6 +283,84 @@ TEST_F(FramedStreamTest, PeerClosingIsReportedAsLost) {
   ASSERT_EQ(handler_.lost.size(), 1u);
   EXPECT_EQ(handler_.lost[0].code(), StatusCode::kUnavailable);
   EXPECT_EQ(handler_.closed, 1);
+}
+
+// A TCP peer that pipelined more requests than the server served, and reads slowly, must still
+// get every reply the server queued before its shutdown. Closing with its unread requests in the
+// receive queue would make the kernel answer with RST and drop the replies not yet sent: the
+// defect behind "unacknowledged steps applied" at a ledger's SIGTERM.
+TEST(FramedStreamTcpTest, ShutdownKeepsEveryReplyForAPeerWithUnreadRequests) {
+  uv_loop_t loop{};
+  ASSERT_EQ(uv_loop_init(&loop), 0);
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int peer = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(peer, 0);
+  // A small receive window: most of the reply has to wait in the server's send queue.
+  const int receive_bytes = 4096;
+  ASSERT_EQ(::setsockopt(peer, SOL_SOCKET, SO_RCVBUF, &receive_bytes, sizeof(receive_bytes)), 0);
+  const timeval receive_timeout{.tv_sec = 10, .tv_usec = 0};
+  ASSERT_EQ(::setsockopt(peer, SOL_SOCKET, SO_RCVTIMEO, &receive_timeout, sizeof(receive_timeout)),
+            0);
+  ASSERT_EQ(::connect(peer, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  const int accepted = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(accepted, 0);
+  ::close(listener);
+  // Room for the whole reply in the kernel, so the shutdown completes with it all unsent.
+  const int send_bytes = 256 * 1024;
+  ASSERT_EQ(::setsockopt(accepted, SOL_SOCKET, SO_SNDBUF, &send_bytes, sizeof(send_bytes)), 0);
+
+  Recorder handler;
+  const std::string reply(128 * 1024, 'r');
+  handler.on_frame = [&](FramedStream* stream) {
+    stream->output()->assign(reply.begin(), reply.end());
+    stream->shutdownThenClose();
+  };
+  FramedStream stream(&loop, StreamKind::kTcp, &handler, StreamLimits{.linger_ms = 30'000}, 1);
+  ASSERT_TRUE(stream.init().isOk());
+  ASSERT_EQ(uv_tcp_open(stream.tcp(), accepted), 0);
+  stream.startReading();
+
+  const std::vector<uint8_t> request = frameOf("reserve");
+  ASSERT_EQ(::write(peer, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  for (int i = 0; i < 100'000 && handler.frames.empty(); ++i) (void)uv_run(&loop, UV_RUN_NOWAIT);
+  ASSERT_EQ(handler.frames.size(), 1u);
+  // More pipelined requests, which the server will never read as frames.
+  const std::vector<uint8_t> unread = frameOf(std::string(1024, 'u'));
+  ASSERT_EQ(::write(peer, unread.data(), unread.size()), static_cast<ssize_t>(unread.size()));
+  for (int i = 0; i < 100'000 && !stream.lingering() && handler.closed == 0; ++i) {
+    (void)uv_run(&loop, UV_RUN_NOWAIT);
+  }
+  ASSERT_EQ(handler.closed, 0) << "closed before the peer read its replies";
+  ASSERT_TRUE(stream.lingering());
+
+  // The reply and FIN are in the kernel: read them with blocking reads (bounded by
+  // SO_RCVTIMEO), without the loop.
+  std::string received;
+  ssize_t last = 0;
+  char buffer[16 * 1024];
+  while ((last = ::read(peer, buffer, sizeof(buffer))) > 0) {
+    received.append(buffer, static_cast<size_t>(last));
+  }
+  const int read_errno = errno;
+  EXPECT_EQ(last, 0) << "the stream ended with " << std::strerror(read_errno) << ", not FIN";
+  EXPECT_EQ(received.size(), reply.size());
+  EXPECT_EQ(received, reply);
+
+  ASSERT_EQ(::shutdown(peer, SHUT_WR), 0);
+  for (int i = 0; i < 100'000 && handler.closed == 0; ++i) (void)uv_run(&loop, UV_RUN_NOWAIT);
+  EXPECT_EQ(handler.closed, 1) << "the peer's end of stream did not end the linger";
+  EXPECT_TRUE(handler.lost.empty());
+  EXPECT_EQ(uv_run(&loop, UV_RUN_DEFAULT), 0);
+  ::close(peer);
+  EXPECT_EQ(uv_loop_close(&loop), 0);
 }
 
 }  // namespace
