@@ -2,8 +2,8 @@
 // duplicates, out-of-order calls, expiry halves, generation switches, carve and remint) over
 // several accounts, with the invariants of SPEC §8 checked after every single step.
 //
-// Sequences per property: RC_PARAMS (ctest sets max_success=10000). A failure prints the
-// seed; replay with RC_PARAMS="reproduce=…" as RapidCheck prints it.
+// Sequences per property: RC_PARAMS (ctest sets max_success=10000; 1000 under the sanitizers). A
+// failure prints the seed; replay with RC_PARAMS="reproduce=…" as RapidCheck prints it.
 
 #include <gtest/gtest.h>
 #include <rapidcheck.h>

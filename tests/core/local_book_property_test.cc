@@ -10,8 +10,8 @@
 //    execution limit, never before (the Ledger and local admission; a shard keeps it until a
 //    receipt, docs/SHARDS.md).
 //
-// Sequences: RC_PARAMS (ctest sets max_success=10000). A failure prints the seed; replay with
-// RC_PARAMS="reproduce=…" as RapidCheck prints it.
+// Sequences: RC_PARAMS (ctest sets max_success=10000; 1000 under the sanitizers). A failure prints
+// the seed; replay with RC_PARAMS="reproduce=…" as RapidCheck prints it.
 
 #include <gtest/gtest.h>
 #include <rapidcheck.h>

@@ -5,7 +5,7 @@
 // activity sums to the account's whole history, and the account's open period starts where
 // its last snapshot closed.
 //
-// Sequences per property: RC_PARAMS (ctest sets max_success=10000).
+// Sequences per property: RC_PARAMS (ctest sets max_success=10000; 1000 under the sanitizers).
 
 #include <gtest/gtest.h>
 #include <rapidcheck.h>

@@ -2,8 +2,8 @@
 // local reservation operations, closes, fences, ledger answers and time, with the local
 // equation and "Σ admitted units ≤ allocated" checked after every single step.
 //
-// Sequences: RC_PARAMS (ctest sets max_success=10000). A failure prints the seed; replay with
-// RC_PARAMS="reproduce=…" as RapidCheck prints it.
+// Sequences: RC_PARAMS (ctest sets max_success=10000; 1000 under the sanitizers). A failure prints
+// the seed; replay with RC_PARAMS="reproduce=…" as RapidCheck prints it.
 
 #include <gtest/gtest.h>
 #include <rapidcheck.h>
