@@ -63,14 +63,17 @@ class Cluster:
         return os.path.join(self.bin_dir, name)
 
     def _spawn(self, name, args, log):
+        return self.spawn([self.binary(name)] + args, log, name)
+
+    def spawn(self, argv, log, what):
+        """Runs argv + ["--ready-fd", N] and waits for its "ready ..." line (returned split)."""
         read_fd, write_fd = os.pipe()
         with open(os.path.join(self.root, log), "ab") as out:
-            process = subprocess.Popen(
-                [self.binary(name)] + args + ["--ready-fd", str(write_fd)],
-                stdout=out, stderr=subprocess.STDOUT, pass_fds=(write_fd,))
+            process = subprocess.Popen(argv + ["--ready-fd", str(write_fd)], stdout=out,
+                                       stderr=subprocess.STDOUT, pass_fds=(write_fd,))
         os.close(write_fd)
         self.processes.append(process)
-        return process, _read_ready(read_fd, process, name)
+        return process, _read_ready(read_fd, process, what)
 
     def start_ledger(self):
         _, ready = self._spawn("tally-ledger",
