@@ -341,6 +341,13 @@ void HttpServer::parse(Connection* c) {
       continue;
     }
     if (error != HPE_OK && error != HPE_PAUSED) {
+      if (!c->refusal_.empty()) {  // a refused peer hears the refusal, whatever it sent
+        c->done_parsing_ = true;
+        c->input_.clear();
+        fillSlot(c, openSlot(c),
+                 renderHttpResponse(httpError(403, "PERMISSION_DENIED", c->refusal_), true), true);
+        break;
+      }
       const int status = c->refuse_status_ != 0 ? c->refuse_status_ : 400;
       std::string message;
       if (status == 431) {

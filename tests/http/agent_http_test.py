@@ -222,12 +222,14 @@ class AgentHttpTest(unittest.TestCase):
         python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
         script = ("import socket,sys\n"
                   "s=socket.socket(socket.AF_UNIX);s.connect(sys.argv[1])\n"
-                  "s.sendall(b'GET /healthz HTTP/1.1\\r\\n\\r\\n')\n"
+                  "s.sendall(sys.argv[2].encode())\n"
                   "sys.stdout.write(s.recv(4096).decode())\n")
-        run = subprocess.run([python, "-c", script, self.http], capture_output=True,
-                             text=True, timeout=30, user=65534, group=65534)
-        self.assertTrue(run.stdout.startswith("HTTP/1.1 403 "), run.stdout + run.stderr)
-        self.assertIn("PERMISSION_DENIED", run.stdout)
+        # A request, and bytes that are no HTTP at all: either way the refusal, nothing else.
+        for payload in ("GET /healthz HTTP/1.1\r\n\r\n", "BLAH\x01 nonsense\r\n\r\n"):
+            run = subprocess.run([python, "-c", script, self.http, payload], capture_output=True,
+                                 text=True, timeout=30, user=65534, group=65534)
+            self.assertTrue(run.stdout.startswith("HTTP/1.1 403 "), run.stdout + run.stderr)
+            self.assertIn("PERMISSION_DENIED", run.stdout)
         self.assertServing()
 
     def test_loopback_tcp_listener_serves_the_same_api(self):
