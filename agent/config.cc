@@ -19,7 +19,7 @@ const std::vector<std::string> kTopKeys = {
     "health",           "outbox_entries_max", "policy_refresh_ms",
     "drain_timeout_ms", "frame_bytes_max",    "log_level",
     "gateway_name",     "identity_file",      "ledger_public_keys",
-    "emergency"};
+    "emergency",        "http_socket",        "http_listen"};
 const std::vector<std::string> kHealthKeys = {"failures_to_degrade", "failures_to_partition",
                                               "slow_request_us", "partition_after_ms",
                                               "successes_to_recover"};
@@ -173,6 +173,37 @@ Status applyMetricsListen(const std::string& text, AgentConfig* config) {
   return parseHostPort(text, &config->metrics_host, &config->metrics_port);
 }
 
+std::string httpSocketPath(const AgentConfig& config) {
+  if (config.http_socket_path.has_value()) return *config.http_socket_path;
+  const std::string& native = config.socket_path;
+  constexpr std::string_view kSuffix = ".sock";
+  if (native.ends_with(kSuffix)) {
+    return native.substr(0, native.size() - kSuffix.size()) + "-http" + std::string(kSuffix);
+  }
+  return native + "-http";
+}
+
+Status applyHttpListen(const std::string& text, AgentConfig* config) {
+  if (text.empty()) {
+    config->http_tcp_enabled = false;
+    return Status::ok();
+  }
+  std::string host;
+  uint16_t port = 0;
+  if (Status s = parseHostPort(text, &host, &port); !s.isOk()) return s;
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);  // [::1]:PORT
+  }
+  // No peer credentials on TCP: only this host's own processes may reach it.
+  if (!host.starts_with("127.") && host != "::1") {
+    return Status::invalidArgument("'" + host + "' is not a loopback address (127.0.0.0/8 or ::1)");
+  }
+  config->http_tcp_enabled = true;
+  config->http_tcp_host = host;
+  config->http_tcp_port = port;
+  return Status::ok();
+}
+
 const std::vector<std::string>& configKeys() {
   static const std::vector<std::string> kKeys = [] {
     std::vector<std::string> keys;
@@ -205,6 +236,20 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
     }
     if (Status s = applyMetricsListen(*text, config); !s.isOk()) {
       return configKeyError(path, "metrics_listen", s.message());
+    }
+  }
+  if (const toml::node* node = table.get("http_socket")) {
+    const auto text = node->value<std::string>();
+    if (!node->is_string() || !text) {
+      return configKeyError(path, "http_socket", "must be a path, or \"\" to disable it");
+    }
+    config->http_socket_path = *text;
+  }
+  if (const toml::node* node = table.get("http_listen")) {
+    const auto text = node->value<std::string>();
+    if (!node->is_string() || !text) return configKeyError(path, "http_listen", "must be a string");
+    if (Status s = applyHttpListen(*text, config); !s.isOk()) {
+      return configKeyError(path, "http_listen", s.message());
     }
   }
   if (const toml::node* node = table.get("log_level")) {
@@ -279,6 +324,12 @@ Status validateConfig(const AgentConfig& config) {
   if (config.socket_path.size() >= 108) {
     return Status::invalidArgument("socket path '" + config.socket_path +
                                    "' is longer than 107 bytes");
+  }
+  if (const std::string http = httpSocketPath(config); http.size() >= 108) {
+    return Status::invalidArgument("http socket path '" + http + "' is longer than 107 bytes");
+  } else if (!http.empty() && http == config.socket_path) {
+    return Status::invalidArgument("the http socket and the socket are the same path '" + http +
+                                   "'");
   }
   static const std::set<std::string> kLevels = {"debug", "info", "warn", "error"};
   if (!kLevels.contains(config.log_level)) {

@@ -3,6 +3,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,9 @@
 //   allowed_uids = [1000]              # replaces the default (own uid and root)
 //   allowed_gids = [1000]              # replaces the default (own gid and root's group)
 //   metrics_listen = "127.0.0.1:9464"  # "" disables the metrics endpoint
+//   http_socket = "/run/tally/agent-http.sock"  # HTTP/JSON; default: the socket's path with
+//                                      # "-http" before ".sock"; "" disables it
+//   http_listen = "127.0.0.1:8080"     # HTTP/JSON over loopback TCP; default "" (disabled)
 //   request_timeout_ms = 2000          # per ledger request
 //   outbox_entries_max = 1000000
 //   policy_refresh_ms = 5000
@@ -78,7 +82,20 @@ struct AgentConfig {
   std::vector<std::string> ledger_public_keys;  // base64; flags add to the file's
   EmergencyConfig emergency;
   int ready_fd = -1;  // write "ready METRICS_PORT SOCKET\n" here once serving, then close it
+  // The HTTP/JSON listener (agent/http_server.h). Unset: httpSocketPath() derives it from
+  // socket_path; "": no HTTP socket. Same mode and peer checks as the native socket.
+  std::optional<std::string> http_socket_path;
+  bool http_tcp_enabled = false;  // loopback TCP (http_listen / --http)
+  std::string http_tcp_host = "127.0.0.1";
+  uint16_t http_tcp_port = 0;
 };
+
+// The HTTP socket's path: http_socket_path if set (maybe "": disabled), else socket_path with
+// "-http" before its ".sock" ("/run/tally/agent.sock" -> "/run/tally/agent-http.sock"; a path
+// not ending in ".sock" gets "-http" appended).
+std::string httpSocketPath(const AgentConfig& config);
+// http_listen / --http: "" disables, otherwise a loopback HOST:PORT (127.0.0.0/8 or ::1).
+Status applyHttpListen(const std::string& text, AgentConfig* config);
 
 // "HOST:PORT" with a numeric port (0 allowed: pick a free one).
 Status parseHostPort(const std::string& text, std::string* host, uint16_t* port);

@@ -62,8 +62,8 @@ GatewayServer::GatewayServer(uv_loop_t* loop, Logger* logger, GatewayServerOptio
 
 GatewayServer::~GatewayServer() { TALLY_ASSERT(open_handles_ == 0); }
 
-Status GatewayServer::listenOnPath() {
-  const std::string& path = options_.socket_path;
+Status bindSocketPath(uv_pipe_t* pipe, const std::string& path, uint32_t mode, Logger* logger,
+                      bool* bound) {
   struct stat info {};
   if (::lstat(path.c_str(), &info) == 0) {
     if (!S_ISSOCK(info.st_mode)) {
@@ -75,16 +75,21 @@ Status GatewayServer::listenOnPath() {
     if (::unlink(path.c_str()) != 0) {
       return Status::ioError("removing stale socket '" + path + "': " + std::strerror(errno));
     }
-    logger_->info("stale_socket_removed", {{"socket", path}});
+    logger->info("stale_socket_removed", {{"socket", path}});
   }
-  if (int rc = uv_pipe_bind(&listener_, path.c_str()); rc != 0) {
+  if (int rc = uv_pipe_bind(pipe, path.c_str()); rc != 0) {
     return Status::ioError("bind '" + path + "': " + uv_strerror(rc));
   }
-  bound_path_ = true;
-  if (::chmod(path.c_str(), static_cast<mode_t>(options_.socket_mode)) != 0) {
+  *bound = true;
+  if (::chmod(path.c_str(), static_cast<mode_t>(mode)) != 0) {
     return Status::ioError("chmod '" + path + "': " + std::strerror(errno));
   }
   return Status::ok();
+}
+
+Status GatewayServer::listenOnPath() {
+  return bindSocketPath(&listener_, options_.socket_path, options_.socket_mode, logger_,
+                        &bound_path_);
 }
 
 Status GatewayServer::start() {

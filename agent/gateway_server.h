@@ -61,6 +61,12 @@ using RequestHandler = std::function<void(wire::RequestBody body, Respond respon
 bool peerAllowed(uint32_t uid, uint32_t gid, const std::vector<uint32_t>& allowed_uids,
                  const std::vector<uint32_t>& allowed_gids);
 
+// Binds `pipe` to the socket file `path` (a stale socket file nobody listens on is removed first)
+// and chmods it to `mode`; `*bound` is set once the file exists (the caller removes it on stop).
+// Shared with the HTTP listener (agent/http_server.h).
+[[nodiscard]] Status bindSocketPath(uv_pipe_t* pipe, const std::string& path, uint32_t mode,
+                                    Logger* logger, bool* bound);
+
 class GatewayServer : private net::StreamHandler {
  public:
   GatewayServer(uv_loop_t* loop, Logger* logger, GatewayServerOptions options,

@@ -9,12 +9,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "agent/agent_service.h"
 #include "agent/config.h"
 #include "agent/gateway_server.h"
+#include "agent/http_server.h"
 #include "agent/metrics.h"
 #include "agent/metrics_server.h"
 #include "agent/outbox_store.h"
@@ -39,6 +41,7 @@ constexpr int kExitUsage = 2;
 
 constexpr const char* kUsage =
     "usage: tally-agent --data-dir DIR --ledger HOST:PORT [--socket PATH] [--config FILE]\n"
+    "                   [--http-socket PATH] [--http HOST:PORT]\n"
     "                   [--metrics HOST:PORT] [--ready-fd FD]\n"
     "                   [--log-level debug|info|warn|error]\n"
     "                   [--identity-file PATH] [--gateway-name NAME]\n"
@@ -53,6 +56,10 @@ constexpr const char* kUsage =
     "settle/release/mark-unknown/report are written to the durable outbox in DIR/agent.db\n"
     "(answered QUEUED) and delivered in order once the ledger is back.\n"
     "--metrics HOST:PORT: Prometheus endpoint (default 127.0.0.1:9464; \"\" disables).\n"
+    "--http-socket PATH: HTTP/1.1 + JSON on a second Unix socket (docs/protocol.md \"HTTP\"),\n"
+    "same mode and peer checks (default: the socket's path with -http before .sock,\n"
+    "/run/tally/agent-http.sock; \"\" disables). --http HOST:PORT: the same over loopback TCP\n"
+    "(default off).\n"
     "--ready-fd FD: write \"ready METRICS_PORT SOCKET\\n\" to FD once serving (METRICS_PORT is 0\n"
     "when metrics are disabled), then close it. Socket activation (LISTEN_FDS) and sd_notify\n"
     "(NOTIFY_SOCKET: READY=1, STOPPING=1, and WATCHDOG=1 every half $WATCHDOG_USEC) are\n"
@@ -78,8 +85,9 @@ struct Command {
 // Returns kExitOk to continue, -1 to exit 0 (help/version), or an exit code.
 int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
   std::string config_file, ledger, socket, level, metrics, identity_file, gateway_name;
+  std::string http_socket, http_listen;
   std::vector<std::string> ledger_keys;
-  bool metrics_given = false;
+  bool metrics_given = false, http_socket_given = false, http_listen_given = false;
   DaemonArgs args(argc, argv, "tally-agent", kUsage);
   while (args.next()) {
     const std::string_view arg = args.current();
@@ -99,6 +107,12 @@ int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
     } else if (arg == "--metrics") {
       target = &metrics;
       metrics_given = true;
+    } else if (arg == "--http-socket") {
+      target = &http_socket;
+      http_socket_given = true;
+    } else if (arg == "--http") {
+      target = &http_listen;
+      http_listen_given = true;
     } else if (arg == "--identity-file") {
       target = &identity_file;
     } else if (arg == "--gateway-name") {
@@ -157,6 +171,13 @@ int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
   if (metrics_given) {
     if (Status s = applyMetricsListen(metrics, config); !s.isOk()) {
       std::fprintf(stderr, "tally-agent: --metrics: %s\n", s.message().c_str());
+      return kExitUsage;
+    }
+  }
+  if (http_socket_given) config->http_socket_path = http_socket;
+  if (http_listen_given) {
+    if (Status s = applyHttpListen(http_listen, config); !s.isOk()) {
+      std::fprintf(stderr, "tally-agent: --http: %s\n", s.message().c_str());
       return kExitUsage;
     }
   }
@@ -283,6 +304,19 @@ struct Daemon {
                [this](wire::RequestBody body, Respond respond, Alive alive) {
                  service.handle(std::move(body), std::move(respond), std::move(alive));
                }),
+        http_server(
+            loop, logger,
+            HttpServerOptions{.socket_path = httpSocketPath(config),
+                              .socket_mode = config.socket_mode,
+                              .allowed_uids = config.allowed_uids,
+                              .allowed_gids = config.allowed_gids,
+                              .tcp_enabled = config.http_tcp_enabled,
+                              .tcp_host = config.http_tcp_host,
+                              .tcp_port = config.http_tcp_port,
+                              .drain_timeout_ms = config.drain_timeout_ms + kGatewayDrainGraceMs},
+            [this](wire::RequestBody body, Respond respond, Alive alive) {
+              service.handle(std::move(body), std::move(respond), std::move(alive));
+            }),
         metrics_server(loop, logger, config.metrics_host, config.metrics_port,
                        [this] { return metrics.render(service.gauges()); }),
         watchdog(loop, watchdog_interval_ms, [logger](const std::string& error) {
@@ -306,7 +340,9 @@ struct Daemon {
     // The service answers every waiting requester at the deadline (queued durably or "retry
     // with the same id"); the server's own deadline, a grace later, only backs that up.
     service.beginShutdown(config.drain_timeout_ms);
-    server.stop([this, deadline_ms] {
+    // Both gateway listeners stop (answering what they handed out); then the outbox drains.
+    auto listener_stopped = [this, deadline_ms, stopped = std::make_shared<int>(0)] {
+      if (++*stopped < 2) return;
       const uint64_t now_ms = monotonicClockMs();
       service.drain(deadline_ms > now_ms ? deadline_ms - now_ms : 0, [this] {
         service.stop();
@@ -321,7 +357,9 @@ struct Daemon {
           }
         });
       });
-    });
+    };
+    server.stop(listener_stopped);
+    http_server.stop(listener_stopped);
   }
 
   const AgentConfig& config;
@@ -331,6 +369,7 @@ struct Daemon {
   ShardKeeper keeper;
   AgentService service;
   GatewayServer server;
+  HttpServer http_server;
   MetricsServer metrics_server;
   SdWatchdog watchdog;
   bool metrics_started = false;
@@ -438,6 +477,7 @@ int run(const AgentConfig& config) {
     if (status.isOk()) status = daemon.keeper.start(wallClockMs());
     if (status.isOk()) status = daemon.service.start(std::move(restored).value(), epoch.value());
     if (status.isOk()) status = daemon.server.start();
+    if (status.isOk()) status = daemon.http_server.start();
     if (status.isOk() && config.metrics_enabled) {
       daemon.metrics_started = true;
       status = daemon.metrics_server.start();
@@ -448,14 +488,20 @@ int run(const AgentConfig& config) {
       daemon.shutdown();
     } else {
       const uint16_t metrics_port = config.metrics_enabled ? daemon.metrics_server.port() : 0;
-      logger.info("ready",
-                  {{"socket", config.socket_path},
-                   {"ledger", config.ledger_host + ":" + std::to_string(config.ledger_port)},
-                   {"metrics", config.metrics_enabled
-                                   ? config.metrics_host + ":" + std::to_string(metrics_port)
-                                   : std::string("disabled")},
-                   {"boot_epoch", epoch.value()},
-                   {"version", kVersion}});
+      logger.info(
+          "ready",
+          {{"socket", config.socket_path},
+           {"http_socket",
+            httpSocketPath(config).empty() ? std::string("disabled") : httpSocketPath(config)},
+           {"http", config.http_tcp_enabled
+                        ? config.http_tcp_host + ":" + std::to_string(daemon.http_server.tcpPort())
+                        : std::string("disabled")},
+           {"ledger", config.ledger_host + ":" + std::to_string(config.ledger_port)},
+           {"metrics", config.metrics_enabled
+                           ? config.metrics_host + ":" + std::to_string(metrics_port)
+                           : std::string("disabled")},
+           {"boot_epoch", epoch.value()},
+           {"version", kVersion}});
       writeReady(config, metrics_port, &logger);
       if (Status s = sdNotify("READY=1"); !s.isOk()) {
         logger.warn("sd_notify_failed", {{"error", s.toString()}});

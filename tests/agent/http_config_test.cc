@@ -1,0 +1,82 @@
+// The HTTP listener's settings (agent/config.h): http_socket, http_listen, their defaults and
+// their refusals.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "agent/config.h"
+#include "tests/support/temp_dir.h"
+
+namespace tally::agent {
+namespace {
+
+using testing::TempDir;
+
+Status applyText(const TempDir& dir, const std::string& text, AgentConfig* config) {
+  const std::string path = dir.file("agent.toml");
+  std::ofstream(path, std::ios::trunc) << text;
+  return applyConfigFile(path, config);
+}
+
+TEST(AgentHttpConfigTest, TheHttpSocketSitsBesideTheNativeOneByDefault) {
+  AgentConfig config;
+  EXPECT_EQ(httpSocketPath(config), "/run/tally/agent-http.sock");
+  config.socket_path = "/tmp/t/agent1.sock";
+  EXPECT_EQ(httpSocketPath(config), "/tmp/t/agent1-http.sock");
+  config.socket_path = "/tmp/t/gw";
+  EXPECT_EQ(httpSocketPath(config), "/tmp/t/gw-http");
+  EXPECT_FALSE(config.http_tcp_enabled);
+}
+
+TEST(AgentHttpConfigTest, ReadsHttpSocketAndListen) {
+  TempDir dir;
+  AgentConfig config;
+  ASSERT_TRUE(applyText(dir,
+                        "http_socket = \"/srv/gw/http.sock\"\n"
+                        "http_listen = \"127.0.0.1:8089\"\n",
+                        &config)
+                  .isOk());
+  EXPECT_EQ(httpSocketPath(config), "/srv/gw/http.sock");
+  EXPECT_TRUE(config.http_tcp_enabled);
+  EXPECT_EQ(config.http_tcp_host, "127.0.0.1");
+  EXPECT_EQ(config.http_tcp_port, 8089);
+}
+
+TEST(AgentHttpConfigTest, EmptyStringsDisableEither) {
+  TempDir dir;
+  AgentConfig config;
+  ASSERT_TRUE(applyHttpListen("127.0.0.1:0", &config).isOk());
+  ASSERT_TRUE(applyText(dir, "http_socket = \"\"\nhttp_listen = \"\"\n", &config).isOk());
+  EXPECT_EQ(httpSocketPath(config), "");
+  EXPECT_FALSE(config.http_tcp_enabled);
+}
+
+TEST(AgentHttpConfigTest, RefusesANonLoopbackListenAndBadTypesNamingTheKey) {
+  TempDir dir;
+  AgentConfig config;
+  Status status = applyText(dir, "http_listen = \"0.0.0.0:8080\"\n", &config);
+  EXPECT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("http_listen"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("loopback"), std::string::npos) << status.message();
+  EXPECT_FALSE(applyHttpListen("10.0.0.1:80", &config).isOk());
+  EXPECT_TRUE(applyHttpListen("[::1]:80", &config).isOk());
+  status = applyText(dir, "http_socket = 7\n", &config);
+  EXPECT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("http_socket"), std::string::npos) << status.message();
+}
+
+TEST(AgentHttpConfigTest, ValidateRefusesAnHttpSocketOnTheNativePathOrTooLong) {
+  AgentConfig config;
+  config.data_dir = "/tmp/d";
+  config.http_socket_path = config.socket_path;
+  EXPECT_FALSE(validateConfig(config).isOk());
+  config.http_socket_path = "/tmp/" + std::string(110, 'x');
+  EXPECT_FALSE(validateConfig(config).isOk());
+  config.http_socket_path = "";
+  EXPECT_TRUE(validateConfig(config).isOk());
+}
+
+}  // namespace
+}  // namespace tally::agent
