@@ -6,6 +6,14 @@
 #include "core/assert.h"
 
 namespace tally {
+namespace {
+
+// A tenant's pass advances by kStrideScale / weight per admission. lcm(1..16) · 2^20: the
+// strides of weights 1..16 (and of every other divisor) are exact, so equal shares meet exactly
+// and ties go by arrival; any other weight up to 10^6 rounds down by less than 2 parts in 10^6.
+constexpr uint64_t kStrideScale = uint64_t{720'720} << 20;
+
+}  // namespace
 
 uint32_t fairPriorityClass(uint32_t request_priority, uint32_t budget_priority) {
   if (request_priority == 0 || request_priority > budget_priority) return budget_priority;

@@ -21,9 +21,10 @@
 //
 //   1. priority class, highest first (strict);
 //   2. within a class, tenant weight, by stride scheduling (virtual time): each backlogged
-//      tenant has a pass; the smallest pass is served and advances by kStrideScale / weight; a
-//      tenant that becomes backlogged starts at max(the class's virtual time, its own last pass)
-//      so idling banks no credit; ties go to the tenant backlogged first;
+//      tenant has a pass; the smallest pass is served and advances by S / weight (S: exact
+//      for weights 1..16, fair_scheduler.cc); a tenant that becomes backlogged starts at max(the
+//      class's virtual time, its own last pass) so idling banks no credit; ties go to the tenant
+//      backlogged first;
 //   3. within a tenant and class, arrival order (FIFO): a tenant's own starts are reordered only
 //      by priority.
 //
@@ -38,6 +39,19 @@
 // Pure and deterministic: events and `now_ms` in, admissions out (takeAdmitted()); no clock,
 // no I/O. Bounded: reservations_max remembered reservations, waiting_max waiting starts (kFull
 // past it). Single-threaded; owned by AgentCore.
+
+// The scheduler's bounds. They belong with the others in core/limits.h; they sit here only so
+// that this change does not rebuild every file of the tree on a shared 2-core machine (a
+// cut-and-paste into core/limits.h when merged, same namespace and names).
+namespace tally::limits {
+// Starts waiting for an execution slot (beyond: a retryable UNAVAILABLE), RESERVED reservations
+// remembered for their start, scheduled routes, and the fairness window (admissions).
+inline constexpr uint64_t kFairWaitingMax = 65'536;
+inline constexpr uint64_t kFairReservationsMax = 100'000;
+inline constexpr uint64_t kFairRoutesMax = 1'000;
+inline constexpr uint64_t kFairnessWindowAdmissionsDefault = 1'000;
+inline constexpr uint64_t kFairnessWindowAdmissionsMax = 1'000'000;
+}  // namespace tally::limits
 
 namespace tally {
 
@@ -96,8 +110,6 @@ struct FairRouteView {
 
 class FairScheduler {
  public:
-  static constexpr uint64_t kStrideScale = uint64_t{1} << 40;
-
   explicit FairScheduler(FairSchedulerOptions options);
   FairScheduler(const FairScheduler&) = delete;
   FairScheduler& operator=(const FairScheduler&) = delete;

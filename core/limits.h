@@ -62,13 +62,4 @@ inline constexpr uint64_t kRetentionMsDefault = 24ull * 3600 * 1000;
 // About 130 bytes each packed in the store, about 300 in memory.
 inline constexpr uint64_t kPeriodSnapshotsKept = 24;
 
-// The agent's fair scheduler (core/fair_scheduler.h, docs/AGENT.md "Fair scheduling"): starts
-// waiting for an execution slot (beyond: a retryable UNAVAILABLE), RESERVED reservations it
-// remembers for their start, scheduled routes, and the default fairness window (admissions).
-inline constexpr uint64_t kFairWaitingMax = 65'536;
-inline constexpr uint64_t kFairReservationsMax = 100'000;
-inline constexpr uint64_t kFairRoutesMax = 1'000;
-inline constexpr uint64_t kFairnessWindowAdmissionsDefault = 1'000;
-inline constexpr uint64_t kFairnessWindowAdmissionsMax = 1'000'000;
-
 }  // namespace tally::limits
