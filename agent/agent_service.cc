@@ -68,7 +68,8 @@ AgentService::AgentService(uv_loop_t* loop, central::LedgerLink* link, OutboxSto
                            .resolve_batch_max = options.resolve_batch_max,
                            .central_ids_max = options.central_ids_max,
                            .ledger_window_max = options.ledger_window_max,
-                           .waiting_max = options.waiting_max},
+                           .waiting_max = options.waiting_max,
+                           .fair = options.fair},
           [this](uint64_t token) {
             auto it = held_.find(token);
             return it == held_.end() || !it->second.alive || it->second.alive();
@@ -137,6 +138,14 @@ GaugeSnapshot AgentService::gauges() const {
                          .usage_unknown_oldest_age_ms = core_.usageUnknown().oldestAgeMs(now_ms),
                          .boot_epoch = boot_epoch_,
                          .local_reservations = core_.local().size()};
+  for (const FairRouteView& route : core_.fair().routes()) {
+    snapshot.fair_routes.push_back(FairRouteGauges{.route = route.route,
+                                                   .started_max = route.started_max,
+                                                   .started = route.started,
+                                                   .waiting = route.waiting,
+                                                   .fairness_error = route.meter->last().error,
+                                                   .windows = route.meter->windowsCompleted()});
+  }
   if (shards_ != nullptr) {
     const ShardGauges shard_gauges = shards_->gauges(now_ms);
     snapshot.shards_usable = shard_gauges.usable;

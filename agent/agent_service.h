@@ -88,6 +88,8 @@ struct AgentServiceOptions {
   uint64_t ledger_window_max = 1'024;
   // Gateway requests waiting for the window at most; beyond, kUnavailable at once.
   uint64_t waiting_max = 65'536;
+  // Fair scheduling of starts per route (core/fair_scheduler.h); none listed: off.
+  FairSchedulerOptions fair;
 };
 
 class AgentService {

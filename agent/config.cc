@@ -19,12 +19,14 @@ const std::vector<std::string> kTopKeys = {
     "health",           "outbox_entries_max", "policy_refresh_ms",
     "drain_timeout_ms", "frame_bytes_max",    "log_level",
     "gateway_name",     "identity_file",      "ledger_public_keys",
-    "emergency",        "http_socket",        "http_listen"};
+    "emergency",        "http_socket",        "http_listen",
+    "scheduling"};
 const std::vector<std::string> kHealthKeys = {"failures_to_degrade", "failures_to_partition",
                                               "slow_request_us", "partition_after_ms",
                                               "successes_to_recover"};
 const std::vector<std::string> kEmergencyKeys = {
     "accounts", "shards_on_hand", "refresh_before_expiry_ms", "hold_ttl_ms", "accounts_max"};
+const std::vector<std::string> kSchedulingKeys = {"started_max", "fairness_window"};
 
 Status readIdList(const toml::table& table, const std::string& path, const char* key,
                   std::vector<uint32_t>* out) {
@@ -158,6 +160,39 @@ Status readEmergency(const toml::table& root, const std::string& path, Emergency
   return readUnsigned(*table, path, "accounts_max", 0, 1'000'000, &out->accounts_max);
 }
 
+Status readScheduling(const toml::table& root, const std::string& path, SchedulingConfig* out) {
+  const toml::node* node = root.get("scheduling");
+  if (node == nullptr) return Status::ok();
+  const toml::table* table = node->as_table();
+  if (table == nullptr) return configKeyError(path, "scheduling", "must be a table");
+  static const std::set<std::string> kKnown(kSchedulingKeys.begin(), kSchedulingKeys.end());
+  for (const auto& [key, value] : *table) {
+    if (!kKnown.contains(std::string(key.str()))) {
+      return configKeyError(path, "scheduling." + std::string(key.str()), "unknown key");
+    }
+  }
+  if (const toml::node* limits_node = table->get("started_max")) {
+    const toml::table* routes = limits_node->as_table();
+    if (routes == nullptr || routes->empty() || routes->size() > limits::kFairRoutesMax) {
+      return configKeyError(path, "scheduling.started_max",
+                            "must be a table of 1 .. " + std::to_string(limits::kFairRoutesMax) +
+                                " routes: { \"ROUTE\" = N, … }");
+    }
+    for (const auto& [route, limit] : *routes) {
+      const auto value = limit.value<int64_t>();
+      if (route.str().empty() || route.str().size() > limits::kRouteBytesMax ||
+          !limit.is_integer() || !value || *value < 1 || *value > 1'000'000) {
+        return configKeyError(path, "scheduling.started_max",
+                              "'" + std::string(route.str()) +
+                                  "' needs a route of 1 .. 256 bytes and a limit in [1, 1000000]");
+      }
+      out->started_max[std::string(route.str())] = static_cast<uint64_t>(*value);
+    }
+  }
+  return readUnsigned(*table, path, "fairness_window", 1, limits::kFairnessWindowAdmissionsMax,
+                      &out->fairness_window);
+}
+
 }  // namespace
 
 Status parseHostPort(const std::string& text, std::string* host, uint16_t* port) {
@@ -208,9 +243,10 @@ const std::vector<std::string>& configKeys() {
   static const std::vector<std::string> kKeys = [] {
     std::vector<std::string> keys;
     for (const std::string& key : kTopKeys) {
-      if (key != "health" && key != "emergency") keys.push_back(key);
+      if (key != "health" && key != "emergency" && key != "scheduling") keys.push_back(key);
     }
     for (const std::string& key : kEmergencyKeys) keys.push_back("emergency." + key);
+    for (const std::string& key : kSchedulingKeys) keys.push_back("scheduling." + key);
     for (const std::string& key : kHealthKeys) keys.push_back("health." + key);
     return keys;
   }();
@@ -272,6 +308,7 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
     return s;
   }
   if (Status s = readEmergency(table, path, &config->emergency); !s.isOk()) return s;
+  if (Status s = readScheduling(table, path, &config->scheduling); !s.isOk()) return s;
   if (Status s = readMode(table, path, &config->socket_mode); !s.isOk()) return s;
   if (table.contains("allowed_uids") || table.contains("allowed_gids")) {
     config->allowed_ids_configured = true;

@@ -3,11 +3,13 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/fair_scheduler.h"
 #include "core/limits.h"
 #include "core/link_health.h"
 #include "core/status.h"
@@ -36,6 +38,9 @@
 //   refresh_before_expiry_ms = 30000   # a shard this close to expiry is closed and replaced
 //   hold_ttl_ms = 30000                # local RESERVED of a shard reservation expires after this
 //   accounts_max = 1000                # recently reserved accounts (emergency mode on) also kept
+//   [scheduling]                       # fair scheduling of starts (docs/AGENT.md)
+//   started_max = { "chat.generate" = 8 }  # admitted, unfinished starts per route at once
+//   fairness_window = 1000             # admissions per fairness-error window
 //   [health]                           # core/link_health.h thresholds
 //   failures_to_degrade = 1
 //   failures_to_partition = 3
@@ -56,6 +61,13 @@ struct EmergencyConfig {
   uint64_t refresh_before_expiry_ms = 30'000;
   uint64_t hold_ttl_ms = 30'000;
   uint64_t accounts_max = 1'000;
+};
+
+// Fair scheduling (core/fair_scheduler.h): a route listed has at most N admitted, unfinished
+// starts at once; more wait and are admitted by priority and tenant weight.
+struct SchedulingConfig {
+  std::map<std::string, uint64_t> started_max;  // by route
+  uint64_t fairness_window = limits::kFairnessWindowAdmissionsDefault;
 };
 
 struct AgentConfig {
@@ -81,6 +93,7 @@ struct AgentConfig {
   std::string identity_file;  // empty: DIR/gateway.key
   std::vector<std::string> ledger_public_keys;  // base64; flags add to the file's
   EmergencyConfig emergency;
+  SchedulingConfig scheduling;
   int ready_fd = -1;  // write "ready METRICS_PORT SOCKET\n" here once serving, then close it
   // The HTTP/JSON listener (agent/http_server.h). Unset: httpSocketPath() derives it from
   // socket_path; "": no HTTP socket. Same mode and peer checks as the native socket.

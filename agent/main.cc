@@ -290,8 +290,11 @@ struct Daemon {
         keeper(loop, &link, shard_store, crypto, std::move(signer), &metrics, logger,
                emergencyOptions(config), boot_epoch, /*seed=*/0),
         service(loop, &link, store, &metrics, logger,
-                AgentServiceOptions{.policy_refresh_ms = config.policy_refresh_ms,
-                                    .outbox_entries_max = config.outbox_entries_max}),
+                AgentServiceOptions{
+                    .policy_refresh_ms = config.policy_refresh_ms,
+                    .outbox_entries_max = config.outbox_entries_max,
+                    .fair = {.started_max = config.scheduling.started_max,
+                             .fairness_window_admissions = config.scheduling.fairness_window}}),
         server(loop, logger,
                GatewayServerOptions{
                    .socket_path = config.socket_path,

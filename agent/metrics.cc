@@ -1,5 +1,6 @@
 #include "agent/metrics.h"
 
+#include <cstdio>
 #include <type_traits>
 #include <variant>
 
@@ -174,7 +175,54 @@ std::string AgentMetrics::render(const GaugeSnapshot& g) const {
   header(&out, "tally_agent_boot_epoch", "gauge", "This agent's boot epoch.");
   sample(&out, "tally_agent_boot_epoch", "", std::to_string(g.boot_epoch));
   renderShards(&out, g);
+  renderFair(&out, g);
   return out;
+}
+
+namespace {
+
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string labelValue(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+std::string ratio(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.6f", value);
+  return buffer;
+}
+
+}  // namespace
+
+void AgentMetrics::renderFair(std::string* out, const GaugeSnapshot& g) {
+  if (g.fair_routes.empty()) return;
+  const auto each = [&](const char* name, const char* type, const char* help, auto value_of) {
+    header(out, name, type, help);
+    for (const FairRouteGauges& route : g.fair_routes) {
+      sample(out, name, "route=\"" + labelValue(route.route) + "\"", value_of(route));
+    }
+  };
+  each("tally_agent_fair_started_max", "gauge", "Execution slots of a fairly scheduled route.",
+       [](const FairRouteGauges& r) { return std::to_string(r.started_max); });
+  each("tally_agent_fair_started", "gauge", "Execution slots held (starts admitted, unfinished).",
+       [](const FairRouteGauges& r) { return std::to_string(r.started); });
+  each("tally_agent_fair_waiting", "gauge", "Starts of RESERVED work waiting for a slot.",
+       [](const FairRouteGauges& r) { return std::to_string(r.waiting); });
+  each("tally_agent_fairness_error", "gauge",
+       "Max over backlogged tenants of |admitted share - weighted fair share| in the last "
+       "complete window of admissions (0..1).",
+       [](const FairRouteGauges& r) { return ratio(r.fairness_error); });
+  each("tally_agent_fairness_windows_total", "counter", "Fairness windows completed.",
+       [](const FairRouteGauges& r) { return std::to_string(r.windows); });
 }
 
 }  // namespace tally::agent

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "core/link_health.h"
 #include "core/types.h"
@@ -36,6 +37,16 @@ Op opFor(const wire::RequestBody& body);
 // The outcome label of one answer (net/prometheus.h, shared with tally-ledger).
 using net::outcomeLabel;
 
+// One fairly scheduled route (core/fair_scheduler.h, docs/AGENT.md "Fair scheduling").
+struct FairRouteGauges {
+  std::string route;
+  uint64_t started_max = 0;
+  uint64_t started = 0;       // execution slots held
+  uint64_t waiting = 0;       // starts waiting for one
+  double fairness_error = 0;  // the last complete window's (core/fairness_meter.h); 0 before one
+  uint64_t windows = 0;       // windows completed
+};
+
 struct GaugeSnapshot {
   LinkHealth health = LinkHealth::kHealthy;
   bool connected = false;
@@ -53,6 +64,7 @@ struct GaugeSnapshot {
   uint64_t shards_quarantined = 0;
   uint64_t shard_available_units = 0;
   uint64_t shard_oldest_unreconciled_age_ms = 0;
+  std::vector<FairRouteGauges> fair_routes;  // by route
 };
 
 class AgentMetrics {
@@ -83,6 +95,7 @@ class AgentMetrics {
 
  private:
   void renderShards(std::string* out, const GaugeSnapshot& gauges) const;
+  static void renderFair(std::string* out, const GaugeSnapshot& gauges);
 
   using Histogram = net::PromHistogram<kBucketsUs.size()>;
 

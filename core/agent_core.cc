@@ -30,6 +30,7 @@ AgentCore::AgentCore(AgentCoreOptions options, std::function<bool(uint64_t token
       alive_(std::move(alive)),
       shards_(shards),
       policy_({.refresh_ms = options.policy_refresh_ms}, 0),
+      fair_(options.fair),
       local_({.entries_max = options.local_reservations_max}),
       unknown_(options.unknown_max),
       usage_unknown_(options.unknown_max),
@@ -87,6 +88,7 @@ void AgentCore::onRequest(uint64_t token, const AgentRequest& request, const Age
         }
       },
       request);
+  forwardAdmitted(now_ms);  // a follow-up may have freed an execution slot
 }
 
 bool AgentCore::toShards(uint64_t token, const ShardOperation& operation, uint64_t now_ms) {
@@ -160,9 +162,80 @@ void AgentCore::start(uint64_t token, const StartRequest& request, const AgentLi
                   "the ledger is unreachable; only the ledger can start a central reservation; "
                   "retry later with the same ids");
       return;
-    case StartRoute::kForward:
-      forward(token, std::nullopt, StartAnswerStep{}, std::string(), now_ms);
+    case StartRoute::kForward: scheduleStart(token, request, now_ms); return;
+  }
+}
+
+// --- fair scheduling (core/fair_scheduler.h) -----------------------------------------------------
+
+FairStartTerms AgentCore::fairTerms(const std::string& subject, const std::string& route,
+                                    uint32_t request_priority) const {
+  const Budget* budget =
+      policy_.policy().has_value() ? matchBudget(*policy_.policy(), subject, route) : nullptr;
+  if (budget == nullptr) return {.weight = 1, .priority = fairPriorityClass(request_priority, 0)};
+  return {.weight = budget->weight,
+          .priority = fairPriorityClass(request_priority, budget->priority),
+          .slot_ttl_ms = budget->hard_execution_limit_ms};
+}
+
+void AgentCore::scheduleStart(uint64_t token, const StartRequest& request, uint64_t now_ms) {
+  const std::string& id = request.reservation_id;
+  FairStartTerms terms;
+  if (const FairReserved* reserved = fair_.reservation(id)) {
+    terms = fairTerms(reserved->subject, reserved->route, reserved->priority);
+  }
+  const FairStart decision = fair_.requestStart(token, id, terms, now_ms);
+  switch (decision) {
+    case FairStart::kNotScheduled:
+    case FairStart::kHoldsSlot:  // a retry: the ledger answers it as a duplicate
+      forward(token, std::nullopt, StartAnswerStep{.id = id}, std::string(), now_ms);
       return;
+    case FairStart::kAdmitted:
+      forward(token, std::nullopt, StartAnswerStep{.id = id, .slotted = true}, std::string(),
+              now_ms);
+      return;
+    case FairStart::kWaiting: return;  // forwardAdmitted() sends it when its turn comes
+    case FairStart::kAlreadyWaiting:
+      unavailable(token, "a start of reservation " + id +
+                             " already waits for an execution slot; retry later with the same ids");
+      return;
+    case FairStart::kFull:
+      unavailable(token,
+                  "too many starts wait for an execution slot; retry later with the same ids");
+      return;
+  }
+}
+
+void AgentCore::forwardAdmitted(uint64_t now_ms) {
+  // Forwarding can free a slot again (the window refuses it, its requester is gone): loop.
+  for (std::vector<FairAdmission> admitted = fair_.takeAdmitted(); !admitted.empty();
+       admitted = fair_.takeAdmitted()) {
+    for (FairAdmission& admission : admitted) {
+      forward(admission.token, std::nullopt,
+              StartAnswerStep{.id = std::move(admission.reservation_id), .slotted = true},
+              std::string(), now_ms);
+    }
+  }
+}
+
+void AgentCore::onStartAnswer(const StartAnswerStep& step, const AgentLedgerAnswer& answer,
+                              uint64_t now_ms) {
+  const ReservationReply* reply = reservationOf(answer);
+  const bool started = reply != nullptr && reply->code == ReplyCode::kOk;
+  if (step.slotted) {
+    // A lost answer may hide a start: the slot stays held until the work finishes.
+    if (answer.outcome != LinkOutcome::kLost) fair_.onStartAnswered(step.id, started, now_ms);
+    return;
+  }
+  if (started && fair_.schedules(reply->receipt.route)) {
+    const Reservation& receipt = reply->receipt;
+    fair_.onStartedOutside({.reservation_id = receipt.reservation_id,
+                            .subject = receipt.subject,
+                            .route = receipt.route,
+                            .priority = receipt.priority,
+                            .expires_at_ms = receipt.expires_at_ms},
+                           fairTerms(receipt.subject, receipt.route, receipt.priority).slot_ttl_ms,
+                           now_ms);
   }
 }
 
@@ -191,6 +264,12 @@ void AgentCore::followUp(uint64_t token, OutboxKind kind, const AgentRequest& re
         }
       },
       request);
+  // The work is over (or given up): its execution slot is free. A start still waiting is
+  // never sent: its requester hears so.
+  if (std::optional<uint64_t> waiter = fair_.onFinished(entry.reservation_id, now_ms)) {
+    unavailable(*waiter, "reservation " + entry.reservation_id + " got a " + outboxKindName(kind) +
+                             " while its start waited for an execution slot; it was not started");
+  }
   if (toShards(token, operation, now_ms)) return;
   const bool local = local_.contains(entry.reservation_id);
   switch (
@@ -245,7 +324,7 @@ void AgentCore::query(uint64_t token, const QueryRequest& request, const AgentLi
 void AgentCore::forward(uint64_t token, std::optional<OutboxEntry> follow_up, Step step,
                         std::string central_id, uint64_t now_ms) {
   forwarded_.emplace(token, Forward{.step = std::move(step), .central_id = std::move(central_id)});
-  take(machine_.submit(token, std::move(follow_up)));
+  take(machine_.submit(token, std::move(follow_up)), now_ms);
   sendWaiting(now_ms);
 }
 
@@ -263,19 +342,26 @@ void AgentCore::sendWaiting(uint64_t now_ms) {
         }
       }
     }
-    take(std::move(effects));
+    take(std::move(effects), now_ms);
   }
 }
 
-// Takes the machine's effects; a token answered or dropped leaves `forwarded_`.
-void AgentCore::take(AgentEffects effects) {
+// Takes the machine's effects; a token answered or dropped leaves `forwarded_` (and a start
+// never sent gives its execution slot back).
+void AgentCore::take(AgentEffects effects, uint64_t now_ms) {
   for (AgentEffect& effect : effects) {
     std::visit(
         [&](auto& value) {
           using T = std::decay_t<decltype(value)>;
           if constexpr (std::is_same_v<T, AgentDrop> || std::is_same_v<T, AgentReplyUnavailable> ||
                         std::is_same_v<T, AgentReplyQueued>) {
-            forwarded_.erase(value.token);
+            if (auto it = forwarded_.find(value.token); it != forwarded_.end()) {
+              const auto* start = std::get_if<StartAnswerStep>(&it->second.step);
+              if (start != nullptr && start->slotted) {
+                fair_.onStartAnswered(start->id, false, now_ms);
+              }
+              forwarded_.erase(it);
+            }
           }
           effects_.push_back(std::move(value));
         },
@@ -290,19 +376,27 @@ void AgentCore::call(Step step, AgentCallBody body) {
 }
 
 void AgentCore::onIterationEnd(uint64_t now_ms) {
-  take(machine_.flush());
+  take(machine_.flush(), now_ms);
   sendWaiting(now_ms);  // answers of this iteration made room in the window
+  forwardAdmitted(now_ms);
 }
 
 void AgentCore::persisted(bool ok, const std::string& error, uint64_t now_ms) {
-  (void)now_ms;
-  take(machine_.persisted(ok, error));
+  take(machine_.persisted(ok, error), now_ms);
+  forwardAdmitted(now_ms);
 }
 
 // --- answers -------------------------------------------------------------------------------------
 
 void AgentCore::onAnswer(uint64_t call, const AgentLedgerAnswer& answer, const AgentLinkState& link,
                          uint64_t now_ms, uint32_t jitter_permille) {
+  dispatchAnswer(call, answer, link, now_ms, jitter_permille);
+  forwardAdmitted(now_ms);  // a refused start may have freed an execution slot
+}
+
+void AgentCore::dispatchAnswer(uint64_t call, const AgentLedgerAnswer& answer,
+                               const AgentLinkState& link, uint64_t now_ms,
+                               uint32_t jitter_permille) {
   if (auto it = calls_.find(call); it != calls_.end()) {
     Step step = std::move(it->second);
     calls_.erase(it);
@@ -341,6 +435,16 @@ void AgentCore::onForwardAnswer(uint64_t token, Step step, const AgentLedgerAnsw
               return;
             case ReserveAnswer::kPassOn:
               if (answered) {
+                if (reply != nullptr && reply->code == ReplyCode::kOk &&
+                    reply->receipt.state == ReservationState::kReserved &&
+                    !fair_.onReserved({.reservation_id = request.reservation_id,
+                                       .subject = request.subject,
+                                       .route = request.route,
+                                       .priority = request.priority,
+                                       .expires_at_ms = reply->receipt.expires_at_ms})) {
+                  note(logLine(ShardNoteLevel::kWarn, "fair_reservations_full",
+                               {{"reservation_id", request.reservation_id}}));
+                }
                 effects_.push_back(AgentReplyLedgerAnswer{token});
               } else {
                 unavailable(token, answer.error);
@@ -363,6 +467,7 @@ void AgentCore::onForwardAnswer(uint64_t token, Step step, const AgentLedgerAnsw
           }
           unavailable(token, kAgentOutcomeUnknown);
         } else if constexpr (std::is_same_v<T, StartAnswerStep>) {
+          onStartAnswer(value, answer, now_ms);
           if (answered) {
             effects_.push_back(AgentReplyLedgerAnswer{token});
           } else {
@@ -551,7 +656,7 @@ void AgentCore::enqueue(uint64_t token, OutboxEntry entry, uint64_t now_ms) {
     note(logLine(ShardNoteLevel::kError, "outbox_full",
                  {{"entries_max", num(options_.outbox_entries_max)}}));
   }
-  take(machine_.queue(token, std::move(entry), now_ms));  // QUEUED once persisted
+  take(machine_.queue(token, std::move(entry), now_ms), now_ms);  // QUEUED once persisted
 }
 
 void AgentCore::pumpOutbox(const AgentLinkState& link, uint64_t now_ms) {
@@ -575,6 +680,10 @@ void AgentCore::onConnected(const AgentLinkState& link, uint64_t now_ms) {
 
 void AgentCore::onTick(const AgentLinkState& link, uint64_t now_ms) {
   (void)local_.tick(now_ms);  // local reservations expire like any other
+  if (const uint64_t freed = fair_.tick(now_ms); freed > 0) {  // and waiting starts too
+    note(logLine(ShardNoteLevel::kWarn, "fair_slots_timed_out", {{"slots", num(freed)}}));
+  }
+  forwardAdmitted(now_ms);
   if (deadlines_.answerPendingNow(now_ms)) answerEveryPending(now_ms);
   fetchPolicy(link, now_ms);
   pumpOutbox(link, now_ms);
@@ -606,8 +715,11 @@ void AgentCore::answerEveryPending(uint64_t now_ms) {
   for (auto& [id, waiters] : std::exchange(unknown_waiters_, {})) {
     for (uint64_t waiter : waiters) unavailable(waiter, kAgentOutcomeUnknown);
   }
-  take(machine_.shutdown(now_ms));  // its durable write is the outbox's last
-  forwarded_.clear();               // every forwarded request has been answered
+  for (uint64_t waiter : fair_.takeAllWaiting()) {  // never started
+    unavailable(waiter, "shutting down; the start was not sent; retry later with the same ids");
+  }
+  take(machine_.shutdown(now_ms), now_ms);  // its durable write is the outbox's last
+  forwarded_.clear();                       // every forwarded request has been answered
   effects_.push_back(AgentShutdownAnswered{});
 }
 

@@ -13,6 +13,7 @@
 #include "core/agent_machine.h"
 #include "core/agent_policy.h"
 #include "core/agent_unknown.h"
+#include "core/fair_scheduler.h"
 #include "core/local_book.h"
 #include "core/shard_keeping.h"
 
@@ -105,6 +106,9 @@ struct AgentCoreOptions {
   uint64_t central_ids_max = 100'000;
   uint64_t ledger_window_max = 1'024;
   uint64_t waiting_max = 65'536;
+  // Fair scheduling of starts (core/fair_scheduler.h): per-route limits on started work; no
+  // route listed, no scheduling.
+  FairSchedulerOptions fair;
 };
 
 class AgentCore {
@@ -155,6 +159,7 @@ class AgentCore {
   const AgedIds& usageUnknown() const { return usage_unknown_; }
   const LocalBook& local() const { return local_; }
   const AgentPolicy& policy() const { return policy_; }
+  const FairScheduler& fair() const { return fair_; }
 
  private:
   // What to do with the answer to a call.
@@ -162,7 +167,10 @@ class AgentCore {
     ReserveRequest request;
     RolloutMode mode = RolloutMode::kEnforce;
   };
-  struct StartAnswerStep {};
+  struct StartAnswerStep {
+    std::string id;
+    bool slotted = false;  // holds a slot of the fair scheduler
+  };
   struct FollowUpAnswerStep {
     OutboxEntry entry;
   };
@@ -201,7 +209,15 @@ class AgentCore {
   void forward(uint64_t token, std::optional<OutboxEntry> follow_up, Step step,
                std::string central_id, uint64_t now_ms);
   void sendWaiting(uint64_t now_ms);
-  void take(AgentEffects effects);
+  void take(AgentEffects effects, uint64_t now_ms);
+  // Fair scheduling: a start through the scheduler; admitted starts forwarded; the answer.
+  void scheduleStart(uint64_t token, const StartRequest& request, uint64_t now_ms);
+  void forwardAdmitted(uint64_t now_ms);
+  void onStartAnswer(const StartAnswerStep& step, const AgentLedgerAnswer& answer, uint64_t now_ms);
+  FairStartTerms fairTerms(const std::string& subject, const std::string& route,
+                           uint32_t request_priority) const;
+  void dispatchAnswer(uint64_t call, const AgentLedgerAnswer& answer, const AgentLinkState& link,
+                      uint64_t now_ms, uint32_t jitter_permille);
   void call(Step step, AgentCallBody body);
   bool toShards(uint64_t token, const ShardOperation& operation, uint64_t now_ms);
 
@@ -227,6 +243,7 @@ class AgentCore {
   bool started_ = false;
   uint64_t next_token_ = 1;
   AgentPolicy policy_;
+  FairScheduler fair_;
   LocalBook local_;
   UnknownReservations unknown_;
   std::unordered_map<std::string, std::vector<uint64_t>> unknown_waiters_;  // gateway retries

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "tests/support/temp_dir.h"
@@ -71,6 +72,40 @@ TEST(AgentConfigTest, RefusesMalformedEmergencySettingsNamingTheKey) {
     const Status status = applyText(dir, text, &config);
     EXPECT_FALSE(status.isOk()) << text;
     EXPECT_NE(status.message().find(key), std::string::npos) << status.message();
+  }
+}
+
+// [scheduling] (docs/AGENT.md "Fair scheduling"): per-route limits on started work.
+TEST(AgentConfigTest, ReadsTheSchedulingSection) {
+  TempDir dir;
+  AgentConfig config;
+  EXPECT_TRUE(config.scheduling.started_max.empty());
+  EXPECT_EQ(config.scheduling.fairness_window, 1'000u);
+  const Status status = applyText(dir,
+                                  "[scheduling]\n"
+                                  "started_max = { \"chat.generate\" = 8, search = 2 }\n"
+                                  "fairness_window = 50\n",
+                                  &config);
+  ASSERT_TRUE(status.isOk()) << status.toString();
+  EXPECT_EQ(config.scheduling.started_max,
+            (std::map<std::string, uint64_t>{{"chat.generate", 8}, {"search", 2}}));
+  EXPECT_EQ(config.scheduling.fairness_window, 50u);
+}
+
+TEST(AgentConfigTest, RefusesMalformedSchedulingSettingsNamingTheKey) {
+  TempDir dir;
+  for (const char* text :
+       {"[scheduling]\nstarted_max = {}\n", "[scheduling]\nstarted_max = { chat = 0 }\n",
+        "[scheduling]\nstarted_max = { chat = \"8\" }\n",
+        "[scheduling]\nstarted_max = [\"chat 8\"]\n", "[scheduling]\nfairness_window = 0\n",
+        "[scheduling]\nno_such = 1\n"}) {
+    AgentConfig config;
+    const Status status = applyText(dir, text, &config);
+    EXPECT_FALSE(status.isOk()) << text;
+    const std::string& message = status.message();  // names the key
+    EXPECT_TRUE(message.find("scheduling") != std::string::npos ||
+                message.find("fairness_window") != std::string::npos)
+        << message;
   }
 }
 

@@ -66,5 +66,29 @@ TEST(HttpResponse, MetricsAndNotFound) {
   EXPECT_EQ(httpResponseFor("garbage\r\n\r\n", "x").rfind("HTTP/1.1 400", 0), 0u);
 }
 
+TEST(AgentMetrics, RendersFairSchedulingPerRouteWithEscapedLabels) {
+  AgentMetrics metrics;
+  EXPECT_EQ(metrics.render(GaugeSnapshot{}).find("tally_agent_fairness_error"), std::string::npos)
+      << "no scheduled route, no fairness series";
+  GaugeSnapshot gauges;
+  gauges.fair_routes.push_back(FairRouteGauges{.route = "chat",
+                                               .started_max = 8,
+                                               .started = 8,
+                                               .waiting = 3,
+                                               .fairness_error = 0.0125,
+                                               .windows = 4});
+  gauges.fair_routes.push_back(FairRouteGauges{.route = "odd\"route\\"});
+  const std::string text = metrics.render(gauges);
+  EXPECT_NE(text.find("tally_agent_fair_started_max{route=\"chat\"} 8\n"), std::string::npos);
+  EXPECT_NE(text.find("tally_agent_fair_started{route=\"chat\"} 8\n"), std::string::npos);
+  EXPECT_NE(text.find("tally_agent_fair_waiting{route=\"chat\"} 3\n"), std::string::npos);
+  EXPECT_NE(text.find("tally_agent_fairness_error{route=\"chat\"} 0.012500\n"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tally_agent_fairness_windows_total{route=\"chat\"} 4\n"), std::string::npos);
+  EXPECT_NE(text.find("tally_agent_fair_waiting{route=\"odd\\\"route\\\\\"} 0\n"),
+            std::string::npos)
+      << text;
+}
+
 }  // namespace
 }  // namespace tally::agent
