@@ -16,6 +16,8 @@
 //   checkpoint_log_rows = 1024       # fold thread: fold the log into tables.db at this many rows
 //   log_level = "info"               # debug | info | warn | error
 //   metrics = "127.0.0.1:9465"       # Prometheus endpoint; "" disables
+//   store = "sqlite"                 # sqlite (files under the data dir) | postgres
+//   postgres = "host=/run/postgresql dbname=tally"  # libpq conninfo; store = "postgres" only
 //
 // Unknown keys, wrong types and impossible values are errors naming the key.
 
@@ -37,6 +39,10 @@ struct LedgerConfig {
   // The ledger's Ed25519 signing key for shard grants; empty: DIR/ledger.key. Created (0600) at
   // first start if absent.
   std::string signing_key_file;
+  // The durable record: "sqlite" (DIR/ledger.db, DIR/tables.db) or "postgres" (the database
+  // `postgres_conninfo` names, a libpq connection string or URI; docs/scale-out.md).
+  std::string store = "sqlite";
+  std::string postgres_conninfo;
 };
 
 // The signing key file `config` names: signing_key_file, else DIR/ledger.key.

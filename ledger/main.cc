@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -23,6 +24,7 @@
 #include "ledger/check_commands.h"
 #include "ledger/config.h"
 #include "ledger/metrics.h"
+#include "ledger/postgres_store.h"
 #include "ledger/restore.h"
 #include "ledger/server.h"
 #include "ledger/sqlite_store.h"
@@ -44,6 +46,7 @@ constexpr const char* kUsage =
     "usage: tally-ledger --data-dir DIR [--listen HOST:PORT] [--config FILE]\n"
     "                    [--log-level debug|info|warn|error] [--metrics HOST:PORT]\n"
     "                    [--ready-fd FD] [--signing-key-file PATH]\n"
+    "                    [--store sqlite|postgres] [--postgres CONNINFO]\n"
     "       tally-ledger --data-dir DIR [--signing-key-file PATH] identity [--json]\n"
     "       tally-ledger --data-dir DIR check | repair\n"
     "       tally-ledger --data-dir DIR backup DEST\n"
@@ -53,6 +56,10 @@ constexpr const char* kUsage =
     "(DIR/ledger.db: the commit log; DIR/tables.db: the log folded into tables by a background\n"
     "thread; WAL, synchronous=FULL) as the durable record; no reply leaves before its change\n"
     "is on disk. Default listen address 127.0.0.1:7411 (port 0 picks one).\n"
+    "--store postgres --postgres CONNINFO: keep the durable record in PostgreSQL instead (the\n"
+    "schema tally of the database the libpq connection string names; one transaction per\n"
+    "batch, synchronous_commit on; docs/scale-out.md). DIR still holds the lock and the key;\n"
+    "check, repair and backup are for the SQLite store only.\n"
     "--metrics HOST:PORT: Prometheus endpoint, GET /metrics (default 127.0.0.1:9465; port 0\n"
     "picks one; \"\" disables).\n"
     "--ready-fd FD: write \"ready PORT METRICS_PORT\\n\" to FD once serving (METRICS_PORT 0 when\n"
@@ -93,6 +100,9 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
   std::string level;
   std::string metrics;
   bool metrics_given = false;
+  std::string store;
+  std::string postgres;
+  bool postgres_given = false;
   DaemonArgs args(argc, argv, "tally-ledger", kUsage);
   while (args.next()) {
     const std::string_view arg = args.current();
@@ -117,6 +127,13 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
     } else if (arg == "--signing-key-file") {
       if ((v = args.value()) == nullptr) return kExitUsage;
       config->signing_key_file = v;
+    } else if (arg == "--store") {
+      if ((v = args.value()) == nullptr) return kExitUsage;
+      store = v;
+    } else if (arg == "--postgres") {
+      if ((v = args.value()) == nullptr) return kExitUsage;
+      postgres = v;
+      postgres_given = true;
     } else if (arg == "identity") {
       command->identity = true;
     } else if (arg == "check") {
@@ -160,6 +177,8 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
     }
   }
   if (!level.empty()) config->log_level = level;
+  if (!store.empty()) config->store = store;
+  if (postgres_given) config->postgres_conninfo = postgres;
   if (Status s = validateConfig(*config); !s.isOk()) {
     std::fprintf(stderr, "tally-ledger: %s\n%s", s.message().c_str(), kUsage);
     return kExitUsage;
@@ -168,7 +187,7 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
 }
 
 // What the durable record cost this run: per-commit pages and bytes, and the fold thread's work.
-void logStoreStats(const SqliteStore& store, Logger* logger) {
+void logSqliteStoreStats(const SqliteStore& store, Logger* logger) {
   const SqliteStoreStats stats = store.stats();
   logger->info("store_stats", {{"commits", stats.commits},
                                {"commit_ms", stats.commit_us / 1000},
@@ -225,6 +244,38 @@ uint64_t storeBytes(const std::string& data_dir) {
   return total;
 }
 
+void logPostgresStoreStats(const PostgresStore& store, Logger* logger) {
+  const PostgresStoreStats stats = store.stats();
+  logger->info("store_stats", {{"store", "postgres"},
+                               {"commits", stats.commits},
+                               {"commit_ms", stats.commit_us / 1000},
+                               {"statements", stats.statements},
+                               {"param_bytes", stats.param_bytes}});
+}
+
+// The store `config` selects, opened, with what logs its costs at exit.
+struct OpenedStore {
+  std::unique_ptr<Store> store;
+  std::function<void(Logger*)> log_stats;
+};
+
+Result<OpenedStore> openStore(const LedgerConfig& config) {
+  if (config.store == "postgres") {
+    Result<std::unique_ptr<PostgresStore>> opened =
+        PostgresStore::open(config.data_dir, config.postgres_conninfo);
+    if (!opened.isOk()) return opened.status();
+    PostgresStore* raw = opened.value().get();
+    return OpenedStore{.store = std::move(opened).value(),
+                       .log_stats = [raw](Logger* logger) { logPostgresStoreStats(*raw, logger); }};
+  }
+  Result<std::unique_ptr<SqliteStore>> opened = SqliteStore::open(
+      config.data_dir, SqliteStoreOptions{.checkpoint_log_rows = config.checkpoint_log_rows});
+  if (!opened.isOk()) return opened.status();
+  SqliteStore* raw = opened.value().get();
+  return OpenedStore{.store = std::move(opened).value(),
+                     .log_stats = [raw](Logger* logger) { logSqliteStoreStats(*raw, logger); }};
+}
+
 struct Signals {
   uv_signal_t term{};
   uv_signal_t interrupt{};
@@ -234,14 +285,14 @@ int run(const LedgerConfig& config) {
   Logger logger("ledger", parseLogLevel(config.log_level));
   ::signal(SIGPIPE, SIG_IGN);
 
-  Result<std::unique_ptr<SqliteStore>> opened = SqliteStore::open(
-      config.data_dir, SqliteStoreOptions{.checkpoint_log_rows = config.checkpoint_log_rows});
+  Result<OpenedStore> opened = openStore(config);
   if (!opened.isOk()) {
-    logger.error("store_open_failed",
-                 {{"data_dir", config.data_dir}, {"error", opened.status().toString()}});
+    logger.error("store_open_failed", {{"data_dir", config.data_dir},
+                                       {"store", config.store},
+                                       {"error", opened.status().toString()}});
     return kExitStartup;
   }
-  std::unique_ptr<SqliteStore> store = std::move(opened).value();
+  std::unique_ptr<Store> store = std::move(opened.value().store);
 
   Result<identity::KeyPair> key = signingKey(config);
   if (!key.isOk()) {
@@ -276,6 +327,7 @@ int run(const LedgerConfig& config) {
   }
   const RestoreSummary& summary = restored.value();
   logger.info("restored", {{"data_dir", config.data_dir},
+                           {"store", config.store},
                            {"policies", summary.policies},
                            {"accounts", summary.accounts},
                            {"reservations", summary.reservations},
@@ -373,7 +425,7 @@ int run(const LedgerConfig& config) {
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   if (server.fatal()) exit_code = kExitIoError;
-  logStoreStats(*store, &logger);
+  opened.value().log_stats(&logger);
   if (int rc = uv_loop_close(&loop); rc != 0) {
     logger.error("loop_close_failed", {{"error", uv_strerror(rc)}});
   }
@@ -391,6 +443,13 @@ int main(int argc, char** argv) {
   if (parsed == -1) return 0;
   if (parsed != 0) return parsed;
   if (command.identity) return tally::ledger::printIdentity(config, command.json);
+  if ((command.check || command.repair || !command.backup_dest.empty()) &&
+      config.store != "sqlite") {
+    std::fprintf(stderr,
+                 "tally-ledger: check, repair and backup work on the SQLite store only; for the "
+                 "postgres store use pg_dump and psql (docs/scale-out.md)\n");
+    return 2;
+  }
   if (command.check) return tally::ledger::runCheck(config.data_dir, tally::wallClockMs());
   if (command.repair) return tally::ledger::runRepair(config.data_dir, tally::wallClockMs());
   if (!command.backup_dest.empty()) {

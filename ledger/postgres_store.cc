@@ -1,0 +1,191 @@
+#include "ledger/postgres_store.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "common/data_dir.h"
+#include "ledger/postgres_store_connection.h"
+#include "ledger/postgres_store_rows.h"
+#include "ledger/postgres_store_schema.h"
+
+namespace tally::ledger {
+
+namespace schema = postgres_schema;
+
+namespace {
+
+constexpr const char* kApplicationName = "tally-ledger";
+// What SqliteStore keeps in a data dir: a data dir that holds it is not silently left behind.
+constexpr const char* kSqliteDatabaseFileName = "ledger.db";
+
+bool queryBool(const pg::Rows& rows) {
+  return rows.count() == 1 && !rows.isNull(0, 0) && rows.bytes(0, 0).size() == 1 &&
+         rows.bytes(0, 0)[0] != 0;
+}
+
+}  // namespace
+
+PostgresStore::PostgresStore(Key, int lock_fd, std::unique_ptr<pg::Connection> connection,
+                             PostgresStoreOptions options)
+    : lock_fd_(lock_fd), connection_(std::move(connection)), options_(options) {}
+
+PostgresStore::~PostgresStore() {
+  connection_.reset();  // ends the session: the writer lock goes with it
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+Result<std::unique_ptr<PostgresStore>> PostgresStore::open(const std::string& data_dir,
+                                                           const std::string& conninfo,
+                                                           PostgresStoreOptions options) {
+  if (data_dir.empty()) return Status::invalidArgument("data dir: empty path");
+  if (conninfo.empty()) return Status::invalidArgument("postgres: empty connection string");
+  TALLY_PG_RETURN_IF_ERROR(makeDataDir(data_dir));
+  Result<int> lock_fd = lockDataDir(data_dir, kLockFileName, "ledger");
+  if (!lock_fd.isOk()) return lock_fd.status();
+  struct stat sqlite_file {};
+  const std::string sqlite_path = data_dir + "/" + kSqliteDatabaseFileName;
+  if (::stat(sqlite_path.c_str(), &sqlite_file) == 0) {
+    ::close(lock_fd.value());
+    return Status::failedPrecondition(
+        sqlite_path +
+        " exists: this data dir holds a SQLite store, and the postgres store does "
+        "not read it; use another data dir (docs/scale-out.md)");
+  }
+  Result<std::unique_ptr<pg::Connection>> connection =
+      pg::Connection::open(conninfo, kApplicationName);
+  if (!connection.isOk()) {
+    ::close(lock_fd.value());
+    return connection.status();
+  }
+  auto store = std::make_unique<PostgresStore>(Key{}, lock_fd.value(),
+                                               std::move(connection).value(), options);
+  TALLY_PG_RETURN_IF_ERROR(store->initialize());
+  return store;
+}
+
+Status PostgresStore::initialize() {
+  pg::Connection& connection = *connection_;
+  // Durability is the session's, whatever the server's default says.
+  TALLY_PG_RETURN_IF_ERROR(
+      connection.exec("SET synchronous_commit = on", "set synchronous_commit"));
+  // NOTICEs ("schema tally already exists, skipping") would go to stderr, unstructured.
+  TALLY_PG_RETURN_IF_ERROR(
+      connection.exec("SET client_min_messages = warning", "set client_min_messages"));
+  Result<pg::Rows> locked =
+      connection.query("SELECT pg_try_advisory_lock($1::int8)",
+                       {pg::int8Param(schema::kWriterLockKey)}, "take the writer lock");
+  if (!locked.isOk()) return locked.status();
+  if (!queryBool(locked.value())) {
+    return Status::failedPrecondition("postgres: " + connection.describe() +
+                                      " is in use: another tally-ledger holds its writer lock");
+  }
+  TALLY_PG_RETURN_IF_ERROR(createOrMigrateSchema());
+  for (const schema::Statement* statement : schema::kStatements) {
+    TALLY_PG_RETURN_IF_ERROR(connection.prepare(statement->name, statement->sql, statement->name));
+  }
+  return Status::ok();
+}
+
+Status PostgresStore::rollbackAfter(Status status) {
+  if (!connection_->broken()) (void)connection_->exec("ROLLBACK", "rollback");
+  return status;
+}
+
+// In one transaction: creates the schema in a database without it, or checks the version and
+// runs every migration step from it on.
+Status PostgresStore::createOrMigrateSchema() {
+  pg::Connection& connection = *connection_;
+  TALLY_PG_RETURN_IF_ERROR(connection.exec("BEGIN", "open schema"));
+  auto run = [&]() -> Status {
+    TALLY_PG_RETURN_IF_ERROR(
+        connection.exec("CREATE SCHEMA IF NOT EXISTS tally", "create schema tally"));
+    Result<pg::Rows> exists =
+        connection.query("SELECT to_regclass('tally.meta') IS NOT NULL", {}, "find tally.meta");
+    if (!exists.isOk()) return exists.status();
+    if (!queryBool(exists.value())) {
+      for (const char* sql : schema::kSchema) {
+        TALLY_PG_RETURN_IF_ERROR(connection.exec(sql, "create tables"));
+      }
+      return connection.exec("INSERT INTO tally.meta(key, value) VALUES ('schema_version', " +
+                                 std::to_string(schema::kSchemaVersion) + ")",
+                             "record schema_version");
+    }
+    Result<pg::Rows> version = connection.query(
+        "SELECT value FROM tally.meta WHERE key = 'schema_version'", {}, "read schema_version");
+    if (!version.isOk()) return version.status();
+    if (version.value().count() != 1) {
+      return Status::corruption("postgres: tally.meta has no schema_version row");
+    }
+    int64_t found = 0;
+    TALLY_PG_RETURN_IF_ERROR(version.value().int8(0, 0, &found));
+    if (found == schema::kSchemaVersion) return Status::ok();
+    int64_t at = found;
+    for (const schema::Migration& migration : schema::kMigrations) {
+      if (migration.from_version != at) continue;
+      for (const char* sql : migration.statements) {
+        TALLY_PG_RETURN_IF_ERROR(connection.exec(sql, "migrate schema"));
+      }
+      ++at;
+    }
+    if (at != schema::kSchemaVersion) {
+      return Status::failedPrecondition(
+          "postgres: schema tally is at version " + std::to_string(found) + "; this build uses " +
+          std::to_string(schema::kSchemaVersion) + " and cannot migrate from it");
+    }
+    return connection.exec(
+        "UPDATE tally.meta SET value = " + std::to_string(schema::kSchemaVersion) +
+            " WHERE key = 'schema_version'",
+        "record schema_version");
+  };
+  if (Status status = run(); !status.isOk()) return rollbackAfter(status);
+  return connection.exec("COMMIT", "commit schema");
+}
+
+Status PostgresStore::commit(const StoreBatch& batch) {
+  const auto started = std::chrono::steady_clock::now();
+  if (!failed_.isOk()) {
+    return Status::failedPrecondition("store failed earlier, durability unknown: " +
+                                      failed_.toString());
+  }
+  std::vector<pg::Step> steps;
+  steps.push_back({schema::kBegin.name, {}});
+  for (pg::Step& step : postgres_rows::batchSteps(batch)) steps.push_back(std::move(step));
+  steps.push_back({schema::kCommit.name, {}});
+  if (Status status = connection_->pipeline(steps, "commit batch"); !status.isOk()) {
+    if (connection_->broken()) {
+      failed_ = Status::ioError(status.message() + " (connection lost: durability unknown)");
+      return failed_;
+    }
+    return rollbackAfter(status);
+  }
+  ++stats_.commits;
+  stats_.statements += steps.size();
+  for (const pg::Step& step : steps) {
+    for (const std::string& param : step.params) stats_.param_bytes += param.size();
+  }
+  stats_.commit_us += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                std::chrono::steady_clock::now() - started)
+                                                .count());
+  return Status::ok();
+}
+
+Result<StoreContents> PostgresStore::load() {
+  pg::Connection& connection = *connection_;
+  TALLY_PG_RETURN_IF_ERROR(
+      connection.exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "load: begin"));
+  StoreContents contents;
+  if (Status status = postgres_rows::readContents(connection, options_.body_bytes_max, &contents);
+      !status.isOk()) {
+    return rollbackAfter(status);
+  }
+  TALLY_PG_RETURN_IF_ERROR(connection.exec("COMMIT", "load: commit"));
+  return contents;
+}
+
+std::string PostgresStore::describe() const { return connection_->describe(); }
+
+}  // namespace tally::ledger

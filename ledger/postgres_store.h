@@ -1,0 +1,102 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "ledger/store.h"
+
+// The Store on PostgreSQL (libpq): `store = "postgres"`. The same seam as SqliteStore, so the
+// ledger keeps its in-memory machine and its group commit; PostgreSQL only carries durability.
+//
+// Layout: the tables of ledger/postgres_store_schema.h in the schema `tally` of the database the
+// connection string names, one row per record (its latest image), readable with psql
+// (docs/scale-out.md). The schema is created when a database without it is first opened and
+// migrated in the same transaction when it is older (schema_version in tally.meta).
+//
+// Commit: one transaction per batch — BEGIN, one statement per table the batch touches (its
+// rows as binary arrays), the meta update, COMMIT — sent as one libpq pipeline, so a batch costs
+// one round trip and one WAL flush however many operations it carries. The session runs with
+// synchronous_commit = on: COMMIT returns once the WAL is flushed (and, when the server has
+// synchronous_standby_names, once a synchronous standby has it). commit() returns OK only then.
+//
+// Exclusion: open() takes the exclusive flock on DIR/LOCK (the data dir keeps the signing key)
+// and a session-level advisory lock (postgres_schema::kWriterLockKey) in the database, so a
+// second ledger on the same database is refused at open; the lock goes with the session.
+//
+// Errors: every failure is a Status naming the operation and PostgreSQL's message. A connection
+// that breaks (server gone, network cut) makes durability of the batch in flight unknown: that
+// kIoError is sticky and every later commit() is refused with kFailedPrecondition, so the ledger
+// stops and rebuilds from the store at its next start. A statement refused on a live connection
+// (e.g. a full disk: kResourceExhausted) was rolled back; commit() may be retried.
+//
+// Threads: like every Store, used by one thread at a time. Owns its connection and the lock fd;
+// non-copyable, non-movable.
+
+namespace tally::ledger {
+
+namespace pg {
+class Connection;
+}
+
+struct PostgresStoreOptions {
+  // Largest record body load() accepts before calling it corrupt (as SqliteStore's
+  // batch_bytes_max).
+  uint64_t body_bytes_max = uint64_t{256} << 20;
+};
+
+struct PostgresStoreStats {
+  uint64_t commits = 0;
+  uint64_t commit_us = 0;    // wall time inside commit(): the round trip and the WAL flush
+  uint64_t statements = 0;   // statements the commits ran (BEGIN and COMMIT included)
+  uint64_t param_bytes = 0;  // bytes of parameters sent (encoded records and keys)
+};
+
+class PostgresStore final : public Store {
+ public:
+  static constexpr const char* kLockFileName = "LOCK";
+
+  // Creates `data_dir` if missing and locks it, connects with `conninfo` (a libpq connection
+  // string or URI; multi-host strings with target_session_attrs=read-write find the primary),
+  // takes the writer lock, creates or migrates the schema and prepares the statements.
+  // kFailedPrecondition if the data dir or the database is held by another ledger, the server
+  // refuses the connection, or the schema is newer than this build.
+  static Result<std::unique_ptr<PostgresStore>> open(const std::string& data_dir,
+                                                     const std::string& conninfo,
+                                                     PostgresStoreOptions options = {});
+
+  ~PostgresStore() override;
+  PostgresStore(const PostgresStore&) = delete;
+  PostgresStore& operator=(const PostgresStore&) = delete;
+
+  [[nodiscard]] Status commit(const StoreBatch& batch) override;
+  [[nodiscard]] Result<StoreContents> load() override;
+
+  PostgresStoreStats stats() const { return stats_; }
+  // Where it is connected ("host=... port=... dbname=..."), for logs.
+  std::string describe() const;
+
+ private:
+  struct Key {
+    explicit Key() = default;
+  };
+
+ public:
+  // Only open() can make a Key: use open().
+  PostgresStore(Key, int lock_fd, std::unique_ptr<pg::Connection> connection,
+                PostgresStoreOptions options);
+
+ private:
+  Status initialize();
+  Status createOrMigrateSchema();
+  Status rollbackAfter(Status status);
+
+  const int lock_fd_;
+  std::unique_ptr<pg::Connection> connection_;
+  const PostgresStoreOptions options_;
+  Status failed_;  // OK unless a broken connection left durability unknown
+  PostgresStoreStats stats_;
+};
+
+}  // namespace tally::ledger
