@@ -268,6 +268,13 @@ Result<OpenedStore> openStore(const LedgerConfig& config) {
     return OpenedStore{.store = std::move(opened).value(),
                        .log_stats = [raw](Logger* logger) { logPostgresStoreStats(*raw, logger); }};
   }
+  // A data dir whose record is in PostgreSQL would otherwise start an empty SQLite store.
+  const std::string marker = config.data_dir + "/" + PostgresStore::kMarkerFileName;
+  if (struct stat marker_stat{}; ::stat(marker.c_str(), &marker_stat) == 0) {
+    return Status::failedPrecondition(marker +
+                                      " exists: this data dir's record is in PostgreSQL; "
+                                      "start with --store postgres (docs/scale-out.md)");
+  }
   Result<std::unique_ptr<SqliteStore>> opened = SqliteStore::open(
       config.data_dir, SqliteStoreOptions{.checkpoint_log_rows = config.checkpoint_log_rows});
   if (!opened.isOk()) return opened.status();
@@ -443,8 +450,12 @@ int main(int argc, char** argv) {
   if (parsed == -1) return 0;
   if (parsed != 0) return parsed;
   if (command.identity) return tally::ledger::printIdentity(config, command.json);
+  struct stat marker_stat {};
+  const bool postgres_data_dir =
+      ::stat((config.data_dir + "/" + tally::ledger::PostgresStore::kMarkerFileName).c_str(),
+             &marker_stat) == 0;
   if ((command.check || command.repair || !command.backup_dest.empty()) &&
-      config.store != "sqlite") {
+      (config.store != "sqlite" || postgres_data_dir)) {
     std::fprintf(stderr,
                  "tally-ledger: check, repair and backup work on the SQLite store only; for the "
                  "postgres store use pg_dump and psql (docs/scale-out.md)\n");

@@ -1,9 +1,12 @@
 #include "ledger/postgres_store.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -25,6 +28,18 @@ constexpr const char* kSqliteDatabaseFileName = "ledger.db";
 bool queryBool(const pg::Rows& rows) {
   return rows.count() == 1 && !rows.isNull(0, 0) && rows.bytes(0, 0).size() == 1 &&
          rows.bytes(0, 0)[0] != 0;
+}
+
+// DIR/postgres-store: where this data dir's record is. Rewritten at every open (durably: a
+// crash right after must not leave a data dir that looks like a fresh SQLite one).
+Status writeMarker(const std::string& data_dir, const std::string& where) {
+  const std::string path = data_dir + "/" + PostgresStore::kMarkerFileName;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  if (fd < 0) return Status::ioError("open " + path + ": " + std::strerror(errno));
+  const Status written = writeAllAndSync(fd, path, "tally-ledger store: postgres " + where + "\n");
+  ::close(fd);
+  TALLY_PG_RETURN_IF_ERROR(written);
+  return syncParentDirectory(path);
 }
 
 }  // namespace
@@ -64,6 +79,7 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::open(const std::string& da
   auto store = std::make_unique<PostgresStore>(Key{}, lock_fd.value(),
                                                std::move(connection).value(), options);
   TALLY_PG_RETURN_IF_ERROR(store->initialize());
+  TALLY_PG_RETURN_IF_ERROR(writeMarker(data_dir, store->describe()));
   return store;
 }
 

@@ -56,12 +56,16 @@ struct PostgresStoreStats {
 class PostgresStore final : public Store {
  public:
   static constexpr const char* kLockFileName = "LOCK";
+  // Written into the data dir at open (the database it names, without credentials), so that
+  // the ledger refuses to start the SQLite store on a data dir whose record is in PostgreSQL.
+  static constexpr const char* kMarkerFileName = "postgres-store";
 
   // Creates `data_dir` if missing and locks it, connects with `conninfo` (a libpq connection
   // string or URI; multi-host strings with target_session_attrs=read-write find the primary),
   // takes the writer lock, creates or migrates the schema and prepares the statements.
-  // kFailedPrecondition if the data dir or the database is held by another ledger, the server
-  // refuses the connection, or the schema is newer than this build.
+  // Writes DIR/kMarkerFileName. kFailedPrecondition if the data dir or the database is held by
+  // another ledger, the data dir holds a SQLite store, the server refuses the connection, or the
+  // schema is newer than this build.
   static Result<std::unique_ptr<PostgresStore>> open(const std::string& data_dir,
                                                      const std::string& conninfo,
                                                      PostgresStoreOptions options = {});

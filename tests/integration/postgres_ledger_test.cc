@@ -6,17 +6,29 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "tests/integration/ledger_fixture.h"
 #include "tests/integration/postgres_environment.h"
 #include "tests/support/postgres_server.h"
+#include "tests/support/process.h"
 
 namespace tally::testing {
 namespace {
 
 using PostgresLedgerTest = LedgerServiceTest;
+
+std::string readLog(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 TEST_F(PostgresLedgerTest, ASecondLedgerOnTheSameDatabaseExitsAtStartNamingTheWriterLock) {
   ASSERT_NO_FATAL_FAILURE(startLedger());
@@ -65,6 +77,27 @@ TEST_F(PostgresLedgerTest, LosingPostgresStopsTheLedgerWithExit74) {
   EXPECT_FALSE(reply.isOk() && reply.value().code == ReplyCode::kOk)
       << "acknowledged without a store: " << describe(reply.value());
   EXPECT_EQ(ledger_.waitExit(), 74) << ledger_.log();
+}
+
+// A data dir whose record is in PostgreSQL is never started on an empty SQLite store, nor
+// checked, repaired or backed up as one (which would create one beside it).
+TEST_F(PostgresLedgerTest, ADataDirOfThePostgresStoreIsRefusedBySqliteAndItsCommands) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  ASSERT_EQ(ledger_.terminate(), 0);
+  // Exit 1 (startup failure) for the daemon, 2 (usage) for the commands.
+  const std::vector<std::pair<std::vector<std::string>, int>> runs = {
+      {{"--data-dir", ledger_.dataDir(), "--listen", "127.0.0.1:0", "--metrics", ""}, 1},
+      {{"--data-dir", ledger_.dataDir(), "check"}, 2},
+      {{"--data-dir", ledger_.dataDir(), "backup", dir_.file("copy")}, 2}};
+  for (const auto& [args, exit_code] : runs) {
+    Process sqlite(binaryPath("tally-ledger"), args, dir_.file("sqlite.log"), /*ready_fd=*/false);
+    EXPECT_EQ(sqlite.waitExit(kExitTimeoutMs), exit_code) << args.back();
+  }
+  EXPECT_NE(readLog(dir_.file("sqlite.log")).find("postgres-store exists"), std::string::npos)
+      << readLog(dir_.file("sqlite.log"));
+  EXPECT_FALSE(std::filesystem::exists(ledger_.dataDir() + "/ledger.db"));
+  // And the PostgreSQL store still starts on it.
+  ASSERT_NO_FATAL_FAILURE(startLedger());
 }
 
 }  // namespace
