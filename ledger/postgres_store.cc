@@ -4,9 +4,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -30,6 +33,15 @@ bool queryBool(const pg::Rows& rows) {
          rows.bytes(0, 0)[0] != 0;
 }
 
+std::vector<std::string> leaseParams(int64_t epoch, const std::string& holder, uint64_t lease_ms) {
+  return {pg::int8Param(epoch), holder, pg::int8Param(static_cast<int64_t>(lease_ms))};
+}
+
+std::string describeLease(const LeaseState& lease) {
+  return "epoch " + std::to_string(lease.epoch) + ", holder " + lease.holder + ", address " +
+         lease.address + ", lapses in " + std::to_string(lease.expires_in_ms) + " ms";
+}
+
 // DIR/postgres-store: where this data dir's record is. Rewritten at every open (durably: a
 // crash right after must not leave a data dir that looks like a fresh SQLite one).
 Status writeMarker(const std::string& data_dir, const std::string& where) {
@@ -49,7 +61,13 @@ PostgresStore::PostgresStore(Key, int lock_fd, std::unique_ptr<pg::Connection> c
     : lock_fd_(lock_fd), connection_(std::move(connection)), options_(options) {}
 
 PostgresStore::~PostgresStore() {
-  connection_.reset();  // ends the session: the writer lock goes with it
+  // Lets go of the lease, so that a standby (or a restart) takes it at once; a no-op once
+  // deposed (the epoch is no longer ours).
+  if (epoch_ != 0 && !connection_->broken()) {
+    (void)connection_->query(schema::kReleaseLease, {pg::int8Param(epoch_), options_.holder},
+                             "release the lease");
+  }
+  connection_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
@@ -58,6 +76,11 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::open(const std::string& da
                                                            PostgresStoreOptions options) {
   if (data_dir.empty()) return Status::invalidArgument("data dir: empty path");
   if (conninfo.empty()) return Status::invalidArgument("postgres: empty connection string");
+  if (options.holder.empty()) {
+    // Unique per open in this process: each open is a new holder of the lease.
+    static std::atomic<uint64_t> opens{0};
+    options.holder = "pid " + std::to_string(::getpid()) + " open " + std::to_string(++opens);
+  }
   TALLY_PG_RETURN_IF_ERROR(makeDataDir(data_dir));
   Result<int> lock_fd = lockDataDir(data_dir, kLockFileName, "ledger");
   if (!lock_fd.isOk()) return lock_fd.status();
@@ -91,18 +114,87 @@ Status PostgresStore::initialize() {
   // NOTICEs ("schema tally already exists, skipping") would go to stderr, unstructured.
   TALLY_PG_RETURN_IF_ERROR(
       connection.exec("SET client_min_messages = warning", "set client_min_messages"));
-  Result<pg::Rows> locked =
-      connection.query("SELECT pg_try_advisory_lock($1::int8)",
-                       {pg::int8Param(schema::kWriterLockKey)}, "take the writer lock");
-  if (!locked.isOk()) return locked.status();
-  if (!queryBool(locked.value())) {
-    return Status::failedPrecondition("postgres: " + connection.describe() +
-                                      " is in use: another tally-ledger holds its writer lock");
-  }
+  // A transaction left open by a ledger that stopped mid-pipeline must not hold the lease row.
+  TALLY_PG_RETURN_IF_ERROR(
+      connection.exec("SET idle_in_transaction_session_timeout = " +
+                          std::to_string(std::max<uint64_t>(options_.lease_ms, 1)),
+                      "set idle_in_transaction_session_timeout"));
   TALLY_PG_RETURN_IF_ERROR(createOrMigrateSchema());
+  TALLY_PG_RETURN_IF_ERROR(acquireLease());
   for (const schema::Statement* statement : schema::kStatements) {
     TALLY_PG_RETURN_IF_ERROR(connection.prepare(statement->name, statement->sql, statement->name));
   }
+  return Status::ok();
+}
+
+// Takes the lease (the next epoch), or refuses, or as a standby polls until it can.
+Status PostgresStore::acquireLease() {
+  if (options_.holder.empty() || options_.lease_ms == 0) {
+    return Status::invalidArgument("postgres: the lease needs a holder and lease_ms > 0");
+  }
+  const uint64_t poll_ms = std::max<uint64_t>(options_.lease_ms / 5, 10);
+  bool told = false;
+  for (;;) {
+    Result<pg::Rows> taken = connection_->query(
+        schema::kAcquireLease,
+        {options_.holder, options_.address, pg::int8Param(static_cast<int64_t>(options_.lease_ms))},
+        "take the lease");
+    if (!taken.isOk()) return taken.status();
+    if (taken.value().count() == 1) {
+      return taken.value().int8(0, 0, &epoch_);
+    }
+    Result<LeaseState> held = readLease();
+    if (!held.isOk()) return held.status();
+    if (!options_.standby) {
+      return Status::failedPrecondition(
+          "postgres: " + connection_->describe() +
+          " is in use: another tally-ledger holds its writer lock (the lease: " +
+          describeLease(held.value()) + ")");
+    }
+    if (!told && options_.on_standby) options_.on_standby(held.value());
+    told = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));  // polling, not syncing
+  }
+}
+
+Result<LeaseState> PostgresStore::readLease() {
+  Result<pg::Rows> rows = connection_->query(schema::kSelectLease, {}, "read the lease");
+  if (!rows.isOk()) return rows.status();
+  if (rows.value().count() != 1) return Status::corruption("postgres: tally.lease has no row");
+  LeaseState lease;
+  TALLY_PG_RETURN_IF_ERROR(rows.value().int8(0, 0, &lease.epoch));
+  lease.holder = rows.value().text(0, 1);
+  lease.address = rows.value().text(0, 2);
+  TALLY_PG_RETURN_IF_ERROR(rows.value().int8(0, 3, &lease.expires_in_ms));
+  return lease;
+}
+
+Status PostgresStore::depose(const std::string& why) {
+  deposed_ = true;
+  std::string now_held;
+  if (Result<LeaseState> held = readLease(); held.isOk()) {
+    now_held = " (the lease now: " + describeLease(held.value()) + ")";
+  }
+  failed_ =
+      Status::failedPrecondition("postgres: deposed: " + why + ": epoch " + std::to_string(epoch_) +
+                                 " is no longer this ledger's" + now_held);
+  return failed_;
+}
+
+bool PostgresStore::deposed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return deposed_;
+}
+
+Status PostgresStore::renewLease() {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return Status::ok();  // a commit is in flight: its fence renews
+  if (!failed_.isOk()) return failed_;
+  Result<pg::Rows> renewed = connection_->query(
+      schema::kRenewLease.sql, leaseParams(epoch_, options_.holder, options_.lease_ms),
+      "renew the lease");
+  if (!renewed.isOk()) return renewed.status();
+  if (renewed.value().count() != 1) return depose("renewing the lease");
   return Status::ok();
 }
 
@@ -163,12 +255,14 @@ Status PostgresStore::createOrMigrateSchema() {
 
 Status PostgresStore::commit(const StoreBatch& batch) {
   const auto started = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
   if (!failed_.isOk()) {
     return Status::failedPrecondition("store failed earlier, durability unknown: " +
                                       failed_.toString());
   }
   std::vector<pg::Step> steps;
   steps.push_back({schema::kBegin.name, {}});
+  steps.push_back({schema::kFence.name, leaseParams(epoch_, options_.holder, options_.lease_ms)});
   for (pg::Step& step : postgres_rows::batchSteps(batch)) steps.push_back(std::move(step));
   steps.push_back({schema::kCommit.name, {}});
   if (Status status = connection_->pipeline(steps, "commit batch"); !status.isOk()) {
@@ -176,7 +270,13 @@ Status PostgresStore::commit(const StoreBatch& batch) {
       failed_ = Status::ioError(status.message() + " (connection lost: durability unknown)");
       return failed_;
     }
-    return rollbackAfter(status);
+    (void)rollbackAfter(status);
+    // Was it the fence? Then this ledger is deposed and stays so.
+    Result<LeaseState> held = readLease();
+    if (held.isOk() && (held.value().epoch != epoch_ || held.value().holder != options_.holder)) {
+      return depose("committing a batch");
+    }
+    return status;
   }
   ++stats_.commits;
   stats_.statements += steps.size();

@@ -1,7 +1,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/status.h"
@@ -21,9 +23,15 @@
 // synchronous_commit = on: COMMIT returns once the WAL is flushed (and, when the server has
 // synchronous_standby_names, once a synchronous standby has it). commit() returns OK only then.
 //
-// Exclusion: open() takes the exclusive flock on DIR/LOCK (the data dir keeps the signing key)
-// and a session-level advisory lock (postgres_schema::kWriterLockKey) in the database, so a
-// second ledger on the same database is refused at open; the lock goes with the session.
+// Exclusion and fencing: open() takes the exclusive flock on DIR/LOCK (the data dir keeps the
+// signing key) and the lease in tally.lease: the next epoch, when the lease has lapsed or its
+// holder's PostgreSQL session is gone. A second ledger on the same database is refused at open
+// ("holds its writer lock"), or, as a standby (options.standby), polls until it can take it.
+// Every commit's transaction begins with the fence (postgres_schema::kFence): it renews the
+// lease and fails the transaction unless this store still holds its epoch, so a deposed primary
+// (e.g. one that was SIGSTOPped past its lease while a standby took over) commits nothing more:
+// commit() returns kFailedPrecondition and deposed() is true from then on. renewLease() renews
+// it between commits (an idle primary), from the ledger's loop.
 //
 // Errors: every failure is a Status naming the operation and PostgreSQL's message. A connection
 // that breaks (server gone, network cut) makes durability of the batch in flight unknown: that
@@ -40,10 +48,28 @@ namespace pg {
 class Connection;
 }
 
+// tally.lease as read.
+struct LeaseState {
+  int64_t epoch = 0;
+  std::string holder;
+  std::string address;
+  int64_t expires_in_ms = 0;  // 0 once lapsed
+};
+
 struct PostgresStoreOptions {
   // Largest record body load() accepts before calling it corrupt (as SqliteStore's
   // batch_bytes_max).
   uint64_t body_bytes_max = uint64_t{256} << 20;
+  // The lease: how long one acquisition or renewal holds it (server clock), who holds it (unique
+  // per process: a restart is a new holder; empty: "pid P open N") and where it serves (for
+  // operators and standbys).
+  uint64_t lease_ms = 3'000;
+  std::string holder;
+  std::string address;
+  // When the lease is held by another live ledger: wait for it (poll every lease_ms / 5, at
+  // least 10 ms), calling on_standby once with its holder, instead of refusing.
+  bool standby = false;
+  std::function<void(const LeaseState&)> on_standby;
 };
 
 struct PostgresStoreStats {
@@ -62,7 +88,8 @@ class PostgresStore final : public Store {
 
   // Creates `data_dir` if missing and locks it, connects with `conninfo` (a libpq connection
   // string or URI; multi-host strings with target_session_attrs=read-write find the primary),
-  // takes the writer lock, creates or migrates the schema and prepares the statements.
+  // creates or migrates the schema, takes the lease (waiting as a standby if options.standby)
+  // and prepares the statements.
   // Writes DIR/kMarkerFileName. kFailedPrecondition if the data dir or the database is held by
   // another ledger, the data dir holds a SQLite store, the server refuses the connection, or the
   // schema is newer than this build.
@@ -76,6 +103,15 @@ class PostgresStore final : public Store {
 
   [[nodiscard]] Status commit(const StoreBatch& batch) override;
   [[nodiscard]] Result<StoreContents> load() override;
+
+  // Renews the lease between commits. OK if renewed, or if a commit is in flight (it renews);
+  // kFailedPrecondition once deposed (another ledger holds a newer epoch); kIoError if
+  // PostgreSQL cannot be reached. Thread-safe against commit().
+  [[nodiscard]] Status renewLease();
+  bool deposed() const;
+  int64_t epoch() const { return epoch_; }
+  // The lease as the database has it now (a new query; not thread-safe against commit()).
+  Result<LeaseState> readLease();
 
   PostgresStoreStats stats() const { return stats_; }
   // Where it is connected ("host=... port=... dbname=..."), for logs.
@@ -95,11 +131,16 @@ class PostgresStore final : public Store {
   Status initialize();
   Status createOrMigrateSchema();
   Status rollbackAfter(Status status);
+  Status acquireLease();
+  Status depose(const std::string& why);
 
   const int lock_fd_;
   std::unique_ptr<pg::Connection> connection_;
   const PostgresStoreOptions options_;
-  Status failed_;  // OK unless a broken connection left durability unknown
+  Status failed_;  // OK unless a broken connection left durability unknown, or deposed
+  int64_t epoch_ = 0;
+  mutable std::mutex mutex_;  // the connection: commit() (commit thread) and renewLease() (loop)
+  bool deposed_ = false;
   PostgresStoreStats stats_;
 };
 

@@ -13,6 +13,7 @@
 //                                reserved and spent units readable beside the body
 //   tally.reservations           one row per reservation id, with subject, route and state
 //   tally.gateways, tally.shards, tally.fences, tally.period_snapshots
+//   tally.lease                  one row (id = 1): the writer's lease and its epoch (version 2)
 //
 // Every `body` is the same packed Cap'n Proto record the SQLite store's tables.db holds
 // (ledger/store_codec.h) and is authoritative; the readable columns beside it are copies for
@@ -21,17 +22,23 @@
 
 namespace tally::ledger::postgres_schema {
 
-inline constexpr int64_t kSchemaVersion = 1;
+inline constexpr int64_t kSchemaVersion = 2;
 inline constexpr const char* kMetaSchemaVersion = "schema_version";
 inline constexpr const char* kMetaLedgerClockMs = "ledger_clock_ms";
 inline constexpr const char* kMetaShardSequence = "shard_sequence";
 
-// Taken (pg_try_advisory_lock, session level) by the one ledger that writes the database: a
-// second ledger pointed at it is refused at open. 0x74616c6c79 is "tally".
-inline constexpr int64_t kWriterLockKey = 0x74616c6c79;
+// The lease (version 2): one row naming the ledger that may write, the epoch it took it at
+// (only ever grows: every acquisition adds one), where it serves, its PostgreSQL backend pid (a
+// holder whose session is gone may be replaced at once) and when its lease lapses (server clock).
+inline constexpr const char* kCreateLease =
+    "CREATE TABLE tally.lease(id int4 PRIMARY KEY CHECK (id = 1), epoch int8 NOT NULL, "
+    "holder text NOT NULL, address text NOT NULL, backend_pid int4 NOT NULL, "
+    "expires_at timestamptz NOT NULL)";
+inline constexpr const char* kInsertLease =
+    "INSERT INTO tally.lease VALUES (1, 0, '', '', 0, '-infinity')";
 
 // The tables of version kSchemaVersion, created in one transaction with the meta rows.
-inline constexpr std::array<const char*, 9> kSchema = {
+inline constexpr std::array<const char*, 11> kSchema = {
     "CREATE TABLE tally.meta(key text COLLATE \"C\" PRIMARY KEY, value int8 NOT NULL)",
     "CREATE TABLE tally.policies(generation int8 PRIMARY KEY, body bytea NOT NULL)",
     "CREATE TABLE tally.accounts(subject text COLLATE \"C\", route text COLLATE \"C\", "
@@ -48,16 +55,36 @@ inline constexpr std::array<const char*, 9> kSchema = {
     "generation int8, epoch_first int8, body bytea NOT NULL, "
     "PRIMARY KEY(subject, route, generation, epoch_first))",
     "INSERT INTO tally.meta(key, value) VALUES ('ledger_clock_ms', 0), ('shard_sequence', 0)",
+    kCreateLease,
+    kInsertLease,
 };
 
 // A step from one schema version to the next: its statements run, in order, in the transaction
 // that opens the database, and schema_version becomes to_version. Opening a database at an older
-// version runs every step from its version on. (Version 1 is the first: none yet.)
+// version runs every step from its version on.
 struct Migration {
   int64_t from_version = 0;
   std::span<const char* const> statements;
 };
-inline constexpr std::array<Migration, 0> kMigrations = {};
+inline constexpr std::array<const char*, 2> kMigrationTo2 = {kCreateLease, kInsertLease};
+inline constexpr std::array<Migration, 1> kMigrations = {Migration{1, kMigrationTo2}};
+
+// The lease. $1 holder, $2 address, $3 lease_ms: takes it when it has lapsed or its holder's
+// session is gone, with the next epoch; no row when another ledger holds it.
+inline constexpr const char* kAcquireLease =
+    "UPDATE tally.lease l SET epoch = l.epoch + 1, holder = $1::text, address = $2::text, "
+    "backend_pid = pg_backend_pid(), "
+    "expires_at = clock_timestamp() + $3::int8 * interval '1 millisecond' "
+    "WHERE l.id = 1 AND (l.expires_at < clock_timestamp() OR NOT EXISTS "
+    "(SELECT 1 FROM pg_stat_activity a WHERE a.pid = l.backend_pid)) RETURNING l.epoch";
+// At a clean close: $1 epoch, $2 holder.
+inline constexpr const char* kReleaseLease =
+    "UPDATE tally.lease SET expires_at = '-infinity' WHERE id = 1 AND epoch = $1::int8 AND "
+    "holder = $2::text";
+inline constexpr const char* kSelectLease =
+    "SELECT epoch, holder, address, "
+    "(GREATEST(0, extract(epoch FROM expires_at - clock_timestamp()) * 1000))::int8 "
+    "FROM tally.lease WHERE id = 1";
 
 // Prepared statements (names and SQL). Parameters are binary arrays of the rows one batch
 // writes, so a batch costs one statement per table it touches, however many rows it carries.
@@ -115,10 +142,25 @@ inline constexpr Statement kRaiseMeta = {
     "tally_raise_meta",
     "UPDATE tally.meta SET value = GREATEST(value, CASE key WHEN 'ledger_clock_ms' THEN $1::int8 "
     "ELSE $2::int8 END) WHERE key IN ('ledger_clock_ms', 'shard_sequence')"};
+// The fence, first in every commit's transaction: renews the lease of $1 epoch, $2 holder for $3
+// ms, and fails the transaction (an error, so the rest of the pipeline and COMMIT are skipped)
+// unless it still holds it. The row lock it takes orders the commit before any takeover.
+inline constexpr Statement kFence = {
+    "tally_fence",
+    "WITH renewed AS (UPDATE tally.lease SET expires_at = clock_timestamp() + "
+    "$3::int8 * interval '1 millisecond' WHERE id = 1 AND epoch = $1::int8 AND holder = $2::text "
+    "RETURNING 1) SELECT (CASE count(*) WHEN 1 THEN '1' ELSE 'tally: lease lost' END)::int4 "
+    "FROM renewed"};
+// The same renewal outside a commit (an idle primary): a row while it still holds the lease.
+inline constexpr Statement kRenewLease = {
+    "tally_renew_lease",
+    "UPDATE tally.lease SET expires_at = clock_timestamp() + $3::int8 * interval '1 millisecond' "
+    "WHERE id = 1 AND epoch = $1::int8 AND holder = $2::text RETURNING epoch"};
 inline constexpr Statement kBegin = {"tally_begin", "BEGIN"};
 inline constexpr Statement kCommit = {"tally_commit", "COMMIT"};
 
-inline constexpr std::array<const Statement*, 13> kStatements = {
+inline constexpr std::array<const Statement*, 14> kStatements = {
+    &kFence,
     &kUpsertPolicies,
     &kUpsertAccounts,
     &kDeleteReservations,

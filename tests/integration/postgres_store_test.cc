@@ -194,7 +194,7 @@ TEST(PostgresStoreTest, TheRowsAreReadableWithPsql) {
                               reservationStateName(ReservationState::kReserved) + "\n");
   rows = sharedPostgres().psql(db, "SELECT value FROM tally.meta WHERE key = 'schema_version'");
   ASSERT_TRUE(rows.isOk()) << rows.status().toString();
-  EXPECT_EQ(rows.value(), "1\n");
+  EXPECT_EQ(rows.value(), "2\n");
 }
 
 TEST(PostgresStoreTest, ASecondLedgerOnTheSameDatabaseIsRefusedUntilTheFirstLetsGo) {
@@ -209,6 +209,91 @@ TEST(PostgresStoreTest, ASecondLedgerOnTheSameDatabaseIsRefusedUntilTheFirstLets
       << second.status().toString();
   first.reset();
   EXPECT_NE(openOrFail(dir.file("two"), conninfo), nullptr);
+}
+
+// The lease: every open takes the next epoch (once the holder before has let go), and a store
+// whose epoch another ledger has taken commits nothing more, then or later, and says so.
+TEST(PostgresStoreTest, EveryOpenTakesTheNextEpochAndADeposedStoreCommitsNothing) {
+  TempDir dir;
+  const std::string conninfo = conninfoFor(dir.path());
+  const std::string db = databaseOf(conninfo);
+  int64_t first_epoch = 0;
+  {
+    std::unique_ptr<PostgresStore> first = openOrFail(dir.file("data"), conninfo);
+    ASSERT_NE(first, nullptr);
+    first_epoch = first->epoch();
+    EXPECT_GE(first_epoch, 1);
+  }
+  std::unique_ptr<PostgresStore> store = openOrFail(dir.file("data"), conninfo);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->epoch(), first_epoch + 1);
+  StoreBatch kept;
+  kept.reservations = {makeReservation("r-kept", 1)};
+  ASSERT_TRUE(store->commit(kept).isOk());
+  ASSERT_TRUE(store->renewLease().isOk());
+  EXPECT_FALSE(store->deposed());
+
+  // Another ledger takes the lease (as a standby does once it lapses).
+  ASSERT_TRUE(sharedPostgres()
+                  .psql(db, "UPDATE tally.lease SET epoch = epoch + 1, holder = 'standby'")
+                  .isOk());
+  StoreBatch fenced;
+  fenced.reservations = {makeReservation("r-fenced", 2)};
+  const Status refused = store->commit(fenced);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find("deposed"), std::string::npos) << refused.toString();
+  EXPECT_NE(refused.message().find("holder standby"), std::string::npos) << refused.toString();
+  EXPECT_TRUE(store->deposed());
+  EXPECT_FALSE(store->commit(fenced).isOk());
+  EXPECT_FALSE(store->renewLease().isOk());
+  Result<std::string> rows =
+      sharedPostgres().psql(db, "SELECT id FROM tally.reservations ORDER BY id");
+  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
+  EXPECT_EQ(rows.value(), "r-kept\n");
+}
+
+// Renewing finds out too, between commits (an idle primary).
+TEST(PostgresStoreTest, RenewingTheLeaseOfADeposedStoreFails) {
+  TempDir dir;
+  const std::string conninfo = conninfoFor(dir.path());
+  std::unique_ptr<PostgresStore> store = openOrFail(dir.file("data"), conninfo);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(sharedPostgres()
+                  .psql(databaseOf(conninfo),
+                        "UPDATE tally.lease SET epoch = epoch + 1, holder = 'standby'")
+                  .isOk());
+  const Status renewed = store->renewLease();
+  EXPECT_EQ(renewed.code(), StatusCode::kFailedPrecondition) << renewed.toString();
+  EXPECT_TRUE(store->deposed());
+}
+
+// A database of schema version 1 (before the lease) is migrated at open: the lease table is
+// created and taken.
+TEST(PostgresStoreTest, ASchemaOfVersionOneGainsTheLease) {
+  TempDir dir;
+  const std::string conninfo = conninfoFor(dir.path());
+  const std::string db = databaseOf(conninfo);
+  {
+    std::unique_ptr<PostgresStore> store = openOrFail(dir.file("data"), conninfo);
+    ASSERT_NE(store, nullptr);
+    StoreBatch batch;
+    batch.reservations = {makeReservation("r-1", 1)};
+    ASSERT_TRUE(store->commit(batch).isOk());
+  }
+  ASSERT_TRUE(sharedPostgres()
+                  .psql(db,
+                        "DROP TABLE tally.lease; UPDATE tally.meta SET value = 1 WHERE key = "
+                        "'schema_version'")
+                  .isOk());
+  std::unique_ptr<PostgresStore> store = openOrFail(dir.file("data"), conninfo);
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->epoch(), 1);
+  EXPECT_EQ(loadOrFail(store.get()).reservations.size(), 1u);
+  Result<std::string> rows =
+      sharedPostgres().psql(db, "SELECT value FROM tally.meta WHERE key = 'schema_version'");
+  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
+  EXPECT_EQ(rows.value(), "2\n");
 }
 
 TEST(PostgresStoreTest, ANewerSchemaIsRefusedNamingItsVersion) {
