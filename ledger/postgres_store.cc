@@ -25,6 +25,8 @@ namespace schema = postgres_schema;
 namespace {
 
 constexpr const char* kApplicationName = "tally-ledger";
+// How long a start that is not a standby retries the lease before it is refused.
+constexpr uint64_t kRefuseGraceMs = 500;
 // What SqliteStore keeps in a data dir: a data dir that holds it is not silently left behind.
 constexpr const char* kSqliteDatabaseFileName = "ledger.db";
 
@@ -133,6 +135,10 @@ Status PostgresStore::acquireLease() {
     return Status::invalidArgument("postgres: the lease needs a holder and lease_ms > 0");
   }
   const uint64_t poll_ms = std::max<uint64_t>(options_.lease_ms / 5, 10);
+  // Not a standby: a holder whose session is about to end (a ledger killed just now, restarted
+  // at once) gets a short grace before the start is refused.
+  const auto refuse_at =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(kRefuseGraceMs);
   bool told = false;
   for (;;) {
     Result<pg::Rows> taken = connection_->query(
@@ -145,14 +151,14 @@ Status PostgresStore::acquireLease() {
     }
     Result<LeaseState> held = readLease();
     if (!held.isOk()) return held.status();
-    if (!options_.standby) {
+    if (!options_.standby && std::chrono::steady_clock::now() >= refuse_at) {
       return Status::failedPrecondition(
           "postgres: " + connection_->describe() +
           " is in use: another tally-ledger holds its writer lock (the lease: " +
           describeLease(held.value()) + ")");
     }
-    if (!told && options_.on_standby) options_.on_standby(held.value());
-    told = true;
+    if (options_.standby && !told && options_.on_standby) options_.on_standby(held.value());
+    told = options_.standby;
     std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));  // polling, not syncing
   }
 }

@@ -26,7 +26,8 @@
 // Exclusion and fencing: open() takes the exclusive flock on DIR/LOCK (the data dir keeps the
 // signing key) and the lease in tally.lease: the next epoch, when the lease has lapsed or its
 // holder's PostgreSQL session is gone. A second ledger on the same database is refused at open
-// ("holds its writer lock"), or, as a standby (options.standby), polls until it can take it.
+// ("holds its writer lock") after a grace of 0.5 s (time for the session of a ledger killed just
+// before to end), or, as a standby (options.standby), polls until it can take it.
 // Every commit's transaction begins with the fence (postgres_schema::kFence): it renews the
 // lease and fails the transaction unless this store still holds its epoch, so a deposed primary
 // (e.g. one that was SIGSTOPped past its lease while a standby took over) commits nothing more:
