@@ -187,10 +187,7 @@ Status PostgresStore::depose(const std::string& why) {
   return failed_;
 }
 
-bool PostgresStore::deposed() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return deposed_;
-}
+bool PostgresStore::deposed() const { return deposed_.load(); }
 
 Status PostgresStore::renewLease() {
   std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -141,7 +142,7 @@ class PostgresStore final : public Store {
   Status failed_;  // OK unless a broken connection left durability unknown, or deposed
   int64_t epoch_ = 0;
   mutable std::mutex mutex_;  // the connection: commit() (commit thread) and renewLease() (loop)
-  bool deposed_ = false;
+  std::atomic<bool> deposed_{false};  // read by the loop without the mutex
   PostgresStoreStats stats_;
 };
 
