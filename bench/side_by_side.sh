@@ -4,11 +4,14 @@
 # prints one table of medians with the peers' summarize.sh.
 #   RUNS=3 PEERS=1 bench/side_by_side.sh        (defaults)
 #   PEERS=0 bench/side_by_side.sh               (tally only)
+#   STORES="sqlite postgres" bench/side_by_side.sh  (tally's stores; default both: postgres
+#                                               starts its own PostgreSQL 15 as the peer's does)
 # Needs a release build (scripts/build release). Results: /tmp/tally-side-by-side/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS="${RUNS:-3}"
 PEERS="${PEERS:-1}"
+PEERS_DIR="${PEERS_DIR:-../shared/peers}"  # the peers' folder (../shared/peers from a checkout)
 K="${K:-64}"
 OUT=/tmp/tally-side-by-side
 BIN=build/release/bin
@@ -16,28 +19,82 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.txt
 
 if [[ "$PEERS" == 1 ]]; then
-  RUNS="$RUNS" FSYNC="everysec always" bash ../shared/peers/redis/run.sh >"$OUT/redis-console.log" 2>&1
+  RUNS="$RUNS" FSYNC="everysec always" bash "$PEERS_DIR"/redis/run.sh >"$OUT/redis-console.log" 2>&1
   cp /tmp/peers/redis/results.txt "$OUT/redis.txt"
-  RUNS="$RUNS" bash ../shared/peers/postgres/run.sh >"$OUT/postgres-console.log" 2>&1
+  RUNS="$RUNS" bash "$PEERS_DIR"/postgres/run.sh >"$OUT/postgres-console.log" 2>&1
   cp /tmp/peers/postgres/results.txt "$OUT/postgres.txt"
 fi
 
-for S in 1000 1; do
-  for run in $(seq 1 "$RUNS"); do
-    data=$(mktemp -d)
-    fifo="$data.ready"
-    mkfifo "$fifo"
-    "$BIN/tally-ledger" --data-dir "$data" --listen 127.0.0.1:0 --log-level warn --ready-fd 3 \
-      3>"$fifo" 2>>"$OUT/ledger.log" &
-    ledger=$!
-    read -r -t 10 word port _ <"$fifo"
-    [[ "$word" == ready ]]
-    timeout 120 "$BIN/tally-bench" --ledger "127.0.0.1:$port" -K "$K" -S "$S" -d 10 -w 2 \
-      --label "tally-durable-S$S-run$run" >>"$OUT/tally.txt" 2>&1 || echo "run failed" >>"$OUT/tally.txt"
-    kill -TERM "$ledger"
-    wait "$ledger" || true
-    rm -rf "$data" "$fifo"
+STORES="${STORES:-sqlite postgres}"
+PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
+PG_PORT="${PG_PORT:-55433}"
+PG_DIR=/tmp/tally-side-by-side-pg
+
+# The PostgreSQL behind `--store postgres`: configured like the peer's (shared_buffers, fsync and
+# synchronous_commit on, 127.0.0.1), run as the postgres user (initdb refuses root), stopped at exit.
+start_postgres() {
+  rm -rf "$PG_DIR"
+  mkdir -p "$PG_DIR"
+  local as=()
+  if [[ "$(id -u)" -eq 0 ]]; then
+    chown postgres: "$PG_DIR"
+    as=(runuser -u postgres --)
+  fi
+  "${as[@]}" "$PG_BIN/initdb" -D "$PG_DIR/data" -U postgres -A trust -E UTF8 --locale=C >/dev/null
+  cat >>"$PG_DIR/data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$PG_DIR'
+shared_buffers = 1GB
+synchronous_commit = on
+fsync = on
+full_page_writes = on
+max_wal_size = 4GB
+CONF
+  "${as[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/pg.log" -w -t 60 start >/dev/null
+  PG_AS=("${as[@]}")
+}
+stop_postgres() {
+  "${PG_AS[@]}" "$PG_BIN/pg_ctl" -D "$PG_DIR/data" -m fast -w -t 30 stop >/dev/null || true
+  rm -rf "$PG_DIR"
+}
+
+db=0
+for store in $STORES; do
+  if [[ "$store" == postgres ]]; then
+    start_postgres
+    trap stop_postgres EXIT
+  fi
+  for S in 1000 1; do
+    for run in $(seq 1 "$RUNS"); do
+      data=$(mktemp -d)
+      fifo="$data.ready"
+      mkfifo "$fifo"
+      store_args=()
+      label="tally-durable-S$S-run$run"
+      if [[ "$store" == postgres ]]; then
+        db=$((db + 1))
+        "$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -c "CREATE DATABASE tally$db"
+        store_args=(--store postgres
+          --postgres "host=127.0.0.1 port=$PG_PORT user=postgres dbname=tally$db")
+        label="tally-postgres-S$S-run$run"
+      fi
+      "$BIN/tally-ledger" --data-dir "$data" --listen 127.0.0.1:0 --log-level warn --ready-fd 3 \
+        "${store_args[@]}" 3>"$fifo" 2>>"$OUT/ledger.log" &
+      ledger=$!
+      read -r -t 10 word port _ <"$fifo"
+      [[ "$word" == ready ]]
+      timeout 120 "$BIN/tally-bench" --ledger "127.0.0.1:$port" -K "$K" -S "$S" -d 10 -w 2 \
+        --label "$label" >>"$OUT/tally-$store.txt" 2>&1 || echo "run failed" >>"$OUT/tally-$store.txt"
+      kill -TERM "$ledger"
+      wait "$ledger" || true
+      rm -rf "$data" "$fifo"
+    done
   done
+  if [[ "$store" == postgres ]]; then
+    stop_postgres
+    trap - EXIT
+  fi
 done
 
-bash ../shared/peers/driver/summarize.sh "$OUT"/*.txt
+bash "$PEERS_DIR"/driver/summarize.sh "$OUT"/*.txt

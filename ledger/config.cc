@@ -25,7 +25,8 @@ Status applyMetricsListen(const std::string& text, LedgerConfig* config) {
 const std::vector<std::string>& configKeys() {
   static const std::vector<std::string> kKeys = {
       "listen",    "frame_bytes_max", "retention_ms", "tick_interval_ms", "checkpoint_log_rows",
-      "log_level", "metrics"};
+      "log_level", "metrics",         "store",        "postgres",         "lease_ms",
+      "standby"};
   return kKeys;
 }
 
@@ -52,6 +53,25 @@ Status applyConfigFile(const std::string& path, LedgerConfig* config) {
     const auto text = node->value<std::string>();
     if (!text) return configKeyError(path, "log_level", "must be a string");
     config->log_level = *text;
+  }
+  if (const toml::node* node = table.get("store")) {
+    const auto text = node->value<std::string>();
+    if (!text) return configKeyError(path, "store", "must be a string \"sqlite\" or \"postgres\"");
+    config->store = *text;
+  }
+  if (const toml::node* node = table.get("postgres")) {
+    const auto text = node->value<std::string>();
+    if (!text) return configKeyError(path, "postgres", "must be a string (a libpq conninfo)");
+    config->postgres_conninfo = *text;
+  }
+  if (const toml::node* node = table.get("standby")) {
+    const auto flag = node->value<bool>();
+    if (!flag) return configKeyError(path, "standby", "must be true or false");
+    config->standby = *flag;
+  }
+  if (Status s = readUnsigned(table, path, "lease_ms", kLeaseMsMin, kLeaseMsMax, &config->lease_ms);
+      !s.isOk()) {
+    return s;
   }
   if (Status s =
           readUnsigned(table, path, "frame_bytes_max", 1024, 64u << 20, &config->frame_bytes_max);
@@ -82,6 +102,27 @@ Status validateConfig(const LedgerConfig& config) {
   static const std::set<std::string> kLevels = {"debug", "info", "warn", "error"};
   if (!kLevels.contains(config.log_level)) {
     return Status::invalidArgument("log_level must be debug, info, warn or error");
+  }
+  if (config.store != "sqlite" && config.store != "postgres") {
+    return Status::invalidArgument("store must be \"sqlite\" or \"postgres\", not \"" +
+                                   config.store + "\"");
+  }
+  if (config.store == "postgres" && config.postgres_conninfo.empty()) {
+    return Status::invalidArgument(
+        "store \"postgres\" needs postgres = \"CONNINFO\" (or --postgres CONNINFO)");
+  }
+  if (config.store == "sqlite" && !config.postgres_conninfo.empty()) {
+    return Status::invalidArgument(
+        "postgres is set but store is \"sqlite\": set store = \"postgres\" (or --store "
+        "postgres) to use it");
+  }
+  if (config.store == "sqlite" && config.standby) {
+    return Status::invalidArgument(
+        "standby needs store = \"postgres\": a standby waits for the lease in PostgreSQL");
+  }
+  if (config.lease_ms < kLeaseMsMin || config.lease_ms > kLeaseMsMax) {
+    return Status::invalidArgument("lease_ms must be " + std::to_string(kLeaseMsMin) + " .. " +
+                                   std::to_string(kLeaseMsMax));
   }
   return Status::ok();
 }

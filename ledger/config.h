@@ -16,10 +16,19 @@
 //   checkpoint_log_rows = 1024       # fold thread: fold the log into tables.db at this many rows
 //   log_level = "info"               # debug | info | warn | error
 //   metrics = "127.0.0.1:9465"       # Prometheus endpoint; "" disables
+//   store = "sqlite"                 # sqlite (files under the data dir) | postgres
+//   postgres = "host=/run/postgresql dbname=tally"  # libpq conninfo; store = "postgres" only
+//   lease_ms = 3000                  # postgres: the writer lease (failover after a lapse)
+//   standby = false                  # postgres: wait for the lease instead of refusing
 //
 // Unknown keys, wrong types and impossible values are errors naming the key.
 
 namespace tally::ledger {
+
+// lease_ms: its default and bounds.
+inline constexpr uint64_t kLeaseMsDefault = 3'000;
+inline constexpr uint64_t kLeaseMsMin = 100;
+inline constexpr uint64_t kLeaseMsMax = 600'000;
 
 struct LedgerConfig {
   std::string data_dir;
@@ -37,6 +46,16 @@ struct LedgerConfig {
   // The ledger's Ed25519 signing key for shard grants; empty: DIR/ledger.key. Created (0600) at
   // first start if absent.
   std::string signing_key_file;
+  // The durable record: "sqlite" (DIR/ledger.db, DIR/tables.db) or "postgres" (the database
+  // `postgres_conninfo` names, a libpq connection string or URI; docs/scale-out.md).
+  std::string store = "sqlite";
+  std::string postgres_conninfo;
+  // The writer's lease in PostgreSQL (docs/scale-out.md): held this long after each commit or
+  // renewal (every lease_ms / 3 when idle); a standby takes over once it lapses.
+  uint64_t lease_ms = kLeaseMsDefault;
+  // With the lease held by another live ledger: wait for it (event=standby, not listening)
+  // instead of refusing to start.
+  bool standby = false;
 };
 
 // The signing key file `config` names: signing_key_file, else DIR/ledger.key.

@@ -5,10 +5,13 @@
 #include <uv.h>
 
 #include <unistd.h>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -23,6 +26,7 @@
 #include "ledger/check_commands.h"
 #include "ledger/config.h"
 #include "ledger/metrics.h"
+#include "ledger/postgres_store.h"
 #include "ledger/restore.h"
 #include "ledger/server.h"
 #include "ledger/sqlite_store.h"
@@ -39,11 +43,16 @@ constexpr int kExitUsage = 2;
 constexpr int kExitStartup = 1;
 constexpr int kExitIoError = 74;  // EX_IOERR: a commit failed; restart rebuilds from disk
 constexpr int kExitBadRecord = kExitCheckBadRecords;  // 65: a stored record cannot be applied
+// The postgres store's lease was taken by another ledger (this one was deposed: e.g. stopped
+// past its lease while a standby took over); it committed nothing after that.
+constexpr int kExitDeposed = 75;
 
 constexpr const char* kUsage =
     "usage: tally-ledger --data-dir DIR [--listen HOST:PORT] [--config FILE]\n"
     "                    [--log-level debug|info|warn|error] [--metrics HOST:PORT]\n"
     "                    [--ready-fd FD] [--signing-key-file PATH]\n"
+    "                    [--store sqlite|postgres] [--postgres CONNINFO]\n"
+    "                    [--lease-ms MS] [--standby]\n"
     "       tally-ledger --data-dir DIR [--signing-key-file PATH] identity [--json]\n"
     "       tally-ledger --data-dir DIR check | repair\n"
     "       tally-ledger --data-dir DIR backup DEST\n"
@@ -53,6 +62,13 @@ constexpr const char* kUsage =
     "(DIR/ledger.db: the commit log; DIR/tables.db: the log folded into tables by a background\n"
     "thread; WAL, synchronous=FULL) as the durable record; no reply leaves before its change\n"
     "is on disk. Default listen address 127.0.0.1:7411 (port 0 picks one).\n"
+    "--store postgres --postgres CONNINFO: keep the durable record in PostgreSQL instead (the\n"
+    "schema tally of the database the libpq connection string names; one transaction per\n"
+    "batch, synchronous_commit on; docs/scale-out.md). DIR still holds the lock and the key;\n"
+    "check, repair and backup are for the SQLite store only.\n"
+    "--lease-ms MS (postgres): the writer's lease in tally.lease (default 3000); every commit\n"
+    "is fenced by its epoch. --standby (postgres): when another ledger holds the lease, wait\n"
+    "for it to lapse (not listening), then take over; without it such a start is refused.\n"
     "--metrics HOST:PORT: Prometheus endpoint, GET /metrics (default 127.0.0.1:9465; port 0\n"
     "picks one; \"\" disables).\n"
     "--ready-fd FD: write \"ready PORT METRICS_PORT\\n\" to FD once serving (METRICS_PORT 0 when\n"
@@ -74,7 +90,8 @@ constexpr const char* kUsage =
     "the ledger and using a copy of DEST as its --data-dir (docs/operations.md). Exit 0, or 1\n"
     "(nothing is left in DEST).\n"
     "Exit: 0 after SIGTERM/SIGINT drain, 1 startup failure, 2 usage, 65 a stored record cannot\n"
-    "be applied (see check), 74 storage failure.\n"
+    "be applied (see check), 74 storage failure, 75 deposed (postgres: another ledger took the\n"
+    "lease; nothing more was committed).\n"
     "Under systemd (Type=notify): READY=1 once serving, STOPPING=1 at SIGTERM/SIGINT, and\n"
     "WATCHDOG=1 every half $WATCHDOG_USEC (WatchdogSec=) to $NOTIFY_SOCKET.\n";
 
@@ -93,6 +110,11 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
   std::string level;
   std::string metrics;
   bool metrics_given = false;
+  std::string store;
+  std::string postgres;
+  bool postgres_given = false;
+  std::string lease_ms;
+  bool standby = false;
   DaemonArgs args(argc, argv, "tally-ledger", kUsage);
   while (args.next()) {
     const std::string_view arg = args.current();
@@ -117,6 +139,18 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
     } else if (arg == "--signing-key-file") {
       if ((v = args.value()) == nullptr) return kExitUsage;
       config->signing_key_file = v;
+    } else if (arg == "--store") {
+      if ((v = args.value()) == nullptr) return kExitUsage;
+      store = v;
+    } else if (arg == "--postgres") {
+      if ((v = args.value()) == nullptr) return kExitUsage;
+      postgres = v;
+      postgres_given = true;
+    } else if (arg == "--lease-ms") {
+      if ((v = args.value()) == nullptr) return kExitUsage;
+      lease_ms = v;
+    } else if (arg == "--standby") {
+      standby = true;
     } else if (arg == "identity") {
       command->identity = true;
     } else if (arg == "check") {
@@ -160,6 +194,19 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
     }
   }
   if (!level.empty()) config->log_level = level;
+  if (!store.empty()) config->store = store;
+  if (postgres_given) config->postgres_conninfo = postgres;
+  if (standby) config->standby = true;
+  if (!lease_ms.empty()) {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long value = std::strtoull(lease_ms.c_str(), &end, 10);
+    if (errno != 0 || end == lease_ms.c_str() || *end != '\0' || lease_ms[0] == '-') {
+      std::fprintf(stderr, "tally-ledger: --lease-ms must be a number of milliseconds\n");
+      return kExitUsage;
+    }
+    config->lease_ms = value;
+  }
   if (Status s = validateConfig(*config); !s.isOk()) {
     std::fprintf(stderr, "tally-ledger: %s\n%s", s.message().c_str(), kUsage);
     return kExitUsage;
@@ -168,7 +215,7 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
 }
 
 // What the durable record cost this run: per-commit pages and bytes, and the fold thread's work.
-void logStoreStats(const SqliteStore& store, Logger* logger) {
+void logSqliteStoreStats(const SqliteStore& store, Logger* logger) {
   const SqliteStoreStats stats = store.stats();
   logger->info("store_stats", {{"commits", stats.commits},
                                {"commit_ms", stats.commit_us / 1000},
@@ -225,6 +272,71 @@ uint64_t storeBytes(const std::string& data_dir) {
   return total;
 }
 
+void logPostgresStoreStats(const PostgresStore& store, Logger* logger) {
+  const PostgresStoreStats stats = store.stats();
+  logger->info("store_stats", {{"store", "postgres"},
+                               {"commits", stats.commits},
+                               {"commit_ms", stats.commit_us / 1000},
+                               {"statements", stats.statements},
+                               {"param_bytes", stats.param_bytes}});
+}
+
+// The store `config` selects, opened, with what logs its costs at exit.
+struct OpenedStore {
+  std::unique_ptr<Store> store;
+  std::function<void(Logger*)> log_stats;
+
+  PostgresStore* postgres = nullptr;  // when store = "postgres": its lease
+};
+
+// Unique per process: a restarted ledger is a new holder of the lease.
+std::string leaseHolder() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  return std::string(host) + ":" + std::to_string(::getpid()) + ":" + std::to_string(wallClockMs());
+}
+
+Result<OpenedStore> openStore(const LedgerConfig& config, Logger* logger) {
+  if (config.store == "postgres") {
+    const std::string listen = config.listen_host + ":" + std::to_string(config.listen_port);
+    PostgresStoreOptions options{.lease_ms = config.lease_ms,
+                                 .holder = leaseHolder(),
+                                 .address = listen,
+                                 .standby = config.standby};
+    options.on_standby = [logger, &config](const LeaseState& held) {
+      logger->info("standby", {{"data_dir", config.data_dir},
+                               {"epoch", held.epoch},
+                               {"holder", held.holder},
+                               {"primary", held.address},
+                               {"lapses_in_ms", held.expires_in_ms},
+                               {"action", "not listening; taking over once the lease lapses"}});
+    };
+    Result<std::unique_ptr<PostgresStore>> opened =
+        PostgresStore::open(config.data_dir, config.postgres_conninfo, options);
+    if (!opened.isOk()) return opened.status();
+    PostgresStore* raw = opened.value().get();
+    logger->info(
+        "lease_taken",
+        {{"epoch", raw->epoch()}, {"holder", options.holder}, {"lease_ms", config.lease_ms}});
+    return OpenedStore{.store = std::move(opened).value(),
+                       .log_stats = [raw](Logger* logger) { logPostgresStoreStats(*raw, logger); },
+                       .postgres = raw};
+  }
+  // A data dir whose record is in PostgreSQL would otherwise start an empty SQLite store.
+  const std::string marker = config.data_dir + "/" + PostgresStore::kMarkerFileName;
+  if (struct stat marker_stat{}; ::stat(marker.c_str(), &marker_stat) == 0) {
+    return Status::failedPrecondition(marker +
+                                      " exists: this data dir's record is in PostgreSQL; "
+                                      "start with --store postgres (docs/scale-out.md)");
+  }
+  Result<std::unique_ptr<SqliteStore>> opened = SqliteStore::open(
+      config.data_dir, SqliteStoreOptions{.checkpoint_log_rows = config.checkpoint_log_rows});
+  if (!opened.isOk()) return opened.status();
+  SqliteStore* raw = opened.value().get();
+  return OpenedStore{.store = std::move(opened).value(),
+                     .log_stats = [raw](Logger* logger) { logSqliteStoreStats(*raw, logger); }};
+}
+
 struct Signals {
   uv_signal_t term{};
   uv_signal_t interrupt{};
@@ -234,14 +346,14 @@ int run(const LedgerConfig& config) {
   Logger logger("ledger", parseLogLevel(config.log_level));
   ::signal(SIGPIPE, SIG_IGN);
 
-  Result<std::unique_ptr<SqliteStore>> opened = SqliteStore::open(
-      config.data_dir, SqliteStoreOptions{.checkpoint_log_rows = config.checkpoint_log_rows});
+  Result<OpenedStore> opened = openStore(config, &logger);
   if (!opened.isOk()) {
-    logger.error("store_open_failed",
-                 {{"data_dir", config.data_dir}, {"error", opened.status().toString()}});
+    logger.error("store_open_failed", {{"data_dir", config.data_dir},
+                                       {"store", config.store},
+                                       {"error", opened.status().toString()}});
     return kExitStartup;
   }
-  std::unique_ptr<SqliteStore> store = std::move(opened).value();
+  std::unique_ptr<Store> store = std::move(opened.value().store);
 
   Result<identity::KeyPair> key = signingKey(config);
   if (!key.isOk()) {
@@ -276,6 +388,7 @@ int run(const LedgerConfig& config) {
   }
   const RestoreSummary& summary = restored.value();
   logger.info("restored", {{"data_dir", config.data_dir},
+                           {"store", config.store},
                            {"policies", summary.policies},
                            {"accounts", summary.accounts},
                            {"reservations", summary.reservations},
@@ -304,8 +417,16 @@ int run(const LedgerConfig& config) {
     logger.warn("sd_notify_failed", {{"error", error}});
   });
   Signals signals;
-  auto close_signals = [&signals, &metrics_server, &metrics_started, &watchdog] {
+  // The postgres store's lease, renewed from the loop every lease_ms / 3 between commits.
+  uv_timer_t lease_timer{};
+  PostgresStore* const lease_store = opened.value().postgres;
+  if (lease_store != nullptr) (void)uv_timer_init(&loop, &lease_timer);
+  auto close_signals = [&signals, &metrics_server, &metrics_started, &watchdog, &lease_timer,
+                        lease_store] {
     watchdog.stop();
+    if (lease_store != nullptr && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&lease_timer))) {
+      uv_close(reinterpret_cast<uv_handle_t*>(&lease_timer), nullptr);
+    }
     for (uv_signal_t* handle : {&signals.term, &signals.interrupt}) {
       if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(handle))) {
         uv_close(reinterpret_cast<uv_handle_t*>(handle), nullptr);
@@ -370,10 +491,42 @@ int run(const LedgerConfig& config) {
       logger.warn("sd_notify_failed", {{"error", s.toString()}});
     }
     if (!watchdog.start()) logger.warn("watchdog_start_failed");
+    if (lease_store != nullptr) {
+      struct LeaseRenewal {
+        PostgresStore* store;
+        Server* server;
+        Logger* logger;
+      };
+      static LeaseRenewal renewal;  // one run() per process
+      renewal = {lease_store, &server, &logger};
+      lease_timer.data = &renewal;
+      const uint64_t every_ms = std::max<uint64_t>(config.lease_ms / 3, 1);
+      (void)uv_timer_start(
+          &lease_timer,
+          [](uv_timer_t* timer) {
+            auto* r = static_cast<LeaseRenewal*>(timer->data);
+            const Status renewed = r->store->renewLease();
+            if (renewed.isOk()) return;
+            if (r->store->deposed()) {
+              (void)uv_timer_stop(timer);
+              r->server->stop();  // its commits are refused from now on: nothing more is said
+              return;
+            }
+            r->logger->warn("lease_renew_failed", {{"error", renewed.toString()}});
+          },
+          every_ms, every_ms);
+    }
   }
   uv_run(&loop, UV_RUN_DEFAULT);
   if (server.fatal()) exit_code = kExitIoError;
-  logStoreStats(*store, &logger);
+  if (lease_store != nullptr && lease_store->deposed()) {
+    exit_code = kExitDeposed;
+    logger.error("deposed", {{"epoch", lease_store->epoch()},
+                             {"action",
+                              "stopped: another tally-ledger took the lease; nothing was "
+                              "committed after it, no unanswered request was acknowledged"}});
+  }
+  opened.value().log_stats(&logger);
   if (int rc = uv_loop_close(&loop); rc != 0) {
     logger.error("loop_close_failed", {{"error", uv_strerror(rc)}});
   }
@@ -391,6 +544,17 @@ int main(int argc, char** argv) {
   if (parsed == -1) return 0;
   if (parsed != 0) return parsed;
   if (command.identity) return tally::ledger::printIdentity(config, command.json);
+  struct stat marker_stat {};
+  const bool postgres_data_dir =
+      ::stat((config.data_dir + "/" + tally::ledger::PostgresStore::kMarkerFileName).c_str(),
+             &marker_stat) == 0;
+  if ((command.check || command.repair || !command.backup_dest.empty()) &&
+      (config.store != "sqlite" || postgres_data_dir)) {
+    std::fprintf(stderr,
+                 "tally-ledger: check, repair and backup work on the SQLite store only; for the "
+                 "postgres store use pg_dump and psql (docs/scale-out.md)\n");
+    return 2;
+  }
   if (command.check) return tally::ledger::runCheck(config.data_dir, tally::wallClockMs());
   if (command.repair) return tally::ledger::runRepair(config.data_dir, tally::wallClockMs());
   if (!command.backup_dest.empty()) {

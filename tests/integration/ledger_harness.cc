@@ -17,6 +17,7 @@
 #include <utility>
 #include <variant>
 
+#include "tests/support/ledger_store_args.h"
 #include "wire/digest.h"
 
 namespace tally {
@@ -105,11 +106,10 @@ Status LedgerInstance::start() {
     return Status::failedPrecondition("ledger already running");
   }
   ++starts_;
-  process_ = std::make_unique<Process>(
-      binaryPath("tally-ledger"),
-      std::vector<std::string>{"--data-dir", data_dir_, "--listen", "127.0.0.1:0", "--metrics",
-                               "127.0.0.1:0", "--log-level", "info"},
-      log_path_);
+  std::vector<std::string> args{"--data-dir", data_dir_,     "--listen",    "127.0.0.1:0",
+                                "--metrics",  "127.0.0.1:0", "--log-level", "info"};
+  for (std::string& arg : ledgerStoreArgs(data_dir_)) args.push_back(std::move(arg));
+  process_ = std::make_unique<Process>(binaryPath("tally-ledger"), std::move(args), log_path_);
   const int port = process_->waitReady(kReadyTimeoutMs);
   if (port <= 0) {
     process_->kill9();
@@ -138,6 +138,10 @@ bool LedgerInstance::signal(int signal_number) {
 int LedgerInstance::terminate(uint64_t timeout_ms) {
   if (process_ == nullptr || !process_->signal(SIGTERM)) return -1;
   return process_->waitExit(timeout_ms);
+}
+
+int LedgerInstance::waitExit(uint64_t timeout_ms) {
+  return process_ == nullptr ? -1 : process_->waitExit(timeout_ms);
 }
 
 bool LedgerInstance::running() { return process_ != nullptr && !process_->exited(); }

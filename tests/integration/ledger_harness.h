@@ -57,6 +57,8 @@ class LedgerInstance {
   bool signal(int signal_number);
   // SIGTERM, then the exit code (or -1 if it did not exit within `timeout_ms`).
   int terminate(uint64_t timeout_ms = kExitTimeoutMs);
+  // Waits for it to exit by itself; the exit code, or -1 if it did not within `timeout_ms`.
+  int waitExit(uint64_t timeout_ms = kExitTimeoutMs);
   // False once the child has exited (reaped here).
   bool running();
   uint16_t port() const { return port_; }
