@@ -21,20 +21,24 @@ trap 'rm -rf "$data"' EXIT
 echo "load before fill: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$BIN/tally-restart-fill" "$data/dir" "$LIVE" "$ACCOUNTS" "$RECEIPTS"
 echo "data dir: $(du -sm "$data/dir" | cut -f1) MB"
+# COMPARE_BIN=DIR: also time DIR/tally-ledger over the same data dir, interleaved (before/after).
 for run in $(seq 1 "$RUNS"); do
-  fifo="$data/ready.$run"
+ for bin in "$BIN" ${COMPARE_BIN:+"$COMPARE_BIN"}; do
+  starts=$((${starts:-0} + 1))
+  fifo="$data/ready.$starts"
   mkfifo "$fifo"
   load=$(cut -d' ' -f1 /proc/loadavg)
   begin=$(date +%s%N)
-  "$BIN/tally-ledger" --data-dir "$data/dir" --listen 127.0.0.1:0 --metrics "" --log-level warn \
+  "$bin/tally-ledger" --data-dir "$data/dir" --listen 127.0.0.1:0 --metrics "" --log-level warn \
     --ready-fd 3 3>"$fifo" 2>>"$data/ledger.log" &
   ledger=$!
   read -r -t 120 word _ <"$fifo"
   end=$(date +%s%N)
   [[ "$word" == ready ]]
   rss=$(awk '/^VmRSS/ { printf "%.0f", $2 / 1024 }' "/proc/$ledger/status")
-  printf 'run %s: %.2f s to serving, RSS %s MB (load1 %s)\n' "$run" \
+  printf 'run %s %s: %.2f s to serving, RSS %s MB (load1 %s)\n' "$run" "$bin" \
     "$(echo "($end - $begin) / 1000000000" | bc -l)" "$rss" "$load"
   kill -TERM "$ledger"
   wait "$ledger" || true
+ done
 done
