@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -105,11 +106,13 @@ Status LedgerInstance::start() {
     return Status::failedPrecondition("ledger already running");
   }
   ++starts_;
-  process_ = std::make_unique<Process>(
-      binaryPath("tally-ledger"),
-      std::vector<std::string>{"--data-dir", data_dir_, "--listen", "127.0.0.1:0", "--metrics",
-                               "127.0.0.1:0", "--log-level", "info"},
-      log_path_);
+  std::vector<std::string> args{"--data-dir", data_dir_,     "--listen",    "127.0.0.1:0",
+                                "--metrics",  "127.0.0.1:0", "--log-level", "info"};
+  // A test that needs other settings writes them to DATA_DIR.toml before the start.
+  if (const std::string config = data_dir_ + ".toml"; ::access(config.c_str(), R_OK) == 0) {
+    args.insert(args.end(), {"--config", config});
+  }
+  process_ = std::make_unique<Process>(binaryPath("tally-ledger"), std::move(args), log_path_);
   const int port = process_->waitReady(kReadyTimeoutMs);
   if (port <= 0) {
     process_->kill9();
