@@ -1,5 +1,6 @@
 #include "core/receipt_archive.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -173,8 +174,6 @@ bool ReceiptArchive::decode(std::string_view bytes, Reservation* out) {
 
 ReceiptArchive::ReceiptArchive(uint64_t bucket_ms) : bucket_ms_(bucket_ms) {
   TALLY_ASSERT(bucket_ms_ > 0);
-  for (uint64_t tag = kTagsMax - 1; tag >= 1; --tag)
-    free_tags_.push_back(static_cast<uint16_t>(tag));
 }
 
 ReceiptArchive::~ReceiptArchive() = default;
@@ -286,11 +285,18 @@ void ReceiptArchive::eraseAt(uint64_t hole) {
 ReceiptArchive::Segment* ReceiptArchive::segmentFor(uint64_t bucket) {
   auto it = segments_.find(bucket);
   if (it != segments_.end()) return it->second.get();
-  if (free_tags_.empty()) return nullptr;
+  // A released tag first, else the next never used (tag 0 is never used: an entry is never 0).
+  uint64_t tag = 0;
+  if (!free_tags_.empty()) {
+    tag = free_tags_.back();
+    free_tags_.pop_back();
+  } else {
+    tag = std::max<uint64_t>(by_tag_.size(), 1);
+    if (tag >= kTagsMax) return nullptr;
+  }
   auto segment = std::make_unique<Segment>();
   segment->bucket = bucket;
-  segment->tag = free_tags_.back();
-  free_tags_.pop_back();
+  segment->tag = tag;
   if (by_tag_.size() <= segment->tag) by_tag_.resize(segment->tag + 1, nullptr);
   by_tag_[segment->tag] = segment.get();
   return segments_.emplace(bucket, std::move(segment)).first->second.get();
