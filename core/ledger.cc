@@ -51,12 +51,37 @@ uint64_t Ledger::advance(uint64_t now_ms) {
 }
 
 Ledger::Record* Ledger::lookup(const std::string& reservation_id) {
-  return reservations_.find(reservation_id);
+  const uint64_t hash = ReservationTable::hashOf(reservation_id);
+  if (Record* record = reservations_.find(reservation_id, hash)) return record;
+  // A receipt of the window: back into the live table, so that the lifecycle answers (or, for a
+  // late receipt after a hard-limit close, changes) it as it always has; the next tick after its
+  // image is taken archives it again, kept until the same moment.
+  std::optional<Reservation> receipt = receipts_.take(reservation_id, hash);
+  if (!receipt) return nullptr;
+  Record* record = reservations_.insert(*std::move(receipt), hash);
+  closed_.push_back(ReservationTable::handleOf(*record));
+  return record;
 }
 
 const Reservation* Ledger::findReservation(const std::string& reservation_id) const {
-  const Record* record = reservations_.find(reservation_id);
-  return record == nullptr ? nullptr : &record->reservation;
+  const uint64_t hash = ReservationTable::hashOf(reservation_id);
+  if (const Record* record = reservations_.find(reservation_id, hash)) {
+    return &record->reservation;
+  }
+  std::optional<Reservation> receipt = receipts_.find(reservation_id, hash);
+  if (!receipt) return nullptr;
+  found_scratch_ = *std::move(receipt);
+  return &found_scratch_;
+}
+
+std::array<uint64_t, kReservationStateCount> Ledger::reservationCountsByState() const {
+  std::array<uint64_t, kReservationStateCount> counts{};
+  for (int state = 0; state < kReservationStateCount; ++state) {
+    counts[state] = receipts_.countOf(static_cast<ReservationState>(state));
+  }
+  reservations_.forEach(
+      [&counts](const Record& record) { ++counts[static_cast<size_t>(record.reservation.state)]; });
+  return counts;
 }
 
 AccountEntry* Ledger::accountOf(const Reservation& reservation) {
@@ -115,7 +140,8 @@ class Ledger::AccountHolder final : public CapacityHolder {
     return of(outcome);
   }
 
-  void changed(const Reservation& reservation, ReservationState from, uint64_t now_ms) override {
+  void changed(const Reservation& reservation, ReservationState from,
+               uint64_t /*now_ms*/) override {
     const ReservationState to = reservation.state;
     if (to != from) {
       if (to == ReservationState::kReserved) {
@@ -123,8 +149,7 @@ class Ledger::AccountHolder final : public CapacityHolder {
       } else if (to == ReservationState::kUsageUnknown) {
         ledger_->pushHardLimit(*record_);
       } else if (isTerminal(to) && !isTerminal(from)) {
-        ledger_->pushDeadline(&ledger_->retention_queue_,
-                              saturatingAdd(now_ms, ledger_->options_.retention_ms), *record_);
+        ledger_->closed_.push_back(ReservationTable::handleOf(*record_));  // to the archive
       }
     }
     ledger_->touched(record_);
@@ -150,8 +175,9 @@ void Ledger::pushDeadline(DeadlineQueue* queue, uint64_t at_ms, const Record& re
 Ledger::Record* Ledger::popDue(DeadlineQueue* queue) {
   const Deadline& top = queue->top();
   Record* record = reservations_.resolve(top.handle);
-  // Compacted since it was queued: the id may name a later reservation by now; look it up.
-  if (record == nullptr) record = lookup(top.reservation_id);
+  // Closed or compacted since it was queued: the id may name a later live reservation by now
+  // (a receipt never has a deadline due: it stays archived).
+  if (record == nullptr) record = reservations_.find(top.reservation_id);
   queue->pop();
   return record;
 }
@@ -167,10 +193,16 @@ Status Ledger::restoreReservation(const Reservation& reservation) {
                               reservationStateName(reservation.state));
   }
   const uint64_t hash = ReservationTable::hashOf(reservation.reservation_id);
-  if (reservations_.find(reservation.reservation_id, hash) != nullptr) {
+  if (reservations_.find(reservation.reservation_id, hash) != nullptr ||
+      receipts_.contains(reservation.reservation_id, hash)) {
     return Status::corruption("reservation '" + reservation.reservation_id + "' stored twice");
   }
-  (void)reservations_.insert(reservation, hash);
+  // A receipt goes straight to the archive (a restart holds the window's receipts packed too);
+  // the first tick compacts those already past retention.
+  if (!isTerminal(reservation.state) || !receipts_.add(reservation, hash, keepUntil(reservation))) {
+    Record* record = reservations_.insert(reservation, hash);
+    if (isTerminal(reservation.state)) closed_.push_back(ReservationTable::handleOf(*record));
+  }
   now_ms_ = std::max(
       {now_ms_, reservation.created_at_ms, reservation.started_at_ms, reservation.closed_at_ms});
   return Status::ok();
@@ -192,12 +224,7 @@ void Ledger::enqueueDeadlines(const Record& record) {
                    record);
       break;
     }
-    default:
-      if (isTerminal(reservation.state)) {
-        pushDeadline(&retention_queue_,
-                     saturatingAdd(reservation.closed_at_ms, options_.retention_ms), record);
-      }
-      break;
+    default: break;  // terminal: closed_ (or the archive) keeps it until retention
   }
 }
 
@@ -266,8 +293,17 @@ ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms)
   if (const Record* found = reservations_.find(request.reservation_id, id_hash)) {
     return lifecycle::repeatedReserve(found->reservation, request);
   }
+  if (std::optional<Reservation> receipt = receipts_.find(request.reservation_id, id_hash)) {
+    return lifecycle::repeatedReserve(*receipt, request);
+  }
   if (reservations_.size() >= options_.reservations_max) {
     return {.code = ReplyCode::kResourceExhausted, .message = "reservation table is full"};
+  }
+  if (receipts_.bytes() >= options_.receipt_bytes_max) {
+    return {.code = ReplyCode::kResourceExhausted,
+            .message =
+                "receipt memory is full (receipt_bytes_max): receipts of the idempotency "
+                "window are compacted after retention_ms"};
   }
 
   bool table_full = false;
@@ -450,21 +486,44 @@ TickOutcome Ledger::tick(uint64_t now_ms, uint64_t items_max) {
       ++outcome.closed_by_hard_limit;
     }
   }
-  while (!retention_queue_.empty() && retention_queue_.top().at_ms <= now_ms &&
-         outcome.compacted < items_max) {
-    Record* record = popDue(&retention_queue_);
-    if (record == nullptr || !isTerminal(record->reservation.state)) continue;
-    if (record->change_pending) std::erase(upserted_, record);  // deleted supersedes upserted
-    deleted_.push_back(record->reservation.reservation_id);
-    const bool erased = reservations_.erase(deleted_.back());
-    TALLY_ASSERT(erased);
-    ++outcome.compacted;
-  }
+  outcome.compacted = archiveClosed(now_ms, items_max);
+  outcome.compacted += receipts_.compact(now_ms, items_max, &deleted_);
   const ShardRegistry::TickOutcome shards = shards_.tick(now_ms, items_max);
   outcome.shards_reminted = shards.reminted;
   outcome.shards_compacted = shards.compacted;
   outcome.periods_closed = closePeriods(now_ms, items_max);
   return outcome;
+}
+
+uint64_t Ledger::archiveClosed(uint64_t now_ms, uint64_t items_max) {
+  uint64_t compacted = 0;
+  size_t kept = 0;  // closed_[0, kept): still to archive at a later tick
+  size_t next = 0;
+  for (; next < closed_.size() && next - kept < items_max; ++next) {
+    Record* record = reservations_.resolve(closed_[next]);
+    if (record == nullptr) continue;  // archived or compacted already
+    TALLY_ASSERT(isTerminal(record->reservation.state));
+    const Reservation& reservation = record->reservation;
+    const uint64_t keep_until_ms = keepUntil(reservation);
+    if (keep_until_ms <= now_ms) {
+      if (record->change_pending) std::erase(upserted_, record);  // deleted supersedes upserted
+      deleted_.push_back(reservation.reservation_id);
+      ++compacted;
+    } else if (record->change_pending) {
+      // Its final image is not taken yet: archived at a later tick, once the store has it.
+      closed_[kept++] = closed_[next];
+      continue;
+    } else if (!receipts_.add(reservation, ReservationTable::hashOf(reservation.reservation_id),
+                              keep_until_ms)) {
+      closed_[kept++] = closed_[next];  // cannot be packed: stays live, tried again later
+      continue;
+    }
+    const bool erased = reservations_.erase(reservation.reservation_id);
+    TALLY_ASSERT(erased);
+  }
+  closed_.erase(closed_.begin() + static_cast<std::ptrdiff_t>(kept),
+                closed_.begin() + static_cast<std::ptrdiff_t>(next));
+  return compacted;
 }
 
 uint64_t Ledger::closePeriods(uint64_t now_ms, uint64_t items_max) {

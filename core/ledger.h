@@ -1,5 +1,7 @@
 #pragma once
 
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -8,9 +10,11 @@
 #include <vector>
 
 #include "core/account_book.h"
+#include "core/checked_math.h"
 #include "core/ledger_types.h"
 #include "core/limits.h"
 #include "core/period_close.h"
+#include "core/receipt_archive.h"
 #include "core/reservation.h"
 #include "core/reservation_table.h"
 #include "core/shard_record.h"
@@ -35,8 +39,14 @@
 namespace tally {
 
 struct LedgerOptions {
+  // The idempotency window: a terminal reservation's receipt is kept (and every repeat answered
+  // from it) this long after it closed, then compacted (docs/LEDGER.md "Retention").
   uint64_t retention_ms = limits::kRetentionMsDefault;
+  // Live (non-terminal) reservations at once.
   uint64_t reservations_max = limits::kReservationsMax;
+  // Memory the packed receipts of the window may take (core/receipt_archive.h); past it new
+  // reservations are refused with RESOURCE_EXHAUSTED until compaction frees room.
+  uint64_t receipt_bytes_max = limits::kReceiptBytesMaxDefault;
 };
 
 struct TickOutcome {
@@ -190,13 +200,24 @@ class Ledger {
   const AccountBook& accounts() const { return accounts_; }
   ShardRegistry& shards() { return shards_; }
   const ShardRegistry& shards() const { return shards_; }
+  // The reservation with this id, live or a receipt of the window. The pointer is valid until
+  // the next call on this Ledger (a receipt is decoded into a scratch copy).
   const Reservation* findReservation(const std::string& reservation_id) const;
-  size_t reservationCount() const { return reservations_.size(); }
+  // Reservations kept: live ones and the window's receipts.
+  size_t reservationCount() const { return reservations_.size() + receipts_.size(); }
+  // Reservations in the live table (non-terminal ones, and terminal ones until the tick after
+  // their final image was taken); receipts in the archive and the bytes they hold.
+  size_t liveReservationCount() const { return reservations_.size(); }
+  size_t receiptCount() const { return receipts_.size(); }
+  uint64_t receiptBytes() const { return receipts_.bytes(); }
+  // Reservations kept, by state (O(live reservations)).
+  std::array<uint64_t, kReservationStateCount> reservationCountsByState() const;
   // Calls fn(const Reservation&) for every reservation kept, terminal ones included until
-  // compaction (the ledger's metrics; O(reservations)).
+  // compaction (O(reservations), receipts decoded: tests and checks).
   template <typename F>
   void forEachReservation(F&& fn) const {
     reservations_.forEach([&fn](const auto& record) { fn(record.reservation); });
+    receipts_.forEach(fn);
   }
 
   // What changed since the last take (either form): every reservation upserted or deleted and
@@ -239,6 +260,12 @@ class Ledger {
   void pushDeadline(DeadlineQueue* queue, uint64_t at_ms, const Record& record);
   // Pops the top entry; returns the reservation it names now, or null.
   Record* popDue(DeadlineQueue* queue);
+  // Moves closed reservations whose final image has been taken into the receipt archive (or
+  // compacts them, past retention); returns the reservations compacted.
+  uint64_t archiveClosed(uint64_t now_ms, uint64_t items_max);
+  uint64_t keepUntil(const Reservation& reservation) const {
+    return saturatingAdd(reservation.closed_at_ms, options_.retention_ms);
+  }
   // The period-close sweep of tick(); returns the periods closed.
   uint64_t closePeriods(uint64_t now_ms, uint64_t items_max);
   void addPeriod(PeriodSnapshot snapshot);
@@ -253,8 +280,12 @@ class Ledger {
   ReservationTable reservations_;
   DeadlineQueue expiry_queue_;      // RESERVED reservations by expiresAt
   DeadlineQueue hard_limit_queue_;  // USAGE_UNKNOWN by startedAt + hard execution limit
-  DeadlineQueue retention_queue_;   // terminal reservations by closedAt + retention
-  std::vector<Record*> upserted_;   // each with change_pending set, in first-touch order
+  // Receipts of the idempotency window, packed (the live table keeps a terminal reservation only
+  // until the tick after its final image was taken: closed_ names those).
+  ReceiptArchive receipts_{std::max<uint64_t>(options_.retention_ms / 16, 1)};
+  std::vector<ReservationTable::Handle> closed_;
+  mutable Reservation found_scratch_;  // findReservation's copy of a receipt
+  std::vector<Record*> upserted_;      // each with change_pending set, in first-touch order
   std::vector<std::string> deleted_;
   PeriodBook periods_;
   uint64_t period_sweep_due_ms_ = 0;  // the next hour boundary (0: sweep at the first tick)

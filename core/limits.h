@@ -57,8 +57,14 @@ inline constexpr uint64_t kLingerMsDefault = 5'000;
 inline constexpr uint64_t kGatewayNameBytesMax = 128;  // [A-Za-z0-9._-], at least one byte
 inline constexpr uint64_t kShardReceiptsPerReportMax = 100'000;
 
-// Retention of terminal reservations before compaction (the idempotency window).
-inline constexpr uint64_t kRetentionMsDefault = 24ull * 3600 * 1000;
+// Retention of terminal reservations before compaction: the idempotency window
+// (docs/LEDGER.md "Retention" derives it: the longest hold TTL a client retries a reserve
+// within, plus the agent's retry horizon for a settle or an operation receipt, with margin).
+inline constexpr uint64_t kRetentionMsDefault = 15ull * 60 * 1000;
+// Memory the ledger's packed receipts of that window may take (core/receipt_archive.h; ~150
+// bytes each at the benchmark's ids, index included): receipts = rate x window, so 4 GiB holds a
+// 15-minute window up to ~30,000 reservations/s. Past it new reservations are RESOURCE_EXHAUSTED.
+inline constexpr uint64_t kReceiptBytesMaxDefault = uint64_t{4} << 30;
 
 // Accounting-period snapshots kept per account, in memory and in the store (the oldest is
 // deleted when a close adds one past it): a day of hourly periods, 24 days of daily ones.

@@ -11,7 +11,8 @@
 //
 //   listen = "127.0.0.1:7411"
 //   frame_bytes_max = 1048576
-//   retention_ms = 86400000          # idempotency window for terminal reservations
+//   retention_ms = 900000            # idempotency window for terminal reservations
+//   receipt_bytes_max = 4294967296   # memory for the window's packed receipts
 //   tick_interval_ms = 10            # expiry / hard-limit / compaction pulse
 //   checkpoint_log_rows = 1024       # fold thread: fold the log into tables.db at this many rows
 //   log_level = "info"               # debug | info | warn | error
@@ -36,6 +37,7 @@ struct LedgerConfig {
   uint16_t listen_port = 7411;
   uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
   uint64_t retention_ms = limits::kRetentionMsDefault;
+  uint64_t receipt_bytes_max = limits::kReceiptBytesMaxDefault;
   uint64_t tick_interval_ms = 10;
   uint64_t checkpoint_log_rows = 1024;
   std::string log_level = "info";

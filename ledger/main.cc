@@ -364,7 +364,8 @@ int run(const LedgerConfig& config) {
   const std::string key_id = identity::keyIdOf(key.value().public_key);
   const wire::WireShardCrypto crypto(key.value(), {});
 
-  Ledger ledger(LedgerOptions{.retention_ms = config.retention_ms});
+  Ledger ledger(LedgerOptions{.retention_ms = config.retention_ms,
+                              .receipt_bytes_max = config.receipt_bytes_max});
   ledger.setShardCrypto(&crypto);
   std::vector<BadRecord> bad_records;
   Result<RestoreSummary> restored =

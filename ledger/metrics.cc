@@ -55,9 +55,9 @@ LedgerGauges ledgerGauges(const Ledger& ledger, uint64_t now_ms) {
   for (const PeriodSpan& span : ledger.periods().spans()) {
     if (!span.conserved) ++gauges.period_spans_unconserved;
   }
-  ledger.forEachReservation([&gauges](const Reservation& reservation) {
-    ++gauges.reservations[static_cast<size_t>(reservation.state)];
-  });
+  const auto by_state = ledger.reservationCountsByState();
+  for (size_t state = 0; state < by_state.size(); ++state)
+    gauges.reservations[state] = by_state[state];
   for (const ShardLedgerView& shard : ledger.listShards("", std::nullopt).shards) {
     ++gauges.shards[static_cast<size_t>(shard.state)];
   }

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -109,6 +110,10 @@ Status LedgerInstance::start() {
   std::vector<std::string> args{"--data-dir", data_dir_,     "--listen",    "127.0.0.1:0",
                                 "--metrics",  "127.0.0.1:0", "--log-level", "info"};
   for (std::string& arg : ledgerStoreArgs(data_dir_)) args.push_back(std::move(arg));
+  // A test that needs other settings writes them to DATA_DIR.toml before the start.
+  if (const std::string config = data_dir_ + ".toml"; ::access(config.c_str(), R_OK) == 0) {
+    args.insert(args.end(), {"--config", config});
+  }
   process_ = std::make_unique<Process>(binaryPath("tally-ledger"), std::move(args), log_path_);
   const int port = process_->waitReady(kReadyTimeoutMs);
   if (port <= 0) {

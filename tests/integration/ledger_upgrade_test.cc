@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "tests/integration/ledger_fixture.h"
@@ -23,6 +24,9 @@ const AccountKey kAccount{.subject = "tenant-old", .route = "chat", .generation 
 class LedgerUpgradeTest : public LedgerServiceTest {
  protected:
   void copyFixture() {
+    // The fixture's receipts closed when it was recorded: keep them for the longest window the
+    // config allows (the default, 15 min, would compact them at the first tick).
+    std::ofstream(ledger_.dataDir() + ".toml") << "retention_ms = 31536000000\n";
     const std::filesystem::path from =
         std::filesystem::path(TALLY_SOURCE_DIR) / "tests/integration/fixtures/ledger-schema-v3";
     const std::filesystem::path to = ledger_.dataDir();

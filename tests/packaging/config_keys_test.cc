@@ -182,6 +182,7 @@ TEST(ShippedConfig, LedgerParsesAsShippedAndUncommentedAndStaysOnLoopback) {
   EXPECT_EQ(all.metrics_port, defaults.metrics_port);
   EXPECT_EQ(all.frame_bytes_max, defaults.frame_bytes_max);
   EXPECT_EQ(all.retention_ms, defaults.retention_ms);
+  EXPECT_EQ(all.receipt_bytes_max, defaults.receipt_bytes_max);
   EXPECT_EQ(all.tick_interval_ms, defaults.tick_interval_ms);
   EXPECT_EQ(all.checkpoint_log_rows, defaults.checkpoint_log_rows);
   EXPECT_EQ(all.log_level, defaults.log_level);
