@@ -40,19 +40,6 @@
 // no I/O. Bounded: reservations_max remembered reservations, waiting_max waiting starts (kFull
 // past it). Single-threaded; owned by AgentCore.
 
-// The scheduler's bounds. They belong with the others in core/limits.h; they sit here only so
-// that this change does not rebuild every file of the tree on a shared 2-core machine (a
-// cut-and-paste into core/limits.h when merged, same namespace and names).
-namespace tally::limits {
-// Starts waiting for an execution slot (beyond: a retryable UNAVAILABLE), RESERVED reservations
-// remembered for their start, scheduled routes, and the fairness window (admissions).
-inline constexpr uint64_t kFairWaitingMax = 65'536;
-inline constexpr uint64_t kFairReservationsMax = 100'000;
-inline constexpr uint64_t kFairRoutesMax = 1'000;
-inline constexpr uint64_t kFairnessWindowAdmissionsDefault = 1'000;
-inline constexpr uint64_t kFairnessWindowAdmissionsMax = 1'000'000;
-}  // namespace tally::limits
-
 namespace tally {
 
 struct FairSchedulerOptions {

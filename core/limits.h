@@ -71,4 +71,13 @@ inline constexpr uint64_t kReceiptBytesMaxDefault = uint64_t{4} << 30;
 // About 130 bytes each packed in the store, about 300 in memory.
 inline constexpr uint64_t kPeriodSnapshotsKept = 24;
 
+// Fair scheduling in the agent (core/fair_scheduler.h).
+// Starts waiting for an execution slot (beyond: a retryable UNAVAILABLE), RESERVED reservations
+// remembered for their start, scheduled routes, and the fairness window (admissions).
+inline constexpr uint64_t kFairWaitingMax = 65'536;
+inline constexpr uint64_t kFairReservationsMax = 100'000;
+inline constexpr uint64_t kFairRoutesMax = 1'000;
+inline constexpr uint64_t kFairnessWindowAdmissionsDefault = 1'000;
+inline constexpr uint64_t kFairnessWindowAdmissionsMax = 1'000'000;
+
 }  // namespace tally::limits
