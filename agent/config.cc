@@ -13,13 +13,27 @@ namespace tally::agent {
 namespace {
 
 // The keys of the file: top level, then the [health] and [emergency] tables.
-const std::vector<std::string> kTopKeys = {
-    "socket",           "socket_mode",        "allowed_uids",
-    "allowed_gids",     "metrics_listen",     "request_timeout_ms",
-    "health",           "outbox_entries_max", "policy_refresh_ms",
-    "drain_timeout_ms", "frame_bytes_max",    "log_level",
-    "gateway_name",     "identity_file",      "ledger_public_keys",
-    "emergency",        "http_socket",        "http_listen"};
+const std::vector<std::string> kTopKeys = {"socket",
+                                           "socket_mode",
+                                           "allowed_uids",
+                                           "allowed_gids",
+                                           "metrics_listen",
+                                           "request_timeout_ms",
+                                           "health",
+                                           "outbox_entries_max",
+                                           "policy_refresh_ms",
+                                           "drain_timeout_ms",
+                                           "frame_bytes_max",
+                                           "log_level",
+                                           "gateway_name",
+                                           "identity_file",
+                                           "ledger_public_keys",
+                                           "emergency",
+                                           "http_socket",
+                                           "http_listen",
+                                           "http_header_timeout_ms",
+                                           "http_idle_timeout_ms",
+                                           "http_linger_ms"};
 const std::vector<std::string> kHealthKeys = {"failures_to_degrade", "failures_to_partition",
                                               "slow_request_us", "partition_after_ms",
                                               "successes_to_recover"};
@@ -306,6 +320,11 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
           readUnsigned(table, path, "frame_bytes_max", 1024, 64u << 20, &config->frame_bytes_max);
       !s.isOk()) {
     return s;
+  }
+  for (auto [key, target] : {std::pair{"http_header_timeout_ms", &config->http_header_timeout_ms},
+                             std::pair{"http_idle_timeout_ms", &config->http_idle_timeout_ms},
+                             std::pair{"http_linger_ms", &config->http_linger_ms}}) {
+    if (Status s = readUnsigned(table, path, key, 1, 3'600'000, target); !s.isOk()) return s;
   }
   return readHealth(table, path, &config->health);
 }
