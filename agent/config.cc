@@ -13,27 +13,13 @@ namespace tally::agent {
 namespace {
 
 // The keys of the file: top level, then the [health] and [emergency] tables.
-const std::vector<std::string> kTopKeys = {"socket",
-                                           "socket_mode",
-                                           "allowed_uids",
-                                           "allowed_gids",
-                                           "metrics_listen",
-                                           "request_timeout_ms",
-                                           "health",
-                                           "outbox_entries_max",
-                                           "policy_refresh_ms",
-                                           "drain_timeout_ms",
-                                           "frame_bytes_max",
-                                           "log_level",
-                                           "gateway_name",
-                                           "identity_file",
-                                           "ledger_public_keys",
-                                           "emergency",
-                                           "http_socket",
-                                           "http_listen",
-                                           "http_header_timeout_ms",
-                                           "http_idle_timeout_ms",
-                                           "http_linger_ms"};
+const std::vector<std::string> kTopKeys = {
+    "socket",           "socket_mode",        "allowed_uids",
+    "allowed_gids",     "metrics_listen",     "request_timeout_ms",
+    "health",           "outbox_entries_max", "policy_refresh_ms",
+    "drain_timeout_ms", "frame_bytes_max",    "log_level",
+    "gateway_name",     "identity_file",      "ledger_public_keys",
+    "emergency",        "http_socket",        "http_listen"};
 const std::vector<std::string> kHealthKeys = {"failures_to_degrade", "failures_to_partition",
                                               "slow_request_us", "partition_after_ms",
                                               "successes_to_recover"};
@@ -218,6 +204,10 @@ Status applyHttpListen(const std::string& text, AgentConfig* config) {
   return Status::ok();
 }
 
+// Top-level keys of the HTTP listener's timeouts (agent/http_server.h).
+const std::vector<std::string> kHttpTimeoutKeys = {"http_header_timeout_ms", "http_idle_timeout_ms",
+                                                   "http_linger_ms"};
+
 const std::vector<std::string>& configKeys() {
   static const std::vector<std::string> kKeys = [] {
     std::vector<std::string> keys;
@@ -226,13 +216,18 @@ const std::vector<std::string>& configKeys() {
     }
     for (const std::string& key : kEmergencyKeys) keys.push_back("emergency." + key);
     for (const std::string& key : kHealthKeys) keys.push_back("health." + key);
+    keys.insert(keys.end(), kHttpTimeoutKeys.begin(), kHttpTimeoutKeys.end());
     return keys;
   }();
   return kKeys;
 }
 
 Status applyConfigFile(const std::string& path, AgentConfig* config) {
-  static const std::set<std::string> kKnown(kTopKeys.begin(), kTopKeys.end());
+  static const std::set<std::string> kKnown = [] {
+    std::set<std::string> known(kTopKeys.begin(), kTopKeys.end());
+    known.insert(kHttpTimeoutKeys.begin(), kHttpTimeoutKeys.end());
+    return known;
+  }();
   Result<toml::table> read = readConfigTable(path, kKnown);
   if (!read.isOk()) return read.status();
   const toml::table& table = read.value();
