@@ -239,6 +239,10 @@ Status applyHttpListen(const std::string& text, AgentConfig* config) {
   return Status::ok();
 }
 
+// Top-level keys of the HTTP listener's timeouts (agent/http_server.h).
+const std::vector<std::string> kHttpTimeoutKeys = {"http_header_timeout_ms", "http_idle_timeout_ms",
+                                                   "http_linger_ms"};
+
 const std::vector<std::string>& configKeys() {
   static const std::vector<std::string> kKeys = [] {
     std::vector<std::string> keys;
@@ -248,13 +252,18 @@ const std::vector<std::string>& configKeys() {
     for (const std::string& key : kEmergencyKeys) keys.push_back("emergency." + key);
     for (const std::string& key : kSchedulingKeys) keys.push_back("scheduling." + key);
     for (const std::string& key : kHealthKeys) keys.push_back("health." + key);
+    keys.insert(keys.end(), kHttpTimeoutKeys.begin(), kHttpTimeoutKeys.end());
     return keys;
   }();
   return kKeys;
 }
 
 Status applyConfigFile(const std::string& path, AgentConfig* config) {
-  static const std::set<std::string> kKnown(kTopKeys.begin(), kTopKeys.end());
+  static const std::set<std::string> kKnown = [] {
+    std::set<std::string> known(kTopKeys.begin(), kTopKeys.end());
+    known.insert(kHttpTimeoutKeys.begin(), kHttpTimeoutKeys.end());
+    return known;
+  }();
   Result<toml::table> read = readConfigTable(path, kKnown);
   if (!read.isOk()) return read.status();
   const toml::table& table = read.value();
@@ -343,6 +352,11 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
           readUnsigned(table, path, "frame_bytes_max", 1024, 64u << 20, &config->frame_bytes_max);
       !s.isOk()) {
     return s;
+  }
+  for (auto [key, target] : {std::pair{"http_header_timeout_ms", &config->http_header_timeout_ms},
+                             std::pair{"http_idle_timeout_ms", &config->http_idle_timeout_ms},
+                             std::pair{"http_linger_ms", &config->http_linger_ms}}) {
+    if (Status s = readUnsigned(table, path, key, 1, 3'600'000, target); !s.isOk()) return s;
   }
   return readHealth(table, path, &config->health);
 }

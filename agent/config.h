@@ -24,6 +24,9 @@
 //   http_socket = "/run/tally/agent-http.sock"  # HTTP/JSON; default: the socket's path with
 //                                      # "-http" before ".sock"; "" disables it
 //   http_listen = "127.0.0.1:8080"     # HTTP/JSON over loopback TCP; default "" (disabled)
+//   http_header_timeout_ms = 10000     # an HTTP request not complete this long: closed
+//   http_idle_timeout_ms = 60000       # an HTTP connection idle this long: closed
+//   http_linger_ms = 5000              # an HTTP close waits this long for the peer's EOF
 //   request_timeout_ms = 2000          # per ledger request
 //   outbox_entries_max = 1000000
 //   policy_refresh_ms = 5000
@@ -101,6 +104,12 @@ struct AgentConfig {
   bool http_tcp_enabled = false;  // loopback TCP (http_listen / --http)
   std::string http_tcp_host = "127.0.0.1";
   uint16_t http_tcp_port = 0;
+  // Timeouts of an HTTP connection (agent/http_server.h): a request must be complete within
+  // http_header_timeout_ms of its first byte (of the accept, for the first); a connection with
+  // nothing owed sits idle at most http_idle_timeout_ms; a close lingers at most http_linger_ms.
+  uint64_t http_header_timeout_ms = 10'000;
+  uint64_t http_idle_timeout_ms = 60'000;
+  uint64_t http_linger_ms = 5'000;
 };
 
 // The HTTP socket's path: http_socket_path if set (maybe "": disabled), else socket_path with

@@ -43,6 +43,9 @@ class HttpServer::Connection {
     parser_.data = this;
   }
 
+  // What the connection's timer waits on (HttpServer::updateTimer()).
+  enum class TimerFor : uint8_t { kNothing, kRequest, kIdle, kLinger };
+
   uv_stream_t* stream() { return &handle_.stream; }
   uv_handle_t* handle() { return &handle_.handle; }
 
@@ -52,6 +55,10 @@ class HttpServer::Connection {
   uint64_t header_bytes_max_;
   uint64_t body_bytes_max_;
   uv_any_handle handle_{};
+  uv_timer_t timer_{};
+  bool timer_open_ = false;
+  TimerFor timer_for_ = TimerFor::kNothing;
+  int handles_open_ = 0;  // the stream's and the timer's, until their close callbacks
   http_parser parser_{};
 
   std::string input_;  // read, not parsed yet
@@ -61,6 +68,8 @@ class HttpServer::Connection {
   uint64_t header_bytes_ = 0;
   int refuse_status_ = 0;  // 431 or 413, set by a parser callback that stopped the parse
   bool message_complete_ = false;
+  bool in_message_ = false;  // the parser has taken bytes of a request not complete yet
+  bool served_ = false;      // a complete request was read on this connection
 
   std::deque<Slot> slots_;
   uint64_t first_sequence_ = 0;  // the sequence number of slots_.front()
@@ -69,6 +78,8 @@ class HttpServer::Connection {
   bool parsing_ = false;       // in parse(): a nested call (a synchronous answer) returns at once
   bool done_parsing_ = false;  // no further request is read: close once the answers are sent
   bool shutdown_sent_ = false;
+  bool shutdown_done_ = false;  // our writes are out and FIN sent: lingering
+  bool peer_ended_ = false;     // the peer's end of stream was read
   bool closing_ = false;
   std::string refusal_;  // non-empty: the peer is not allowed
   uint32_t uid_ = 0;
@@ -87,6 +98,7 @@ int onMessageBegin(http_parser* parser) {
   c->url_.clear();
   c->body_.clear();
   c->header_bytes_ = 0;
+  c->in_message_ = true;
   return 0;
 }
 
@@ -229,6 +241,17 @@ void HttpServer::accept(uv_stream_t* listener, bool is_pipe) {
   }
   connections_.emplace(id, std::move(owned));
   ++open_handles_;
+  c->handles_open_ = 1;
+  if (uv_timer_init(loop_, &c->timer_) == 0) {
+    c->timer_.data = c;
+    c->timer_open_ = true;
+    ++open_handles_;
+    ++c->handles_open_;
+  } else {
+    logger_->error("http_accept_failed", {{"error", "uv_timer_init"}});
+    closeConnection(c);
+    return;
+  }
   if (int rc = uv_accept(listener, c->stream()); rc != 0) {
     logger_->warn("http_accept_failed", {{"error", uv_strerror(rc)}});
     closeConnection(c);
@@ -276,36 +299,110 @@ bool HttpServer::checkPeer(Connection* c) {
   return false;
 }
 
+int HttpServer::startReading(Connection* c) {
+  return uv_read_start(
+      c->stream(),
+      [](uv_handle_t* handle, size_t, uv_buf_t* buf) {
+        auto* connection = static_cast<Connection*>(handle->data);
+        std::vector<char>& buffer = connection->server_->read_buffer_;
+        *buf = uv_buf_init(buffer.data(), static_cast<unsigned>(buffer.size()));
+      },
+      [](uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
+        auto* connection = static_cast<Connection*>(stream->data);
+        connection->server_->onRead(connection, nread, buf);
+      });
+}
+
 void HttpServer::updateReading(Connection* c) {
   if (c->closing_ || c->shutdown_sent_) return;
   const bool should_read =
       !stopping_ && !c->done_parsing_ &&
       c->slots_.size() < options_.requests_in_flight_per_connection_max &&
       uv_stream_get_write_queue_size(c->stream()) <= options_.write_queue_bytes_max;
-  if (should_read == c->reading_) return;
-  if (should_read) {
-    const int rc = uv_read_start(
-        c->stream(),
-        [](uv_handle_t* handle, size_t, uv_buf_t* buf) {
-          auto* connection = static_cast<Connection*>(handle->data);
-          std::vector<char>& buffer = connection->server_->read_buffer_;
-          *buf = uv_buf_init(buffer.data(), static_cast<unsigned>(buffer.size()));
-        },
-        [](uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
-          auto* connection = static_cast<Connection*>(stream->data);
-          connection->server_->onRead(connection, nread, buf);
-        });
-    if (rc != 0) {
-      closeConnection(c);
-      return;
+  if (should_read != c->reading_) {
+    if (should_read) {
+      if (startReading(c) != 0) {
+        closeConnection(c);
+        return;
+      }
+    } else {
+      (void)uv_read_stop(c->stream());
     }
-  } else {
-    (void)uv_read_stop(c->stream());
+    c->reading_ = should_read;
   }
-  c->reading_ = should_read;
+  updateTimer(c);
+}
+
+void HttpServer::updateTimer(Connection* c) {
+  using TimerFor = Connection::TimerFor;
+  if (c->closing_ || !c->timer_open_ || c->shutdown_sent_) return;  // lingering: its own bound
+  TimerFor wanted = TimerFor::kNothing;
+  if (!c->done_parsing_ && c->slots_.empty()) {
+    // Owed nothing: the wait is the peer's. The first request, and any request begun, must be
+    // complete within header_timeout_ms (not reset by its bytes); otherwise idle_timeout_ms.
+    wanted = (!c->served_ || c->in_message_ || !c->input_.empty()) ? TimerFor::kRequest
+                                                                   : TimerFor::kIdle;
+  }
+  if (wanted == c->timer_for_) return;  // already running since the wait began
+  c->timer_for_ = wanted;
+  if (wanted == TimerFor::kNothing) {
+    (void)uv_timer_stop(&c->timer_);
+    return;
+  }
+  const uint64_t ms =
+      wanted == TimerFor::kRequest ? options_.header_timeout_ms : options_.idle_timeout_ms;
+  (void)uv_timer_start(
+      &c->timer_,
+      [](uv_timer_t* timer) {
+        auto* connection = static_cast<Connection*>(timer->data);
+        connection->server_->onTimer(connection);
+      },
+      ms, 0);
+}
+
+void HttpServer::onTimer(Connection* c) {
+  using TimerFor = Connection::TimerFor;
+  if (c->closing_) return;
+  switch (c->timer_for_) {
+    case TimerFor::kLinger:
+      logger_->debug("http_linger_deadline",
+                     {{"connection", c->id_}, {"linger_ms", options_.linger_ms}});
+      break;
+    case TimerFor::kRequest:
+      logger_->warn("http_connection_timeout",
+                    {{"connection", c->id_},
+                     {"reason", c->served_ || c->in_message_ || !c->input_.empty()
+                                    ? "request not complete within header_timeout_ms"
+                                    : "no request within header_timeout_ms"},
+                     {"header_timeout_ms", options_.header_timeout_ms}});
+      break;
+    case TimerFor::kIdle:
+      logger_->info("http_connection_timeout", {{"connection", c->id_},
+                                                {"reason", "idle above idle_timeout_ms"},
+                                                {"idle_timeout_ms", options_.idle_timeout_ms}});
+      break;
+    case TimerFor::kNothing: return;
+  }
+  closeConnection(c);  // nothing is owed to the peer: no answer, no linger
+}
+
+void HttpServer::onReadWhileLingering(Connection* c, ssize_t nread) {
+  if (c->closing_ || nread >= 0) return;  // input after our last answer is discarded
+  if (nread != UV_EOF) {
+    closeConnection(c);  // the peer is gone: nothing more reaches it
+    return;
+  }
+  c->peer_ended_ = true;
+  (void)uv_read_stop(c->stream());
+  c->reading_ = false;
+  if (c->shutdown_done_) closeConnection(c);
 }
 
 void HttpServer::onRead(Connection* c, ssize_t nread, const uv_buf_t* buf) {
+  if (c->shutdown_sent_) {
+    onReadWhileLingering(c, nread);
+    return;
+  }
   if (nread == 0) return;
   if (nread < 0) {
     if (nread != UV_EOF) {
@@ -316,9 +413,14 @@ void HttpServer::onRead(Connection* c, ssize_t nread, const uv_buf_t* buf) {
     }
     // The peer sent all it will (it may still read): answer what was asked, then close.
     c->done_parsing_ = true;
+    c->peer_ended_ = true;
     (void)uv_read_stop(c->stream());
     c->reading_ = false;
-    if (c->slots_.empty()) shutdownConnection(c);
+    if (c->slots_.empty()) {
+      shutdownConnection(c);
+    } else {
+      updateTimer(c);
+    }
     return;
   }
   c->input_.append(buf->base, static_cast<size_t>(nread));
@@ -337,6 +439,11 @@ void HttpServer::parse(Connection* c) {
     c->input_.erase(0, parsed);
     if (c->message_complete_) {
       c->message_complete_ = false;
+      c->in_message_ = false;
+      c->served_ = true;
+      // A wait ended: the next one (idle, or the next request) is timed from now.
+      c->timer_for_ = Connection::TimerFor::kNothing;
+      if (c->timer_open_) (void)uv_timer_stop(&c->timer_);
       dispatch(c);
       continue;
     }
@@ -472,15 +579,40 @@ void HttpServer::flush(Connection* c) {
 void HttpServer::shutdownConnection(Connection* c) {
   if (c->closing_ || c->shutdown_sent_) return;
   c->shutdown_sent_ = true;
-  (void)uv_read_stop(c->stream());
-  c->reading_ = false;
+  c->done_parsing_ = true;
+  c->input_.clear();
+  // Linger: read and discard until the peer's end of stream, at most linger_ms (writes
+  // included), so that no unread input turns our close into an RST that drops the answer.
+  c->timer_for_ = Connection::TimerFor::kLinger;
+  if (!c->timer_open_ || uv_timer_start(
+                             &c->timer_,
+                             [](uv_timer_t* timer) {
+                               auto* connection = static_cast<Connection*>(timer->data);
+                               connection->server_->onTimer(connection);
+                             },
+                             options_.linger_ms, 0) != 0) {
+    closeConnection(c);  // no bound on the wait: do not wait
+    return;
+  }
+  if (!c->peer_ended_ && !c->reading_) {
+    if (startReading(c) != 0) {
+      closeConnection(c);
+      return;
+    }
+    c->reading_ = true;
+  }
   auto* request = new ShutdownRequest;
   request->request.data = c;
-  const int rc = uv_shutdown(&request->request, c->stream(), [](uv_shutdown_t* shutdown, int) {
-    auto* connection = static_cast<Connection*>(shutdown->data);
-    delete reinterpret_cast<ShutdownRequest*>(shutdown);
-    connection->server_->closeConnection(connection);
-  });
+  const int rc =
+      uv_shutdown(&request->request, c->stream(), [](uv_shutdown_t* shutdown, int status) {
+        auto* connection = static_cast<Connection*>(shutdown->data);
+        delete reinterpret_cast<ShutdownRequest*>(shutdown);
+        if (connection->closing_) return;  // closed meanwhile (UV_ECANCELED)
+        connection->shutdown_done_ = true;
+        // FIN follows our last byte; wait for the peer's end of stream unless it came already.
+        if (status != 0 || connection->peer_ended_)
+          connection->server_->closeConnection(connection);
+      });
   if (rc != 0) {
     delete request;
     closeConnection(c);
@@ -490,13 +622,19 @@ void HttpServer::shutdownConnection(Connection* c) {
 void HttpServer::closeConnection(Connection* c) {
   if (c->closing_) return;
   c->closing_ = true;
-  uv_close(c->handle(), [](uv_handle_t* handle) {
+  const auto on_closed = [](uv_handle_t* handle) {
     auto* connection = static_cast<Connection*>(handle->data);
     HttpServer* server = connection->server_;
     --server->open_handles_;
+    if (--connection->handles_open_ > 0) return;  // the stream's and the timer's
     server->connections_.erase(connection->id_);  // frees the connection
     server->maybeFinishStop();
-  });
+  };
+  if (c->timer_open_) {
+    c->timer_open_ = false;
+    uv_close(reinterpret_cast<uv_handle_t*>(&c->timer_), on_closed);
+  }
+  uv_close(c->handle(), on_closed);
 }
 
 void HttpServer::closeHandle(uv_handle_t* handle) {

@@ -32,6 +32,16 @@
 //    body_bytes_max (above it 413). A request http_parser refuses gets 400. After any of
 //    those the connection is closed (once the answers before it are sent): the stream can no
 //    longer be trusted to be in step.
+//  * Timeouts: a request must be complete within header_timeout_ms of its first byte (of the
+//    accept, for a connection's first request), whatever it trickles in; a connection owed
+//    nothing and holding no partial request is closed after idle_timeout_ms without a byte.
+//    While answers are owed the connection is not timed (the wait is ours). Either close is
+//    logged (http_connection_timeout, with the reason) and sends no answer.
+//  * Lingering close: a connection closed after its last answer (Connection: close, an error
+//    answer such as 413/431 with the body unread, stop()) sends FIN once its writes are out,
+//    then reads and discards until the peer's end of stream, at most linger_ms, and only then
+//    closes: closing a TCP socket with unread input sends RST, which can drop the answer still
+//    in the kernel's send queue (the rule of net/framed_stream.h).
 //  * stop(): stops accepting and reading, waits for the answers handed out (at most
 //    drain_timeout_ms), sends them, closes every connection and handle, then `on_stopped`.
 //
@@ -48,6 +58,9 @@ inline constexpr uint64_t kHttpHeaderBytesMax = 8 << 10;
 inline constexpr uint64_t kHttpBodyBytesMax = 64 << 10;
 inline constexpr uint64_t kHttpRequestsInFlightPerConnectionMax = 64;
 inline constexpr uint64_t kHttpWriteQueueBytesPerConnectionMax = 1 << 20;
+inline constexpr uint64_t kHttpHeaderTimeoutMsDefault = 10'000;
+inline constexpr uint64_t kHttpIdleTimeoutMsDefault = 60'000;
+inline constexpr uint64_t kHttpLingerMsDefault = 5'000;
 
 struct HttpServerOptions {
   std::string socket_path;  // "": no Unix listener
@@ -61,6 +74,9 @@ struct HttpServerOptions {
   uint64_t body_bytes_max = kHttpBodyBytesMax;
   uint64_t requests_in_flight_per_connection_max = kHttpRequestsInFlightPerConnectionMax;
   uint64_t write_queue_bytes_max = kHttpWriteQueueBytesPerConnectionMax;
+  uint64_t header_timeout_ms = kHttpHeaderTimeoutMsDefault;
+  uint64_t idle_timeout_ms = kHttpIdleTimeoutMsDefault;
+  uint64_t linger_ms = kHttpLingerMsDefault;
   uint64_t connections_max = limits::kConnectionsPerServerMax;
   uint64_t drain_timeout_ms = 5'000;
 };
@@ -99,7 +115,12 @@ class HttpServer {
   void fillSlot(Connection* connection, uint64_t sequence, std::string bytes, bool close);
   void flush(Connection* connection);
   void updateReading(Connection* connection);
+  static int startReading(Connection* connection);
   void closeConnection(Connection* connection);
+  // Arms the connection's timer for what it waits on now (see "Timeouts" above).
+  void updateTimer(Connection* connection);
+  void onTimer(Connection* connection);
+  void onReadWhileLingering(Connection* connection, ssize_t nread);
   void shutdownConnection(Connection* connection);
   void closeHandle(uv_handle_t* handle);
   void maybeFinishStop();

@@ -316,6 +316,9 @@ struct Daemon {
                               .tcp_enabled = config.http_tcp_enabled,
                               .tcp_host = config.http_tcp_host,
                               .tcp_port = config.http_tcp_port,
+                              .header_timeout_ms = config.http_header_timeout_ms,
+                              .idle_timeout_ms = config.http_idle_timeout_ms,
+                              .linger_ms = config.http_linger_ms,
                               .drain_timeout_ms = config.drain_timeout_ms + kGatewayDrainGraceMs},
             [this](wire::RequestBody body, Respond respond, Alive alive) {
               service.handle(std::move(body), std::move(respond), std::move(alive));

@@ -44,6 +44,26 @@ TEST(AgentHttpConfigTest, ReadsHttpSocketAndListen) {
   EXPECT_EQ(config.http_tcp_port, 8089);
 }
 
+TEST(AgentHttpConfigTest, ReadsTheTimeoutsAndRefusesZero) {
+  TempDir dir;
+  AgentConfig config;
+  EXPECT_EQ(config.http_header_timeout_ms, 10'000u);
+  EXPECT_EQ(config.http_idle_timeout_ms, 60'000u);
+  EXPECT_EQ(config.http_linger_ms, 5'000u);
+  ASSERT_TRUE(applyText(dir,
+                        "http_header_timeout_ms = 250\n"
+                        "http_idle_timeout_ms = 30000\n"
+                        "http_linger_ms = 100\n",
+                        &config)
+                  .isOk());
+  EXPECT_EQ(config.http_header_timeout_ms, 250u);
+  EXPECT_EQ(config.http_idle_timeout_ms, 30'000u);
+  EXPECT_EQ(config.http_linger_ms, 100u);
+  const Status status = applyText(dir, "http_idle_timeout_ms = 0\n", &config);
+  EXPECT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("http_idle_timeout_ms"), std::string::npos) << status.message();
+}
+
 TEST(AgentHttpConfigTest, EmptyStringsDisableEither) {
   TempDir dir;
   AgentConfig config;

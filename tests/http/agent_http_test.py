@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -239,6 +240,45 @@ class AgentHttpTest(unittest.TestCase):
             self.assertEqual(answer.status, 200, answer)
             self.assertEqual(tcp.release("tcp-1")["state"], "RELEASED")
 
+    def test_an_error_answer_with_the_body_unsent_reaches_a_tcp_peer_still_sending(self):
+        # A 413 is decided from the headers; the client goes on sending its 4 MiB body, which
+        # the agent never parses. Closed with that input unread, the socket would send RST and
+        # the client could lose the answer; the lingering close reads it off until our EOF.
+        self.assertGreater(self.tcp_port, 0, self.cluster.log("agent"))
+        body_bytes = 4 << 20
+        sock = socket.create_connection(("127.0.0.1", self.tcp_port), timeout=TIMEOUT_S)
+        errors = []
+
+        def send_all():
+            try:
+                sock.sendall(b"POST /v1/reservations HTTP/1.1\r\nHost: tally\r\n"
+                             + f"Content-Length: {body_bytes}\r\n\r\n".encode())
+                chunk = b"x" * 65536
+                for _ in range(body_bytes // len(chunk)):
+                    sock.sendall(chunk)
+                sock.shutdown(socket.SHUT_WR)
+            except OSError as error:
+                errors.append(error)
+
+        sender = threading.Thread(target=send_all)
+        sender.start()
+        received = b""
+        try:
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                received += chunk
+        except OSError as error:
+            errors.append(error)
+        sender.join(TIMEOUT_S)
+        sock.close()
+        self.assertFalse(sender.is_alive())
+        self.assertTrue(received.startswith(b"HTTP/1.1 413 "), (received[:80], errors))
+        self.assertIn(b"BODY_TOO_LARGE", received)
+        self.assertEqual(errors, [])  # no reset on either side: the agent read to our EOF
+        self.assertServing()
+
     def test_zz_ledger_gone_start_is_503_retry_same_id_and_settle_is_queued(self):
         # Last (zz): it kills the ledger.
         self.assertEqual(
@@ -262,6 +302,89 @@ class AgentHttpTest(unittest.TestCase):
         raw.send(request("GET", "/readyz"))
         self.assertEqual(raw.response()[0], 503)
         raw.close()
+
+
+class AgentHttpTimeoutTest(unittest.TestCase):
+    """A small http_header_timeout_ms / http_idle_timeout_ms: silent and trickling
+    connections are closed, a client that keeps asking keeps being served."""
+
+    TIMEOUT_MS = 400
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster(BIN_DIR)
+        cls.cluster.start_ledger()
+        cls.cluster.publish_policy(text=POLICY)
+        cls.native, cls.http = cls.cluster.start_agent(
+            config=f"http_header_timeout_ms = {cls.TIMEOUT_MS}\n"
+                   f"http_idle_timeout_ms = {cls.TIMEOUT_MS}\n")
+        deadline = time.monotonic() + TIMEOUT_S
+        with TallyClient(cls.http, deadline_s=TIMEOUT_S) as client:
+            while not client.ready():
+                if time.monotonic() > deadline:
+                    raise RuntimeError("agent never ready:\n" + cls.cluster.log("agent"))
+                time.sleep(0.05)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.stop()
+
+    def wait_for_log(self, needle):
+        deadline = time.monotonic() + TIMEOUT_S
+        while needle not in self.cluster.log("agent"):
+            self.assertLess(time.monotonic(), deadline, needle)
+            time.sleep(0.05)
+
+    def test_silent_and_idle_connections_are_closed_while_a_busy_one_is_served(self):
+        silent = Raw(self.http)  # never sends a byte
+        idle = Raw(self.http)  # one request, then nothing
+        idle.send(request("GET", "/healthz"))
+        self.assertEqual(idle.response()[0], 200)
+        busy = Raw(self.http)
+        started = time.monotonic()
+        served = 0
+        # The busy client asks more often than the timeout, on one kept connection, until the
+        # other two are closed (bounded by TIMEOUT_S inside closed_by_peer's socket timeout).
+        silent.sock.settimeout(0.05)
+        idle.sock.settimeout(0.05)
+        silent_closed = idle_closed = False
+        while not (silent_closed and idle_closed):
+            self.assertLess(time.monotonic() - started, TIMEOUT_S, "never closed")
+            busy.send(request("GET", "/healthz"))
+            answer = busy.response()
+            self.assertIsNotNone(answer, self.cluster.log("agent")[-2000:])
+            self.assertEqual(answer[0], 200)
+            served += 1
+            silent_closed = silent_closed or silent.closed_by_peer()
+            idle_closed = idle_closed or idle.closed_by_peer()
+        elapsed_s = time.monotonic() - started
+        self.assertGreaterEqual(elapsed_s, self.TIMEOUT_MS / 1000 * 0.5)
+        self.assertGreater(served, 1)
+        # Still served after the others' timeouts: its gaps were shorter than the idle bound.
+        busy.send(request("GET", "/healthz"))
+        self.assertEqual(busy.response()[0], 200)
+        for raw in (silent, idle, busy):
+            raw.close()
+        self.wait_for_log("no request within header_timeout_ms")
+        self.wait_for_log("idle above idle_timeout_ms")
+
+    def test_a_request_trickled_in_is_closed_at_the_header_timeout(self):
+        raw = Raw(self.http)
+        raw.send(b"GET /healthz HTTP/1.1\r\n")
+        raw.sock.settimeout(0.1)
+        started = time.monotonic()
+        closed = False
+        while not closed:
+            # A header byte more often than the timeout does not extend it.
+            self.assertLess(time.monotonic() - started, TIMEOUT_S, "never closed")
+            try:
+                raw.send(b"X")
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            closed = raw.closed_by_peer()
+        self.assertEqual(raw.buffer, b"")  # closed without an answer
+        raw.close()
+        self.wait_for_log("request not complete within header_timeout_ms")
 
 
 if __name__ == "__main__":
