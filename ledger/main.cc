@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "common/daemon_args.h"
+#include "common/fd_limit.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
 #include "common/sd_watchdog.h"
@@ -233,6 +234,7 @@ struct Signals {
 int run(const LedgerConfig& config) {
   Logger logger("ledger", parseLogLevel(config.log_level));
   ::signal(SIGPIPE, SIG_IGN);
+  logFdLimit(raiseFdLimit(), &logger);  // every connection is a descriptor
 
   Result<std::unique_ptr<SqliteStore>> opened = SqliteStore::open(
       config.data_dir, SqliteStoreOptions{.checkpoint_log_rows = config.checkpoint_log_rows});
