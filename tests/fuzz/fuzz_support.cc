@@ -37,8 +37,16 @@ std::span<const uint8_t> payloadOf(const std::vector<uint8_t>& frame) {
 
 }  // namespace
 
-std::vector<uint8_t> encodeAnswer(const wire::Response& response) {
+std::vector<uint8_t> encodeAnswer(const wire::Response& response, bool* too_large) {
   Result<std::vector<uint8_t>> frame = wire::encodeResponseFrame(response);
+  if (too_large != nullptr) *too_large = false;
+  if (!frame.isOk() && frame.status().code() == StatusCode::kResourceExhausted) {
+    if (too_large != nullptr) *too_large = true;
+    frame = wire::encodeResponseFrame(wire::Response{
+        .request_id = response.request_id,
+        .body = wire::ErrorReply{.code = wire::ErrorCode::kInternal,
+                                 .message = "reply too large: " + frame.status().message()}});
+  }
   if (!frame.isOk()) fail("encodeResponseFrame", frame.status().toString());
   Result<wire::Response> back = wire::decodeResponse(payloadOf(frame.value()));
   if (!back.isOk()) fail("our own response does not decode", back.status().toString());

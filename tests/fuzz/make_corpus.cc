@@ -8,10 +8,12 @@
 // and reports signed with the fuzz targets' fixed keys; the repository's own policy and config
 // files. Deterministic: the same tree writes the same bytes.
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "core/ledger.h"
 #include "core/ledger_requests.h"
 #include "ctl/policy_toml.h"
+#include "net/tls_session.h"
 #include "shard/crypto.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "wire/codec.h"
@@ -288,6 +291,45 @@ void fileSeeds(const fs::path& source) {
              "slow_request_us = 100000\npartition_after_ms = 3000\nsuccesses_to_recover = 3\n"));
 }
 
+// --- the TLS boundary: real flights of a handshake (random per run: TLS draws fresh randoms) --
+
+void tlsSeeds() {
+  auto make = [](net::TlsRole role, const identity::KeyPair& key, const PublicKey& pinned) {
+    Result<std::unique_ptr<net::TlsSession>> created = net::TlsSession::create(
+        net::TlsOptions{.role = role, .key = key, .accept_peer = [pinned](const PublicKey& k) {
+                          return k == pinned;
+                        }});
+    if (!created.isOk() || !created.value()->start().isOk()) fuzz::fail("TLS session");
+    return std::move(created).value();
+  };
+  auto client = make(net::TlsRole::kClient, fuzz::gatewayKey(), fuzz::ledgerKey().public_key);
+  auto server = make(net::TlsRole::kServer, fuzz::ledgerKey(), fuzz::gatewayKey().public_key);
+  // One piece per feed: the length byte 255 makes pieces of 1 + 255 * 4 bytes.
+  auto seed = [](uint8_t mode, const Bytes& bytes) {
+    Bytes out = {mode};
+    for (size_t at = 0; at < bytes.size(); at += 1021) {
+      out.push_back(255);
+      out.insert(out.end(), bytes.begin() + static_cast<ptrdiff_t>(at),
+                 bytes.begin() + static_cast<ptrdiff_t>(std::min(bytes.size(), at + 1021)));
+    }
+    return out;
+  };
+  const Bytes hello = client->takeCiphertext();
+  write("tls_session", "client_hello", seed(0, hello));
+  if (!server->feed(hello).isOk()) fuzz::fail("server refused the ClientHello");
+  const Bytes server_flight = server->takeCiphertext();
+  write("tls_session", "server_flight", seed(1, server_flight));
+  if (!client->feed(server_flight).isOk()) fuzz::fail("client refused the server's flight");
+  const Bytes client_finished = client->takeCiphertext();
+  Bytes both = hello;
+  append(&both, client_finished);
+  write("tls_session", "client_flights", seed(0, both));
+  if (!server->feed(client_finished).isOk() || !server->handshakeDone()) fuzz::fail("handshake");
+  if (!client->write(requestPayload(1, wire::HealthRequest{})).isOk()) fuzz::fail("TLS write");
+  // An application record of another session: mode 2 must refuse it.
+  write("tls_session", "foreign_record", seed(2, client->takeCiphertext()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -299,6 +341,7 @@ int main(int argc, char** argv) {
   ledgerAndFrameSeeds();
   agentSeeds();
   fileSeeds(argv[1]);
+  tlsSeeds();
   std::printf("fuzz_make_corpus: wrote %s\n", g_out.c_str());
   return 0;
 }
