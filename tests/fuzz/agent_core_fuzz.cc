@@ -130,6 +130,7 @@ class Shell {
     }
     core_.onAnswer(call, answer, link_, now_ms_, 500);
     perform(&body);
+    perform(nullptr);  // what the link refused meanwhile
   }
 
   void loseCall(size_t index, LinkOutcome outcome) {
@@ -205,7 +206,13 @@ class Shell {
     if (std::find(calls_.begin(), calls_.end(), call) != calls_.end()) {
       fuzz::fail("a call id sent twice while in flight");
     }
-    (void)fuzz::encodeCall(wire::Request{.request_id = call, .body = std::move(body)});
+    bool too_large = false;
+    (void)fuzz::encodeCall(wire::Request{.request_id = call, .body = std::move(body)}, &too_large);
+    if (too_large) {
+      // The link refuses it before sending and answers kNotSent, after the current callback.
+      not_sent_.push_back(call);
+      return;
+    }
     calls_.push_back(call);
   }
 
@@ -216,6 +223,10 @@ class Shell {
         std::visit([&](auto& value) { apply(value, answer); }, effect);
       }
     }
+    if (answer != nullptr || not_sent_.empty()) return;
+    const uint64_t call = not_sent_.front();
+    not_sent_.pop_front();
+    lost(call, LinkOutcome::kNotSent, Status::resourceExhausted("request too large for a frame"));
   }
 
   void apply(AgentSend& value, const wire::ResponseBody*) {
@@ -278,6 +289,7 @@ class Shell {
   std::set<uint64_t> gone_;                     // requesters that went away
   std::map<uint64_t, wire::RequestBody> held_;  // requests not sent yet, by token
   std::deque<uint64_t> calls_;                  // sent, not answered
+  std::deque<uint64_t> not_sent_;               // refused by the link: too large for a frame
   AgentCore core_;
 };
 

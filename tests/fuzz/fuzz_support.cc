@@ -54,8 +54,12 @@ std::vector<uint8_t> encodeAnswer(const wire::Response& response, bool* too_larg
   return std::move(frame).value();
 }
 
-std::vector<uint8_t> encodeCall(const wire::Request& request) {
+std::vector<uint8_t> encodeCall(const wire::Request& request, bool* too_large) {
   Result<std::vector<uint8_t>> frame = wire::encodeRequestFrame(request);
+  if (too_large != nullptr) {
+    *too_large = !frame.isOk() && frame.status().code() == StatusCode::kResourceExhausted;
+    if (*too_large) return {};
+  }
   if (!frame.isOk()) fail("encodeRequestFrame", frame.status().toString());
   wire::DecodedRequest back = wire::decodeRequest(payloadOf(frame.value()));
   if (!back.body.isOk()) fail("our own request does not decode", back.body.status().toString());

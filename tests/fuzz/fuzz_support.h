@@ -47,8 +47,10 @@ class FuzzBytes {
 // frame is answered as both servers answer it (ledger/server.cc, agent/gateway_server.cc): an
 // INTERNAL error "reply too large", which must encode. `*too_large` (optional) says it happened.
 std::vector<uint8_t> encodeAnswer(const wire::Response& response, bool* too_large = nullptr);
-// The same for a request we send (the agent's forwarded requests and its own calls).
-std::vector<uint8_t> encodeCall(const wire::Request& request);
+// The same for a request we send (the agent's forwarded requests and its own calls). With
+// `too_large`, a request too large for a frame is not a finding: it returns nothing and says so
+// (the agent's link refuses to send it, central-client/ledger_link.cc).
+std::vector<uint8_t> encodeCall(const wire::Request& request, bool* too_large = nullptr);
 
 // The keys of the stateful targets: the ledger's signing key (seed 1) and one enrolled gateway's
 // (seed 2), so seeds can carry valid signatures.
