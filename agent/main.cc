@@ -23,6 +23,7 @@
 #include "agent/shard_keeper.h"
 #include "central-client/ledger_link.h"
 #include "common/daemon_args.h"
+#include "common/fd_limit.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
 #include "common/sd_watchdog.h"
@@ -404,6 +405,7 @@ void writeReady(const AgentConfig& config, uint16_t metrics_port, Logger* logger
 int run(const AgentConfig& config) {
   Logger logger("agent", parseLogLevel(config.log_level));
   ::signal(SIGPIPE, SIG_IGN);
+  logFdLimit(raiseFdLimit(), &logger);  // every connection is a descriptor
 
   Result<std::unique_ptr<OutboxStore>> opened = OutboxStore::open(config.data_dir);
   if (!opened.isOk()) {

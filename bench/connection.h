@@ -47,7 +47,7 @@ class ConnectionListener {
 // Lifetime: close() closes both handles; the object may be destroyed only once closed() (both
 // close callbacks ran) or if connect() was never called. Non-copyable, non-movable: libuv
 // holds pointers into it.
-class Connection : private net::StreamHandler {
+class Connection final : private net::StreamHandler {
  public:
   Connection(uv_loop_t* loop, ConnectionListener* listener, uint64_t index);
   ~Connection();

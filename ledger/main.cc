@@ -17,6 +17,7 @@
 #include <system_error>
 
 #include "common/daemon_args.h"
+#include "common/fd_limit.h"
 #include "common/log.h"
 #include "common/sd_notify.h"
 #include "common/sd_watchdog.h"
@@ -345,6 +346,7 @@ struct Signals {
 int run(const LedgerConfig& config) {
   Logger logger("ledger", parseLogLevel(config.log_level));
   ::signal(SIGPIPE, SIG_IGN);
+  logFdLimit(raiseFdLimit(), &logger);  // every connection is a descriptor
 
   Result<OpenedStore> opened = openStore(config, &logger);
   if (!opened.isOk()) {

@@ -51,7 +51,7 @@ class MetricsServer {
   void close(Connection* connection);
 
   uv_loop_t* loop_;
-  Logger* logger_;
+  [[maybe_unused]] Logger* logger_;  // kept for the constructor's contract; nothing logs yet
   std::string host_;
   uint16_t port_;
   std::function<std::string()> render_;

@@ -1,5 +1,6 @@
 #include "wire/codec.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -51,8 +52,14 @@ Result<T> withMessage(std::span<const uint8_t> frame, F&& read) {
     std::memcpy(copy.begin(), frame.data(), frame.size());
     words = copy.asPtr();
   }
+  // A message may read at most a few times its own size: a small frame must not decode into a
+  // large value (a list of N empty structs costs nothing on the wire and N elements here;
+  // capnp charges each one word of this limit). Found by tests/fuzz agent_core.
+  capnp::ReaderOptions options = decodeReaderOptions();
+  options.traversalLimitInWords = std::min<uint64_t>(
+      options.traversalLimitInWords, kDecodeTraversalWordsPerMessageWord * words.size() + 64);
   return catchDecodeErrors([&]() -> Result<T> {
-    capnp::FlatArrayMessageReader message(words, decodeReaderOptions());
+    capnp::FlatArrayMessageReader message(words, options);
     if (message.getEnd() != words.end()) {
       return Status::corruption(
           "message is followed by " +

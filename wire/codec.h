@@ -42,6 +42,8 @@ namespace tally::wire {
 inline constexpr uint64_t kDecodeTraversalLimitWords =
     4 * limits::kFrameBytesMaxDefault / sizeof(capnp::word);
 inline constexpr int kDecodeNestingLimit = 16;
+// …and at most this many words per word of the message itself (plus 64), whichever is less.
+inline constexpr uint64_t kDecodeTraversalWordsPerMessageWord = 4;
 capnp::ReaderOptions decodeReaderOptions();
 
 // Bounds for wire text that core/limits.h has no maximum for.

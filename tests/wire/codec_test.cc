@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 
+#include <capnp/any.h>
 #include <capnp/schema.h>
 #include <capnp/serialize.h>
 
@@ -1329,6 +1330,41 @@ TEST(CodecShardValidation, RejectsUnknownShardStates) {
     reply.setLimitingDimension(static_cast<schema::LimitingDimension>(99));
     expectInvalidArgumentNaming(decodeResponse(payloadOf(message)).status(), "limitingDimension");
   }
+}
+
+}  // namespace
+}  // namespace tally::wire
+
+namespace tally::wire {
+namespace {
+
+// A small frame cannot decode into a large value: a ShardReply whose `shards` list holds 60,000
+// empty structs is 80 bytes on the wire (the elements cost nothing) but would be 60,000
+// ShardLedgerViews in memory. The traversal limit follows the message's own size, so it is
+// refused (found by tests/fuzz agent_core: a 2 KiB answer that decoded into a 1.9 MB reply).
+TEST(CodecDecodeLimits, AListOfEmptyStructsCannotAmplifyASmallFrame) {
+  auto encode = [](uint32_t elements) {
+    capnp::MallocMessageBuilder message;
+    auto root = message.initRoot<schema::Response>();
+    root.setRequestId(7);
+    capnp::AnyStruct::Builder any(root.initShard());
+    any.getPointerSection()[1].initAsListOfAnyStruct(0, 0, elements);  // pointer 1: shards
+    const kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
+    const kj::ArrayPtr<const kj::byte> bytes = words.asBytes();
+    return std::vector<uint8_t>(bytes.begin(), bytes.end());
+  };
+  const std::vector<uint8_t> huge = encode(60'000);
+  ASSERT_LT(huge.size(), 128u);
+  Result<Response> refused = decodeResponse(huge);
+  EXPECT_EQ(refused.status().code(), StatusCode::kCorruption) << refused.status().toString();
+
+  EXPECT_NE(refused.status().message().find("traversal limit"), std::string::npos)
+      << refused.status().toString();
+
+  // A few such elements stay within the limit: decoding reaches the first element's checks (an
+  // empty ShardInfo has no 32-byte gateway id).
+  Result<Response> small = decodeResponse(encode(8));
+  EXPECT_EQ(small.status().code(), StatusCode::kInvalidArgument) << small.status().toString();
 }
 
 }  // namespace
