@@ -80,4 +80,15 @@ inline constexpr uint64_t kFairRoutesMax = 1'000;
 inline constexpr uint64_t kFairnessWindowAdmissionsDefault = 1'000;
 inline constexpr uint64_t kFairnessWindowAdmissionsMax = 1'000'000;
 
+// The agent's HTTP/JSON listener (agent/http_server.h): per request, the request line and
+// headers, and the body; per connection, requests parsed and not yet answered, and answer bytes
+// queued unsent, before it stops reading that connection; the header and idle timeouts. Its
+// lingering close waits kLingerMsDefault, like every framed stream.
+inline constexpr uint64_t kHttpHeaderBytesMax = 8 << 10;
+inline constexpr uint64_t kHttpBodyBytesMax = 64 << 10;
+inline constexpr uint64_t kHttpRequestsInFlightPerConnectionMax = 64;
+inline constexpr uint64_t kHttpWriteQueueBytesPerConnectionMax = 1 << 20;
+inline constexpr uint64_t kHttpHeaderTimeoutMsDefault = 10'000;
+inline constexpr uint64_t kHttpIdleTimeoutMsDefault = 60'000;
+
 }  // namespace tally::limits
