@@ -1,6 +1,5 @@
 #include "tests/sim/ledger_node.h"
 
-#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -16,43 +15,27 @@ LedgerNode::LedgerNode(Rng rng, LedgerOptions options, Network* network, Trace* 
       network_(network),
       trace_(trace),
       store_(rng),
-      ledger_(std::make_unique<Ledger>(options)) {}
+      ledger_(std::make_unique<Ledger>(options)) {
+  attach();
+}
+
+void LedgerNode::attach() {
+  requests_ = std::make_unique<LedgerRequests>(ledger_.get(), "tally-sim");
+}
 
 wire::ResponseBody LedgerNode::dispatch(const wire::RequestBody& body, uint64_t now_ms,
-                                        bool* in_debt) {
-  // The reservation and policy requests, as ledger/server.cc dispatches them.
-  return std::visit(
-      [&](const auto& request) -> wire::ResponseBody {
-        using T = std::decay_t<decltype(request)>;
-        if constexpr (std::is_same_v<T, ReserveRequest>) {
-          ReservationReply reply = ledger_->reserve(request, now_ms);
-          if (reply.code == ReplyCode::kOk && !reply.duplicate) {
-            *in_debt = ledger_->accounts().debt({request.subject, request.route}) > 0;
-          }
-          return reply;
-        } else if constexpr (std::is_same_v<T, StartRequest>) {
-          return ledger_->start(request, now_ms);
-        } else if constexpr (std::is_same_v<T, SettleRequest>) {
-          return ledger_->settle(request, now_ms);
-        } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
-          return ledger_->release(request, now_ms);
-        } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
-          return ledger_->markUnknown(request, now_ms);
-        } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
-          return ledger_->reportOperation(request, now_ms);
-        } else if constexpr (std::is_same_v<T, QueryRequest>) {
-          return ledger_->query(request);
-        } else if constexpr (std::is_same_v<T, wire::PublishPolicyRequest>) {
-          return wire::PolicyAnswer{
-              .reply = ledger_->publishPolicy(Policy{.budgets = request.budgets}, now_ms)};
-        } else if constexpr (std::is_same_v<T, wire::RollbackPolicyRequest>) {
-          return wire::PolicyAnswer{.reply = ledger_->rollbackPolicy(now_ms)};
-        } else {
-          return wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
-                                  .message = "not simulated"};
-        }
-      },
-      body);
+                                        CommittedReply* held) {
+  // The daemon's own dispatch (core/ledger_requests.h), as ledger/server.cc calls it.
+  LedgerOutcome outcome = requests_->apply(body, now_ms);
+  if (const auto* request = std::get_if<ReserveRequest>(&body)) {
+    if (const auto* reply = std::get_if<ReservationReply>(&outcome.reply);
+        reply != nullptr && reply->code == ReplyCode::kOk && !reply->duplicate) {
+      held->admitted_in_debt = ledger_->accounts().debt({request->subject, request->route}) > 0;
+    }
+  }
+  held->events = std::move(outcome.events);
+  return std::visit([](auto&& reply) -> wire::ResponseBody { return std::move(reply); },
+                    std::move(outcome.reply));
 }
 
 void LedgerNode::receive(const Envelope& envelope, uint64_t now_ms) {
@@ -79,7 +62,7 @@ void LedgerNode::receive(const Envelope& envelope, uint64_t now_ms) {
       held.response.body = wire::errorReplyFor(decoded.body.status());
     } else {
       held.request = decoded.body.value();
-      held.response.body = dispatch(held.request, now_ms, &held.admitted_in_debt);
+      held.response.body = dispatch(held.request, now_ms, &held);
     }
     if (trace_->on()) {
       trace_->add(now_ms, "ledger <- node " + std::to_string(envelope.from) + " #" +
@@ -100,7 +83,7 @@ void LedgerNode::receive(const Envelope& envelope, uint64_t now_ms) {
 void LedgerNode::applyLocal(const wire::RequestBody& request, uint64_t now_ms) {
   ++version_;
   CommittedReply held{.to = kLedgerNode, .request = request};
-  held.response.body = dispatch(request, now_ms, &held.admitted_in_debt);
+  held.response.body = dispatch(request, now_ms, &held);
   if (trace_->on()) {
     trace_->add(now_ms,
                 "ledger (local) " + describe(request) + " => " + describe(held.response.body));
@@ -187,6 +170,7 @@ void LedgerNode::crash(uint64_t now_ms) {
     trace_->add(now_ms, "ledger CRASH: loses " + std::to_string(held_.size()) +
                             " unsent replies and the uncommitted batch");
   }
+  requests_.reset();
   ledger_.reset();
   held_.clear();
   dirty_ = false;
@@ -214,6 +198,7 @@ bool LedgerNode::restart(uint64_t now_ms, std::string* error) {
                             std::to_string(restored.value().accounts) + " accounts");
   }
   ledger_ = std::move(fresh);
+  attach();
 #ifdef TALLY_TEST_FAULTS
   ledger_->setFaultsForTesting(faults_.ledger);
 #endif

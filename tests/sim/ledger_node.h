@@ -6,15 +6,18 @@
 #include <vector>
 
 #include "core/ledger.h"
+#include "core/ledger_requests.h"
 #include "tests/sim/network.h"
 #include "tests/sim/storage.h"
 #include "tests/sim/trace.h"
 #include "wire/codec.h"
 
-// The simulated tally-ledger process: the real core Ledger behind the real wire decoding,
-// group commit and restore, as ledger/server.cc runs them, without libuv or SQLite.
+// The simulated tally-ledger process: the real core Ledger and its request dispatch
+// (LedgerRequests, core/ledger_requests.h) behind the real wire decoding, group commit and
+// restore, as ledger/server.cc runs them, without libuv or SQLite.
 //
-//  * receive() decodes one frame and applies it to the Ledger; the reply is held, not sent.
+//  * receive() decodes one frame and answers it with LedgerRequests::apply, the daemon's own
+//    dispatch; the reply is held, not sent.
 //  * commit() takes the changed rows (storeBatchOf, ledger/store_batch.cc) into the SimStore;
 //    only once that succeeded are the held replies sent. A failed commit stops the process
 //    (the server's "stop serving"): nothing held is sent.
@@ -32,6 +35,7 @@ struct CommittedReply {
   wire::Response response;
   // A fresh admission (RESERVED, not a duplicate) while its subject/route owed debt.
   bool admitted_in_debt = false;
+  std::vector<LedgerEvent> events;  // what LedgerRequests::apply reported
 };
 
 #ifdef TALLY_TEST_FAULTS
@@ -81,13 +85,16 @@ class LedgerNode {
 #endif
 
  private:
-  wire::ResponseBody dispatch(const wire::RequestBody& body, uint64_t now_ms, bool* in_debt);
+  // LedgerRequests::apply, the daemon's dispatch; fills `held`'s admission flag and events.
+  wire::ResponseBody dispatch(const wire::RequestBody& body, uint64_t now_ms, CommittedReply* held);
+  void attach();  // a LedgerRequests over the current Ledger
 
   LedgerOptions options_;
   Network* network_;
   Trace* trace_;
   SimStore store_;
   std::unique_ptr<Ledger> ledger_;
+  std::unique_ptr<LedgerRequests> requests_;  // over ledger_
   std::vector<CommittedReply> held_;
   bool dirty_ = false;  // a tick changed something since the last commit
   uint64_t crashes_ = 0;

@@ -150,6 +150,14 @@ class Run {
     for (const wire::Frame& frame : frames) {
       Result<wire::Response> response = wire::decodeResponse(frame);
       if (!response.isOk()) continue;
+      if (const auto* audit = std::get_if<AuditReport>(&response.value().body)) {
+        if (!audit->conserved) {
+          checker_.fail(Check::kConservation,
+                        "the audit the operator asked for is not conserved: " +
+                            (audit->violations.empty() ? std::string() : audit->violations[0]),
+                        now());
+        }
+      }
       if (const auto* answer = std::get_if<wire::PolicyAnswer>(&response.value().body)) {
         if (answer->reply.code == ReplyCode::kOk) {
           for (auto& gateway : gateways_) gateway->setGenerationHint(answer->reply.generation);
@@ -212,8 +220,13 @@ class Run {
       send(operator_, wire::RollbackPolicyRequest{});
     } else if (pick < 800) {
       splitExpiry();
-    } else {
+    } else if (pick < 900) {
       rogueFrame();
+    } else if (pick < 950) {
+      if (trace_.on()) trace_.add(now(), "operator: audits");
+      send(operator_, AuditRequest{});
+    } else {
+      send(operator_, HealthRequest{});
     }
   }
 
