@@ -67,6 +67,9 @@ class LedgerNode {
   std::vector<CommittedReply> commit(uint64_t now_ms);
   bool hasUncommitted() const { return !held_.empty() || dirty_; }
 
+  // The ledger key (signs shard grants); set on every Ledger it builds. Must outlive it.
+  void setShardCrypto(const ShardCrypto* crypto);
+
   void crash(uint64_t now_ms);
   // False (and the process stays down) if the durable rows cannot be restored.
   bool restart(uint64_t now_ms, std::string* error);
@@ -77,8 +80,9 @@ class LedgerNode {
   bool completeExpiry(const std::string& reservation_id, uint64_t now_ms);
 
   uint64_t crashes() const { return crashes_; }
-  // Changes whenever the process or its Ledger may have changed: a step that leaves it
-  // unchanged cannot have broken a check of the ledger's state.
+  // Changes whenever the process or its Ledger may have changed (a tick that changed nothing
+  // and a commit of no rows leave it): a step that leaves it unchanged cannot have broken a
+  // check of the ledger's state.
   uint64_t version() const { return version_; }
 #ifdef TALLY_TEST_FAULTS
   void setFaults(NodeFaults faults);
@@ -95,6 +99,7 @@ class LedgerNode {
   SimStore store_;
   std::unique_ptr<Ledger> ledger_;
   std::unique_ptr<LedgerRequests> requests_;  // over ledger_
+  const ShardCrypto* crypto_ = nullptr;
   std::vector<CommittedReply> held_;
   bool dirty_ = false;  // a tick changed something since the last commit
   uint64_t crashes_ = 0;
