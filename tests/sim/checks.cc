@@ -269,6 +269,18 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
     if (!view.conserved) {
       fail(Check::kConservation, "shard " + view.grant.shard_id + " does not conserve", now_ms);
     }
+    // Only units proven unused are reminted: what the agent's holding receipts (RESERVED,
+    // STARTED, USAGE_UNKNOWN) still hold stays retired until a terminal receipt says.
+    if (view.reported && view.state != ShardState::kConflict &&
+        u128{view.reminted_units} + view.spent_units + view.last_reported.local_reserved >
+            view.grant.allocated_units) {
+      fail(Check::kConservation,
+           "shard " + view.grant.shard_id + " reminted " + std::to_string(view.reminted_units) +
+               " of " + std::to_string(view.grant.allocated_units) + " while its receipts hold " +
+               std::to_string(view.last_reported.local_reserved) + " and spent " +
+               std::to_string(view.spent_units),
+           now_ms);
+    }
     Sums& account = sums[ledger.accounts().find(view.grant.subject, view.grant.route,
                                                 view.grant.policy_generation)];
     account.consumed += view.spent_units + view.debt_units;  // overspend is spent too
