@@ -95,6 +95,10 @@ class Checker {
   // Shards compacted by a durable commit (their spent and debt stay in the account sums).
   void onCompactedShards(const std::vector<ShardRecord>& deleted);
   uint64_t shardAdmissions() const { return shard_reservations_seen_.size(); }
+  // The ledger compacted this shard (after reconciling it and its retention window).
+  bool shardCompacted(const std::string& shard_id) const {
+    return compacted_shards_.contains(shard_id);
+  }
   // Closed accounting periods compared between the live and the rebuilt ledger so far.
   uint64_t periodsChecked() const { return periods_checked_; }
 
