@@ -476,6 +476,13 @@ TickOutcome Ledger::tick(uint64_t now_ms, uint64_t items_max) {
     Record* record = popDue(&expiry_queue_);
     if (record == nullptr) continue;
     AccountHolder holder(this, record);
+#ifdef TALLY_TEST_FAULTS
+    if (faults_.expire_started && record->reservation.state == ReservationState::kStarted &&
+        record->reservation.expires_at_ms <= now_ms) {
+      // Deliberately wrong: the work is running, and its units go back to available.
+      record->reservation.state = ReservationState::kExpiring;  // forged: no STARTED → EXPIRING
+    }
+#endif
     if (lifecycle::expire(&record->reservation, &holder, now_ms)) ++outcome.expired;
   }
   while (!hard_limit_queue_.empty() && hard_limit_queue_.top().at_ms <= now_ms &&

@@ -127,6 +127,8 @@ struct LedgerFaults {
   bool double_refund_release = false;    // a duplicate release refunds again
   bool remint_holding_receipts = false;  // a shard report remints STARTED/UNKNOWN units
   bool admit_in_debt = false;            // admits while another generation of the route owes debt
+  bool expire_started = false;  // the hold TTL expires a STARTED reservation (forged past the
+                                // transition table) and refunds it
 };
 #endif
 

@@ -100,9 +100,12 @@ void ShardBook::forEachShard(
 
 bool ShardBook::isUsable(const Shard& shard, uint64_t now_ms) const {
   const ShardGrant& grant = shard.record.grant;
-  return !shard.account.closed() && !shard.record.quarantined &&
-         grant.gateway_boot_epoch == options_.boot_epoch && now_ms < grant.expires_at_ms &&
-         grant.fence >= highestFence({grant.subject, grant.route});
+  bool ours = grant.gateway_boot_epoch == options_.boot_epoch;
+#ifdef TALLY_TEST_FAULTS
+  if (faults_.reuse_after_restart) ours = true;  // deliberately wrong: any boot epoch's shard
+#endif
+  return !shard.account.closed() && !shard.record.quarantined && ours &&
+         now_ms < grant.expires_at_ms && grant.fence >= highestFence({grant.subject, grant.route});
 }
 
 void ShardBook::indexOpen(const std::string& shard_id, const ShardGrant& grant) {
@@ -300,7 +303,11 @@ Result<ShardRestoreReport> ShardBook::finishRestore(uint64_t now_ms) {
         touchShard(id);
       }
     } else if (shard.record.grant.gateway_boot_epoch != options_.boot_epoch &&
-               !shard.account.closed()) {
+               !shard.account.closed()
+#ifdef TALLY_TEST_FAULTS
+               && !faults_.reuse_after_restart  // deliberately wrong: left open at boot
+#endif
+    ) {
       closeShard(id, &shard, ShardCloseReason::kBootEpoch, now_ms);
       report.closed_at_boot.push_back(id);
     }

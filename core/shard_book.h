@@ -150,6 +150,7 @@ struct ShardAnswerOutcome {
 struct ShardBookFaults {
   bool admit_from_unusable = false;       // admit from an expired or fenced (still open) shard
   bool refund_duplicate_release = false;  // a duplicate release reports its units refunded again
+  bool reuse_after_restart = false;       // shards of an earlier boot epoch stay open and usable
 };
 #endif
 

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "core/checked_math.h"
 #include "ledger/restore.h"
 #include "tests/sim/describe.h"
 
@@ -13,6 +14,7 @@ namespace tally::sim {
 namespace {
 
 using S = ReservationState;
+using u128 = unsigned __int128;
 
 // reach[from][to]: `to` is `from` or follows it through canTransition.
 struct Reach {
@@ -59,6 +61,8 @@ const char* checkName(Check check) {
     case Check::kUnknownTreatedAsUnconsumed: return "unknown treated as unconsumed";
     case Check::kLostAcknowledged: return "lost acknowledged";
     case Check::kUnknownUnresolved: return "unknown unresolved";
+    case Check::kShardUnreconciled: return "shard unreconciled";
+    case Check::kOutboxUndrained: return "outbox undrained";
     case Check::kCount: break;
   }
   return "?";
@@ -173,10 +177,22 @@ void Checker::onQueried(const std::string& reservation_id, const ReservationRepl
   }
 }
 
-void Checker::beforeTick(const Ledger& ledger) {
+void Checker::beforeTick(const Ledger& ledger, uint64_t now_ms, uint64_t retention_ms) {
   before_tick_.clear();
+  // Shards too: one reconciled and compacted within a batch was never durable reconciled.
+  before_tick_shards_.clear();
+  for (const ShardLedgerView& view : ledger.listShards("", std::nullopt).shards) {
+    if (view.state == ShardState::kReconciled || view.state == ShardState::kWrittenOff ||
+        view.state == ShardState::kConflict) {
+      before_tick_shards_[view.grant.shard_id] =
+          Image{.key = {view.grant.subject, view.grant.route, view.grant.policy_generation},
+                .sums = {.consumed = view.spent_units + view.debt_units, .debt = view.debt_units}};
+    }
+  }
   ledger.forEachReservation([&](const Reservation& r) {
-    if (isTerminal(r.state)) {
+    // Only those the tick may compact: terminal since at least the retention window (the
+    // ledger's deadline counts from when it became terminal, never before closed_at_ms).
+    if (isTerminal(r.state) && saturatingAdd(r.closed_at_ms, retention_ms) <= now_ms) {
       before_tick_[r.reservation_id] =
           Image{.key = keyOf(r),
                 .sums = {.consumed = consumedBy(r), .debt = r.debt_units},
@@ -247,6 +263,29 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
       }
     }
   });
+  // What shard reports charged: spent taken from the shard, and overspend as debt, both on the
+  // shard's source account (its grant's subject, route and generation).
+  for (const ShardLedgerView& view : audit.shards) {
+    if (!view.conserved) {
+      fail(Check::kConservation, "shard " + view.grant.shard_id + " does not conserve", now_ms);
+    }
+    // Only units proven unused are reminted: what the agent's holding receipts (RESERVED,
+    // STARTED, USAGE_UNKNOWN) still hold stays retired until a terminal receipt says.
+    if (view.reported && view.state != ShardState::kConflict &&
+        u128{view.reminted_units} + view.spent_units + view.last_reported.local_reserved >
+            view.grant.allocated_units) {
+      fail(Check::kConservation,
+           "shard " + view.grant.shard_id + " reminted " + std::to_string(view.reminted_units) +
+               " of " + std::to_string(view.grant.allocated_units) + " while its receipts hold " +
+               std::to_string(view.last_reported.local_reserved) + " and spent " +
+               std::to_string(view.spent_units),
+           now_ms);
+    }
+    Sums& account = sums[ledger.accounts().find(view.grant.subject, view.grant.route,
+                                                view.grant.policy_generation)];
+    account.consumed += view.spent_units + view.debt_units;  // overspend is spent too
+    account.debt += view.debt_units;
+  }
   for (const AccountView& view : audit.accounts) {
     Sums expected;
     if (auto it = sums.find(ledger.accounts().find(view.key)); it != sums.end()) {
@@ -385,6 +424,81 @@ void Checker::atEnd(const Ledger& ledger, uint64_t now_ms) {
       fail(Check::kUnknownUnresolved, r.reservation_id + " still USAGE_UNKNOWN", now_ms);
     }
   });
+  for (const ShardLedgerView& view : ledger.audit(now_ms).shards) {
+    if (view.state == ShardState::kReconciled || view.state == ShardState::kWrittenOff) continue;
+    // Detected, and every unit the agent reported using is charged: from the shard, and beyond
+    // it as debt on its account.
+    if (view.state == ShardState::kConflict &&
+        u128{view.spent_units} + view.debt_units >=
+            u128{view.last_reported.local_spent} + view.last_reported.overspent) {
+      continue;
+    }
+    fail(Check::kShardUnreconciled,
+         "shard " + view.grant.shard_id + " of " + view.grant.gateway_name + " ends " +
+             shardStateName(view.state) + " (spent " + std::to_string(view.spent_units) +
+             ", debt " + std::to_string(view.debt_units) + "; reported spent " +
+             std::to_string(view.last_reported.local_spent) + ", overspent " +
+             std::to_string(view.last_reported.overspent) + ")",
+         now_ms);
+  }
+}
+
+void Checker::afterAgentStep(const std::string& gateway_name, uint64_t boot_epoch,
+                             const ShardBook& book, uint64_t now_ms) {
+  if (std::vector<std::string> violations = book.audit(); !violations.empty()) {
+    fail(Check::kConservation, gateway_name + "'s shard book: " + violations.front(), now_ms);
+  }
+  book.forEachShard([&](const std::string& shard_id, const ShardBook::Shard& shard) {
+    // A shard's reservations only grow until the shard is forgotten: look again only when
+    // their number changed.
+    size_t& seen = shard_reservations_counted_[gateway_name + "/" + shard_id];
+    if (seen == shard.reservation_ids.size()) return;
+    seen = shard.reservation_ids.size();
+    for (const std::string& id : shard.reservation_ids) {
+      if (!shard_reservations_seen_.insert(gateway_name + "/" + id).second) continue;
+      const ShardGrant& grant = shard.record.grant;
+      if (grant.gateway_name != gateway_name || grant.gateway_boot_epoch != boot_epoch) {
+        fail(Check::kDuplicateShardConsumption,
+             gateway_name + " (boot epoch " + std::to_string(boot_epoch) + ") admitted " + id +
+                 " from shard " + shard_id + ", issued to " + grant.gateway_name + " boot epoch " +
+                 std::to_string(grant.gateway_boot_epoch),
+             now_ms);
+      }
+    }
+  });
+}
+
+void Checker::atEndAgent(const std::string& gateway_name, const ShardBook& book,
+                         size_t outbox_depth, size_t outbox_rows, uint64_t now_ms) {
+  if (outbox_depth != 0 || outbox_rows != 0) {
+    fail(Check::kOutboxUndrained,
+         gateway_name + " ends with " + std::to_string(outbox_depth) + " outbox entries (" +
+             std::to_string(outbox_rows) + " durable rows)",
+         now_ms);
+  }
+  for (const std::string& id : book.shardsNeedingReport()) {
+    // Reconciled and compacted at the ledger before the agent heard so: it answers "no shard"
+    // for ever (the agent keeps retrying; see docs/SIMULATION.md).
+    if (compacted_shards_.contains(id)) continue;
+    fail(Check::kShardUnreconciled, gateway_name + " never had its report of " + id + " accepted",
+         now_ms);
+  }
+}
+
+void Checker::onCompactedShards(const std::vector<ShardRecord>& deleted) {
+  for (const ShardRecord& record : deleted) {
+    compacted_shards_.insert(record.grant.shard_id);
+    Image last{
+        .key = {record.grant.subject, record.grant.route, record.grant.policy_generation},
+        .sums = {.consumed = record.spent_units + record.debt_units, .debt = record.debt_units}};
+    if (auto image = before_tick_shards_.find(record.grant.shard_id);
+        image != before_tick_shards_.end()) {
+      last = image->second;
+    }
+    Sums& sums = compacted_[last.key];
+    sums.consumed += last.sums.consumed;
+    sums.debt += last.sums.debt;
+  }
 }
 
 }  // namespace tally::sim

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/ledger.h"
+#include "core/shard_book.h"
 #include "tests/sim/ledger_node.h"
 #include "tests/sim/storage.h"
 #include "tests/sim/trace.h"
@@ -23,7 +24,8 @@ enum class Check : uint8_t {
   kOverspend,                   // a fresh admission while the subject/route owed debt, or an
                                 // admission of a request beyond the limits
   kSecondReservation,           // one reservation id (or one gateway job) debited twice
-  kDuplicateShardConsumption,   // not exercised yet: no shards in the simulation
+  kDuplicateShardConsumption,   // an agent admitted from a shard issued to another gateway or
+                                // boot epoch of it
   kUnrecordedDebt,              // per account: spent and overdraft issued equal what the
                                 // reservations' receipts consumed and owed
   kDuplicateRefund,             // a reservation refunded twice, or a duplicate that refunded
@@ -31,6 +33,9 @@ enum class Check : uint8_t {
   kLostAcknowledged,            // a reply the gateway saw contradicted later; or the live
                                 // state differs from the state rebuilt from durable rows
   kUnknownUnresolved,           // USAGE_UNKNOWN left after healing and letting time pass
+  kShardUnreconciled,           // a shard neither reconciled nor written off (nor in CONFLICT,
+                                // its overspend recorded as debt) at the end
+  kOutboxUndrained,             // an agent's outbox (memory or durable rows) not empty at the end
   kCount,
 };
 inline constexpr size_t kCheckCount = static_cast<size_t>(Check::kCount);
@@ -57,7 +62,9 @@ class Checker {
   // Before every Ledger::tick (the only place that compacts): the final images of the terminal
   // reservations. A reservation settled and compacted within one batch was never durable in its
   // settled form, so its last durable image would undercount what it consumed.
-  void beforeTick(const Ledger& ledger);
+  // Only reservations terminal for at least `retention_ms` by `now_ms` (the tick's time) can be
+  // compacted by it.
+  void beforeTick(const Ledger& ledger, uint64_t now_ms, uint64_t retention_ms);
   // Reservations compacted by a durable commit (their consumption stays in the sums).
   void onCompacted(const std::vector<Reservation>& deleted);
   void fail(Check check, const std::string& detail, uint64_t now_ms);
@@ -75,6 +82,23 @@ class Checker {
                     uint64_t now_ms);
   // After healing and letting time pass.
   void atEnd(const Ledger& ledger, uint64_t now_ms);
+
+  // --- agents and shards ---
+  // After every step that may have changed an agent (while it is up): its shard book audits
+  // (every shard conserves and holds exactly its reservations' units), and every reservation
+  // it admitted from a shard was admitted by the gateway and boot epoch the shard was issued to.
+  void afterAgentStep(const std::string& gateway_name, uint64_t boot_epoch, const ShardBook& book,
+                      uint64_t now_ms);
+  // At the end, every agent up: its outbox drained, nothing of its book waiting for a report.
+  void atEndAgent(const std::string& gateway_name, const ShardBook& book, size_t outbox_depth,
+                  size_t outbox_rows, uint64_t now_ms);
+  // Shards compacted by a durable commit (their spent and debt stay in the account sums).
+  void onCompactedShards(const std::vector<ShardRecord>& deleted);
+  uint64_t shardAdmissions() const { return shard_reservations_seen_.size(); }
+  // The ledger compacted this shard (after reconciling it and its retention window).
+  bool shardCompacted(const std::string& shard_id) const {
+    return compacted_shards_.contains(shard_id);
+  }
   // Closed accounting periods compared between the live and the rebuilt ledger so far.
   uint64_t periodsChecked() const { return periods_checked_; }
 
@@ -113,11 +137,15 @@ class Checker {
     Sums sums;
     uint64_t created_at_ms = 0;
   };
-  std::map<AccountKey, Sums> compacted_;      // consumption of compacted reservations
-  std::map<std::string, Image> before_tick_;  // terminal reservations before the last tick
+  std::map<AccountKey, Sums> compacted_;             // consumption of compacted reservations
+  std::map<std::string, Image> before_tick_;         // terminal reservations before the last tick
+  std::map<std::string, Image> before_tick_shards_;  // final shards before the last tick
+  std::set<std::string> compacted_shards_;
   std::set<std::string> compacted_ids_;
   std::map<std::string, uint64_t> compacted_created_at_ms_;  // latest compacted incarnation
   std::map<std::string, uint64_t> unknown_since_ms_;
+  std::set<std::string> shard_reservations_seen_;             // "<gateway>/<reservation id>"
+  std::map<std::string, size_t> shard_reservations_counted_;  // "<gateway>/<shard id>"
   std::vector<uint64_t> convergence_ms_;
 };
 

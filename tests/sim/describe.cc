@@ -46,6 +46,23 @@ std::string describe(const wire::RequestBody& request) {
           return "publishPolicy budgets=" + std::to_string(r.budgets.size());
         } else if constexpr (std::is_same_v<T, wire::RollbackPolicyRequest>) {
           return "rollbackPolicy";
+        } else if constexpr (std::is_same_v<T, ShardIssueRequest>) {
+          return "shardIssue " + r.gateway_name + " epoch " + std::to_string(r.gateway_boot_epoch) +
+                 " " + clip(r.subject) + "/" + r.route;
+        } else if constexpr (std::is_same_v<T, ShardReport>) {
+          const ShardBalances& b = r.balances;
+          return "shardReport " + r.shard.shard_id + " epoch " +
+                 std::to_string(r.gateway_boot_epoch) + " spent=" + std::to_string(b.local_spent) +
+                 " reserved=" + std::to_string(b.local_reserved) +
+                 " available=" + std::to_string(b.local_available) +
+                 " overspent=" + std::to_string(b.overspent) +
+                 " receipts=" + std::to_string(r.receipts.size());
+        } else if constexpr (std::is_same_v<T, wire::ShardStatusRequest>) {
+          return "shardStatus " + r.gateway_name + " shards=" + std::to_string(r.shard_ids.size());
+        } else if constexpr (std::is_same_v<T, wire::RevokeShardsRequest>) {
+          return "revokeShards " + r.shard_id + r.gateway_name;
+        } else if constexpr (std::is_same_v<T, wire::WriteOffShardRequest>) {
+          return "writeOffShard " + r.shard_id;
         } else {
           return "request kind " + std::to_string(wire::RequestBody(r).index());
         }
@@ -67,6 +84,19 @@ std::string describe(const wire::ResponseBody& response) {
                  " generation=" + std::to_string(r.reply.generation);
         } else if constexpr (std::is_same_v<T, wire::ErrorReply>) {
           return std::string("error ") + wire::errorCodeName(r.code) + ": " + r.message;
+        } else if constexpr (std::is_same_v<T, ShardReply>) {
+          std::string line = std::string("shards ") + replyCodeName(r.code) +
+                             (r.duplicate ? " duplicate" : "") +
+                             (r.message.empty() ? "" : " (" + r.message + ")");
+          for (const ShardLedgerView& v : r.shards) {
+            line += " [" + v.grant.shard_id + " " + shardStateName(v.state) +
+                    " allocated=" + std::to_string(v.grant.allocated_units) +
+                    " spent=" + std::to_string(v.spent_units) +
+                    " reminted=" + std::to_string(v.reminted_units) +
+                    " retired=" + std::to_string(v.retired_units) +
+                    " debt=" + std::to_string(v.debt_units) + "]";
+          }
+          return line;
         } else {
           return "reply kind " + std::to_string(wire::ResponseBody(r).index());
         }

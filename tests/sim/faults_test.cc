@@ -75,6 +75,25 @@ TEST(SimFaults, RetryUnderANewIdIsCaught) {
                     Check::kSecondReservation));
 }
 
+// A report made while a receipt still holds units (a shard closed on reconnect with work
+// STARTED) must keep those units retired; the fault remints them at once.
+TEST(SimFaults, RemintWithoutATerminalReceiptIsCaught) {
+  EXPECT_NE(0u, seedsUntilCaught(
+                    [](RunOptions* o) { o->node_faults.ledger.remint_holding_receipts = true; },
+                    Check::kConservation));
+}
+
+TEST(SimFaults, ExpiryOfAStartedReservationIsCaught) {
+  EXPECT_NE(0u, seedsUntilCaught([](RunOptions* o) { o->node_faults.ledger.expire_started = true; },
+                                 Check::kLostAcknowledged));
+}
+
+TEST(SimFaults, ShardReuseAfterRestartIsCaught) {
+  EXPECT_NE(0u,
+            seedsUntilCaught([](RunOptions* o) { o->agent_faults.book.reuse_after_restart = true; },
+                             Check::kDuplicateShardConsumption));
+}
+
 TEST(SimFaults, ReplayIsDeterministic) {
   RunOptions options{.seed = 12345, .trace = true};
   const RunResult a = runOne(options);

@@ -38,6 +38,8 @@ constexpr Field kFields[] = {
     {"unknownTreatedAsUnconsumed", Check::kUnknownTreatedAsUnconsumed},
     {"lostAcknowledged", Check::kLostAcknowledged},
     {"unknownUnresolved", Check::kUnknownUnresolved},
+    {"shardsUnreconciled", Check::kShardUnreconciled},
+    {"outboxesUndrained", Check::kOutboxUndrained},
 };
 
 }  // namespace
@@ -45,6 +47,8 @@ constexpr Field kFields[] = {
 void GateSummary::add(const RunResult& result) {
   ++interleavings_;
   closed_periods_checked_ += result.closed_periods_checked;
+  shard_admissions_ += result.shard_admissions;
+  agent_restarts_ += result.agent_restarts;
   for (size_t i = 0; i < kCheckCount; ++i) counts_[i] += result.failed[i] ? 1 : 0;
   for (const uint64_t ms : result.convergence_ms) {
     ++histogram_[std::min<uint64_t>(ms / kBucketMs, kBuckets)];
@@ -60,6 +64,8 @@ void GateSummary::add(const RunResult& result) {
 void GateSummary::merge(const GateSummary& other) {
   interleavings_ += other.interleavings_;
   closed_periods_checked_ += other.closed_periods_checked_;
+  shard_admissions_ += other.shard_admissions_;
+  agent_restarts_ += other.agent_restarts_;
   for (size_t i = 0; i < kCheckCount; ++i) counts_[i] += other.counts_[i];
   for (size_t i = 0; i < histogram_.size(); ++i) histogram_[i] += other.histogram_[i];
   samples_ += other.samples_;
@@ -96,6 +102,8 @@ std::string GateSummary::json() const {
   // The scheduler of SPEC §7 does not exist yet: no tenant has a fairness error to report.
   out += ",\"fairness\":[]";
   out += ",\"closedPeriodsChecked\":" + std::to_string(closed_periods_checked_);
+  out += ",\"shardAdmissions\":" + std::to_string(shard_admissions_);
+  out += ",\"agentRestarts\":" + std::to_string(agent_restarts_);
   out += ",\"failedSeeds\":[";
   for (size_t i = 0; i < failed_.size(); ++i) {
     out += (i == 0 ? "" : ",") + std::string("{\"seed\":") + std::to_string(failed_[i].seed) +
@@ -114,6 +122,8 @@ std::string GateSummary::text() const {
          std::to_string(kUnknownConvergenceMsMax) + ")\n";
   out += "  fairness: none measured (no scheduler yet)\n";
   out += "  closedPeriodsChecked: " + std::to_string(closed_periods_checked_) + "\n";
+  out += "  shardAdmissions: " + std::to_string(shard_admissions_) + "\n";
+  out += "  agentRestarts: " + std::to_string(agent_restarts_) + "\n";
   for (const FailedRun& run : failed_) {
     out += "FAILED seed " + std::to_string(run.seed) + ": " + checkName(run.first.check) + ": " +
            run.first.detail + "\n  replay: tally-sim --replay " + std::to_string(run.seed) + "\n";

@@ -29,6 +29,9 @@ class GateSummary {
   const std::vector<FailedRun>& failedRuns() const { return failed_; }
   // How much of SPEC §4's period close the runs exercised (closed periods compared).
   uint64_t closedPeriodsChecked() const { return closed_periods_checked_; }
+  // Reservations agents admitted from shards, and agent restarts (new boot epochs).
+  uint64_t shardAdmissions() const { return shard_admissions_; }
+  uint64_t agentRestarts() const { return agent_restarts_; }
   // Any count above 0, or the p99 above 10 minutes of simulated time.
   bool passes() const;
 
@@ -44,6 +47,8 @@ class GateSummary {
   std::vector<uint64_t> histogram_ = std::vector<uint64_t>(kBuckets + 1, 0);
   uint64_t samples_ = 0;
   uint64_t closed_periods_checked_ = 0;
+  uint64_t shard_admissions_ = 0;
+  uint64_t agent_restarts_ = 0;
   std::vector<FailedRun> failed_;  // the first few, by seed
 };
 

@@ -1,6 +1,5 @@
 #include "tests/sim/ledger_node.h"
 
-#include <type_traits>
 #include <utility>
 #include <variant>
 
@@ -16,47 +15,54 @@ LedgerNode::LedgerNode(Rng rng, LedgerOptions options, Network* network, Trace* 
       network_(network),
       trace_(trace),
       store_(rng),
-      ledger_(std::make_unique<Ledger>(options)) {}
-
-wire::ResponseBody LedgerNode::dispatch(const wire::RequestBody& body, uint64_t now_ms,
-                                        bool* in_debt) {
-  // The reservation and policy requests, as ledger/server.cc dispatches them.
-  return std::visit(
-      [&](const auto& request) -> wire::ResponseBody {
-        using T = std::decay_t<decltype(request)>;
-        if constexpr (std::is_same_v<T, ReserveRequest>) {
-          ReservationReply reply = ledger_->reserve(request, now_ms);
-          if (reply.code == ReplyCode::kOk && !reply.duplicate) {
-            *in_debt = ledger_->accounts().debt({request.subject, request.route}) > 0;
-          }
-          return reply;
-        } else if constexpr (std::is_same_v<T, StartRequest>) {
-          return ledger_->start(request, now_ms);
-        } else if constexpr (std::is_same_v<T, SettleRequest>) {
-          return ledger_->settle(request, now_ms);
-        } else if constexpr (std::is_same_v<T, ReleaseRequest>) {
-          return ledger_->release(request, now_ms);
-        } else if constexpr (std::is_same_v<T, MarkUnknownRequest>) {
-          return ledger_->markUnknown(request, now_ms);
-        } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
-          return ledger_->reportOperation(request, now_ms);
-        } else if constexpr (std::is_same_v<T, QueryRequest>) {
-          return ledger_->query(request);
-        } else if constexpr (std::is_same_v<T, wire::PublishPolicyRequest>) {
-          return wire::PolicyAnswer{
-              .reply = ledger_->publishPolicy(Policy{.budgets = request.budgets}, now_ms)};
-        } else if constexpr (std::is_same_v<T, wire::RollbackPolicyRequest>) {
-          return wire::PolicyAnswer{.reply = ledger_->rollbackPolicy(now_ms)};
-        } else {
-          return wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
-                                  .message = "not simulated"};
-        }
-      },
-      body);
+      ledger_(std::make_unique<Ledger>(options)) {
+  attach();
 }
 
+void LedgerNode::setShardCrypto(const ShardCrypto* crypto) {
+  crypto_ = crypto;
+  if (ledger_ != nullptr) ledger_->setShardCrypto(crypto);
+}
+
+void LedgerNode::attach() {
+  if (crypto_ != nullptr) ledger_->setShardCrypto(crypto_);
+  requests_ = std::make_unique<LedgerRequests>(ledger_.get(), "tally-sim");
+}
+
+wire::ResponseBody LedgerNode::dispatch(const wire::RequestBody& body, uint64_t now_ms,
+                                        CommittedReply* held) {
+  // The daemon's own dispatch (core/ledger_requests.h), as ledger/server.cc calls it.
+  LedgerOutcome outcome = requests_->apply(body, now_ms);
+  if (const auto* request = std::get_if<ReserveRequest>(&body)) {
+    if (const auto* reply = std::get_if<ReservationReply>(&outcome.reply);
+        reply != nullptr && reply->code == ReplyCode::kOk && !reply->duplicate) {
+      held->admitted_in_debt = ledger_->accounts().debt({request->subject, request->route}) > 0;
+    }
+  }
+  held->events = std::move(outcome.events);
+  return std::visit([](auto&& reply) -> wire::ResponseBody { return std::move(reply); },
+                    std::move(outcome.reply));
+}
+
+namespace {
+
+// Requests that only read: answering them leaves the ledger's state as it was, so the step
+// needs no check of that state (a read that did change it would still be caught at the next
+// step that checks, since the checks look at the whole state).
+bool readsOnly(const wire::RequestBody& request) {
+  return std::holds_alternative<QueryRequest>(request) ||
+         std::holds_alternative<AuditRequest>(request) ||
+         std::holds_alternative<HealthRequest>(request) ||
+         std::holds_alternative<ShowPolicyRequest>(request) ||
+         std::holds_alternative<ShardStatusRequest>(request) ||
+         std::holds_alternative<ListShardsRequest>(request) ||
+         std::holds_alternative<ListGatewaysRequest>(request) ||
+         std::holds_alternative<UnknownMessage>(request);
+}
+
+}  // namespace
+
 void LedgerNode::receive(const Envelope& envelope, uint64_t now_ms) {
-  ++version_;
   if (!up()) return;
   // One envelope is what one connection delivered: split it into frames as the server does.
   // A bad length closes the connection; the frames before it are served.
@@ -79,7 +85,8 @@ void LedgerNode::receive(const Envelope& envelope, uint64_t now_ms) {
       held.response.body = wire::errorReplyFor(decoded.body.status());
     } else {
       held.request = decoded.body.value();
-      held.response.body = dispatch(held.request, now_ms, &held.admitted_in_debt);
+      if (!readsOnly(held.request)) ++version_;
+      held.response.body = dispatch(held.request, now_ms, &held);
     }
     if (trace_->on()) {
       trace_->add(now_ms, "ledger <- node " + std::to_string(envelope.from) + " #" +
@@ -100,7 +107,7 @@ void LedgerNode::receive(const Envelope& envelope, uint64_t now_ms) {
 void LedgerNode::applyLocal(const wire::RequestBody& request, uint64_t now_ms) {
   ++version_;
   CommittedReply held{.to = kLedgerNode, .request = request};
-  held.response.body = dispatch(request, now_ms, &held.admitted_in_debt);
+  held.response.body = dispatch(request, now_ms, &held);
   if (trace_->on()) {
     trace_->add(now_ms,
                 "ledger (local) " + describe(request) + " => " + describe(held.response.body));
@@ -109,10 +116,10 @@ void LedgerNode::applyLocal(const wire::RequestBody& request, uint64_t now_ms) {
 }
 
 void LedgerNode::tick(uint64_t now_ms) {
-  ++version_;
   if (!up()) return;
   const TickOutcome outcome = ledger_->tick(now_ms);
-  if (outcome.changed()) {
+  if (outcome.changed()) {  // a tick that changed nothing cannot have broken a check
+    ++version_;
     dirty_ = true;
     if (trace_->on()) {
       trace_->add(now_ms,
@@ -125,10 +132,10 @@ void LedgerNode::tick(uint64_t now_ms) {
 }
 
 std::vector<CommittedReply> LedgerNode::commit(uint64_t now_ms) {
-  ++version_;
   if (!up()) return {};
   LedgerChangedRows rows = ledger_->takeChangedRows();
   if (!rows.empty()) {
+    ++version_;  // a commit of nothing changes nothing (the replies it sends are checked apart)
     const ledger::StoreBatch batch = ledger::storeBatchOf(*ledger_, &rows, now_ms);
     if (Status s = store_.commit(batch); !s.isOk()) {
       if (trace_->on()) trace_->add(now_ms, "ledger: commit failed (" + s.toString() + "), stops");
@@ -187,6 +194,7 @@ void LedgerNode::crash(uint64_t now_ms) {
     trace_->add(now_ms, "ledger CRASH: loses " + std::to_string(held_.size()) +
                             " unsent replies and the uncommitted batch");
   }
+  requests_.reset();
   ledger_.reset();
   held_.clear();
   dirty_ = false;
@@ -197,6 +205,7 @@ bool LedgerNode::restart(uint64_t now_ms, std::string* error) {
   ++version_;
   if (up()) return true;
   auto fresh = std::make_unique<Ledger>(options_);
+  if (crypto_ != nullptr) fresh->setShardCrypto(crypto_);
   Result<ledger::StoreContents> contents = store_.load();
   if (!contents.isOk()) {
     *error = contents.status().toString();
@@ -214,6 +223,7 @@ bool LedgerNode::restart(uint64_t now_ms, std::string* error) {
                             std::to_string(restored.value().accounts) + " accounts");
   }
   ledger_ = std::move(fresh);
+  attach();
 #ifdef TALLY_TEST_FAULTS
   ledger_->setFaultsForTesting(faults_.ledger);
 #endif

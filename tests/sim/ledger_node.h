@@ -6,15 +6,18 @@
 #include <vector>
 
 #include "core/ledger.h"
+#include "core/ledger_requests.h"
 #include "tests/sim/network.h"
 #include "tests/sim/storage.h"
 #include "tests/sim/trace.h"
 #include "wire/codec.h"
 
-// The simulated tally-ledger process: the real core Ledger behind the real wire decoding,
-// group commit and restore, as ledger/server.cc runs them, without libuv or SQLite.
+// The simulated tally-ledger process: the real core Ledger and its request dispatch
+// (LedgerRequests, core/ledger_requests.h) behind the real wire decoding, group commit and
+// restore, as ledger/server.cc runs them, without libuv or SQLite.
 //
-//  * receive() decodes one frame and applies it to the Ledger; the reply is held, not sent.
+//  * receive() decodes one frame and answers it with LedgerRequests::apply, the daemon's own
+//    dispatch; the reply is held, not sent.
 //  * commit() takes the changed rows (storeBatchOf, ledger/store_batch.cc) into the SimStore;
 //    only once that succeeded are the held replies sent. A failed commit stops the process
 //    (the server's "stop serving"): nothing held is sent.
@@ -32,6 +35,7 @@ struct CommittedReply {
   wire::Response response;
   // A fresh admission (RESERVED, not a duplicate) while its subject/route owed debt.
   bool admitted_in_debt = false;
+  std::vector<LedgerEvent> events;  // what LedgerRequests::apply reported
 };
 
 #ifdef TALLY_TEST_FAULTS
@@ -63,6 +67,9 @@ class LedgerNode {
   std::vector<CommittedReply> commit(uint64_t now_ms);
   bool hasUncommitted() const { return !held_.empty() || dirty_; }
 
+  // The ledger key (signs shard grants); set on every Ledger it builds. Must outlive it.
+  void setShardCrypto(const ShardCrypto* crypto);
+
   void crash(uint64_t now_ms);
   // False (and the process stays down) if the durable rows cannot be restored.
   bool restart(uint64_t now_ms, std::string* error);
@@ -73,21 +80,26 @@ class LedgerNode {
   bool completeExpiry(const std::string& reservation_id, uint64_t now_ms);
 
   uint64_t crashes() const { return crashes_; }
-  // Changes whenever the process or its Ledger may have changed: a step that leaves it
-  // unchanged cannot have broken a check of the ledger's state.
+  // Changes whenever the process or its Ledger may have changed (a tick that changed nothing
+  // and a commit of no rows leave it): a step that leaves it unchanged cannot have broken a
+  // check of the ledger's state.
   uint64_t version() const { return version_; }
 #ifdef TALLY_TEST_FAULTS
   void setFaults(NodeFaults faults);
 #endif
 
  private:
-  wire::ResponseBody dispatch(const wire::RequestBody& body, uint64_t now_ms, bool* in_debt);
+  // LedgerRequests::apply, the daemon's dispatch; fills `held`'s admission flag and events.
+  wire::ResponseBody dispatch(const wire::RequestBody& body, uint64_t now_ms, CommittedReply* held);
+  void attach();  // a LedgerRequests over the current Ledger
 
   LedgerOptions options_;
   Network* network_;
   Trace* trace_;
   SimStore store_;
   std::unique_ptr<Ledger> ledger_;
+  std::unique_ptr<LedgerRequests> requests_;  // over ledger_
+  const ShardCrypto* crypto_ = nullptr;
   std::vector<CommittedReply> held_;
   bool dirty_ = false;  // a tick changed something since the last commit
   uint64_t crashes_ = 0;

@@ -4,6 +4,8 @@
 #include <memory>
 #include <variant>
 
+#include "tests/core/fake_shard_crypto.h"
+#include "tests/sim/agent_client.h"
 #include "tests/sim/clock.h"
 #include "tests/sim/describe.h"
 #include "tests/sim/network.h"
@@ -15,6 +17,17 @@ namespace {
 
 // 2023-11-14T22:13:20Z, plus up to ~2 years chosen by the seed.
 constexpr uint64_t kEpochMs = 1'700'000'000'000;
+// At the end: how long after the last shard expiry the operator writes off unreported ones, and
+// the agents' timer period while time runs.
+constexpr uint64_t kWriteOffAfterMs = 30'000;
+constexpr uint64_t kAgentTimerMs = 5'000;
+constexpr uint64_t kPumpIntervalMs = 100;
+constexpr uint64_t kMaintainIntervalMs = 250;
+
+struct AgentTimers {
+  uint64_t pump_at_ms = 0;
+  uint64_t maintain_at_ms = 0;
+};
 
 struct Knobs {
   uint64_t steps = 0;
@@ -22,6 +35,7 @@ struct Knobs {
   uint64_t crash_permille = 0;  // of the fault events
   uint64_t partition_permille = 0;
   uint64_t disk_full_permille = 0;
+  uint64_t agents = 0;
 };
 
 class Run {
@@ -48,11 +62,34 @@ class Run {
     }
     operator_ = static_cast<NodeId>(knobs_.gateways + 1);
     rogue_ = operator_ + 1;
+    knobs_.agents = events_.range(1, 2);
+    node_.setShardCrypto(&crypto_);
+    for (uint32_t a = 0; a < knobs_.agents; ++a) {
+      agents_.push_back(std::make_unique<AgentNode>(rogue_ + 1 + a, a + 1, root_.fork(), &crypto_,
+                                                    &network_, &trace_,
+                                                    [this] { return node_.up(); }));
+      clients_.push_back(std::make_unique<AgentClient>(a + 1, root_.fork(), &workload_, &trace_));
+      // Most agents are configured to keep shards of some emergency routes from the start;
+      // the rest learn them from central admissions.
+      if (events_.chance(700)) {
+        std::vector<SubjectRoute> accounts;
+        for (const Budget& b : workload_.budgets) {
+          if (b.emergency.enabled && b.subject_pattern.find('*') == std::string::npos &&
+              events_.chance(600)) {
+            accounts.push_back({b.subject_pattern, b.route});
+          }
+        }
+        agents_.back()->configureAccounts(std::move(accounts));
+      }
+    }
+    shard_ttl_ms_max_ = workload_.shard_ttl_ms_max;
+    timers_.resize(agents_.size());
     hold_ttl_ms_max_ = workload_.hold_ttl_ms_max;
     hard_limit_ms_max_ = workload_.hard_limit_ms_max;
 #ifdef TALLY_TEST_FAULTS
     node_.setFaults(options.node_faults);
     for (auto& gateway : gateways_) gateway->setFaults(options.gateway_faults);
+    for (auto& agent : agents_) agent->setFaults(options.agent_faults);
 #endif
   }
 
@@ -66,7 +103,13 @@ class Run {
                             std::to_string(knobs_.steps) + " steps");
     }
     node_.applyLocal(wire::PublishPolicyRequest{.budgets = workload_.budgets}, now());
+    for (auto& agent : agents_) {
+      node_.applyLocal(wire::EnrollGatewayRequest{.gateway_name = agent->gatewayName(),
+                                                  .public_key = agent->gatewayKey()},
+                       now());
+    }
     commit();
+    for (size_t a = 0; a < agents_.size(); ++a) startAgent(a);
     uint64_t step = 0;
     for (; step < knobs_.steps && !checker_.failed(); ++step) {
       oneStep();
@@ -81,6 +124,8 @@ class Run {
     result.crashes = node_.crashes();
     result.messages = network_.stats().sent;
     result.closed_periods_checked = checker_.periodsChecked();
+    result.shard_admissions = checker_.shardAdmissions();
+    for (const auto& agent : agents_) result.agent_restarts += agent->bootEpoch() - 1;
     return result;
   }
 
@@ -102,15 +147,22 @@ class Run {
   uint64_t now() const { return clock_.nowMs(); }
 
   void oneStep() {
+    agentTimers();
     const uint64_t pick = events_.below(100);
-    if (pick < 35) {
+    if (pick < 28) {
       deliverOne();
-    } else if (pick < 60) {
+    } else if (pick < 46) {
       gateways_[events_.below(gateways_.size())]->act(now());
+    } else if (pick < 56) {
+      const size_t a = events_.below(agents_.size());
+      toAgent(a, clients_[a]->act(now()));
+    } else if (pick < 62) {
+      const size_t a = events_.below(agents_.size());
+      toAgent(a, clients_[a]->act(now()));
     } else if (pick < 72) {
       const uint64_t max = events_.chance(50) ? hold_ttl_ms_max_ * 2 : 200;
       clock_.advance(events_.range(1, std::min<uint64_t>(max, 3'600'000)));
-    } else if (pick < 87) {
+    } else if (pick < 86) {
       tick();
       commit();
     } else {
@@ -119,7 +171,7 @@ class Run {
   }
 
   void tick() {
-    if (node_.up()) checker_.beforeTick(node_.ledger());
+    if (node_.up()) checker_.beforeTick(node_.ledger(), now(), node_.options().retention_ms);
     node_.tick(now());
   }
 
@@ -138,6 +190,10 @@ class Run {
       node_.receive(envelope, now());
     } else if (envelope.to == operator_) {
       operatorReply(envelope);
+    } else if (envelope.to > rogue_) {
+      const size_t a = envelope.to - rogue_ - 1;
+      agents_[a]->onFrame(envelope.frame, now());
+      afterAgent(a);
     } else if (envelope.to != rogue_) {
       gateways_[envelope.to - 1]->onFrame(envelope.frame, now());
     }
@@ -150,6 +206,14 @@ class Run {
     for (const wire::Frame& frame : frames) {
       Result<wire::Response> response = wire::decodeResponse(frame);
       if (!response.isOk()) continue;
+      if (const auto* audit = std::get_if<AuditReport>(&response.value().body)) {
+        if (!audit->conserved) {
+          checker_.fail(Check::kConservation,
+                        "the audit the operator asked for is not conserved: " +
+                            (audit->violations.empty() ? std::string() : audit->violations[0]),
+                        now());
+        }
+      }
       if (const auto* answer = std::get_if<wire::PolicyAnswer>(&response.value().body)) {
         if (answer->reply.code == ReplyCode::kOk) {
           for (auto& gateway : gateways_) gateway->setGenerationHint(answer->reply.generation);
@@ -161,6 +225,7 @@ class Run {
   void commit() {
     for (const CommittedReply& reply : node_.commit(now())) checker_.onCommitted(reply, now());
     checker_.onCompacted(node_.store().takeDeleted());
+    checker_.onCompactedShards(node_.store().takeDeletedShards());
     if (node_.up() && events_.chance(20)) {
       checker_.checkDurable(node_.ledger(), &node_.store(), node_.options(), now());
     }
@@ -174,8 +239,13 @@ class Run {
 
   void fault() {
     const uint64_t pick = events_.below(1000);
-    const NodeId gateway = static_cast<NodeId>(events_.range(1, gateways_.size()));
-    if (!node_.up()) {
+    // A gateway or an agent: partitions cut either from the ledger.
+    const uint64_t peer = events_.range(1, gateways_.size() + agents_.size());
+    const NodeId gateway = peer <= gateways_.size() ? static_cast<NodeId>(peer)
+                                                    : agents_[peer - gateways_.size() - 1]->id();
+    if (events_.chance(400)) {
+      agentFault();
+    } else if (!node_.up()) {
       if (events_.chance(600)) restart();
     } else if (pick < knobs_.crash_permille) {
       node_.crash(now());
@@ -205,6 +275,7 @@ class Run {
       std::vector<Budget> budgets = changedBudgets(workload_.budgets, &events_);
       hold_ttl_ms_max_ = std::max(hold_ttl_ms_max_, holdTtlMsMax(budgets));
       hard_limit_ms_max_ = std::max(hard_limit_ms_max_, hardLimitMsMax(budgets));
+      shard_ttl_ms_max_ = std::max(shard_ttl_ms_max_, shardTtlMsMax(budgets));
       if (trace_.on()) trace_.add(now(), "operator: publishes a changed policy");
       send(operator_, wire::PublishPolicyRequest{.budgets = std::move(budgets)});
     } else if (pick < 600) {
@@ -212,8 +283,15 @@ class Run {
       send(operator_, wire::RollbackPolicyRequest{});
     } else if (pick < 800) {
       splitExpiry();
-    } else {
+    } else if (pick < 900) {
       rogueFrame();
+    } else if (pick < 930) {
+      if (trace_.on()) trace_.add(now(), "operator: audits");
+      send(operator_, AuditRequest{});
+    } else if (pick < 950) {
+      send(operator_, HealthRequest{});
+    } else {
+      shardOperator();
     }
   }
 
@@ -272,6 +350,104 @@ class Run {
     network_.send(rogue_, kLedgerNode, std::move(bytes), now());
   }
 
+  // --- agents ------------------------------------------------------------------------------
+
+  void startAgent(size_t a) {
+    std::string error;
+    if (!agents_[a]->start(now(), &error)) {
+      checker_.fail(Check::kLostAcknowledged, "an agent cannot restart: " + error, now());
+    }
+    afterAgent(a);
+  }
+
+  void toAgent(size_t a, std::vector<AgentClient::Request> requests) {
+    for (auto& [tag, body] : requests) {
+      if (trace_.on()) trace_.add(now(), "client " + std::to_string(a + 1) + ": " + describe(body));
+      agents_[a]->request(tag, body, now());
+    }
+    afterAgent(a);
+  }
+
+  // The agent's answers to its gateway, then the checks of the agent's state.
+  void afterAgent(size_t a) {
+    for (;;) {
+      std::vector<AgentNode::Reply> replies = agents_[a]->takeReplies();
+      if (replies.empty()) break;
+      for (auto& [tag, body] : replies) clients_[a]->onReply(tag, body, now());
+    }
+    AgentNode& agent = *agents_[a];
+    if (agent.up() && !checker_.failed()) {
+      checker_.afterAgentStep(agent.gatewayName(), agent.bootEpoch(), agent.book(), now());
+    }
+  }
+
+  // The agents' timers, as they fall due on the simulated clock: the pump (local expiry,
+  // outbox, policy, the link's timeouts) and the shard keeper's maintain.
+  void agentTimers() {
+    for (size_t a = 0; a < agents_.size(); ++a) {
+      AgentTimers& timers = timers_[a];
+      if (now() >= timers.pump_at_ms) {
+        agents_[a]->pump(now());
+        timers.pump_at_ms = now() + kPumpIntervalMs;
+        afterAgent(a);
+      }
+      if (now() >= timers.maintain_at_ms) {
+        agents_[a]->maintain(now());
+        timers.maintain_at_ms = now() + kMaintainIntervalMs;
+        afterAgent(a);
+      }
+    }
+  }
+
+  // A crash or restart of an agent, or a full disk under it.
+  void agentFault() {
+    const size_t a = events_.below(agents_.size());
+    AgentNode& agent = *agents_[a];
+    if (events_.chance(500)) {  // the agent's link: cut both ways (emergency mode) or healed
+      const bool cut = !network_.partitioned(agent.id(), kLedgerNode);
+      if (cut) {
+        network_.partition(agent.id(), kLedgerNode);
+        network_.partition(kLedgerNode, agent.id());
+      } else {
+        network_.heal(agent.id(), kLedgerNode);
+        network_.heal(kLedgerNode, agent.id());
+      }
+      if (trace_.on()) {
+        trace_.add(now(), "network: " + std::string(cut ? "partition " : "heal ") +
+                              agent.gatewayName() + (cut ? " both ways" : ""));
+      }
+    } else if (!agent.up()) {
+      startAgent(a);
+    } else if (events_.chance(knobs_.crash_permille + 100)) {
+      agent.crash(now());
+      afterAgent(a);
+    } else if (events_.chance(knobs_.disk_full_permille * 4)) {
+      agent.failWrites(events_.range(1, 2));
+      if (trace_.on()) trace_.add(now(), agent.gatewayName() + ": disk full for the next writes");
+    }
+  }
+
+  // The operator revokes an agent's shards, or writes off an expired shard never reported.
+  void shardOperator() {
+    if (events_.chance(500)) {
+      const AgentNode& agent = *agents_[events_.below(agents_.size())];
+      if (trace_.on()) trace_.add(now(), "operator: revokes the shards of " + agent.gatewayName());
+      send(operator_, RevokeShardsRequest{.gateway_name = agent.gatewayName()});
+      return;
+    }
+    if (!node_.up()) return;
+    std::vector<std::string> expired;
+    for (const ShardLedgerView& view : node_.ledger().listShards("", std::nullopt).shards) {
+      if (!view.reported && view.grant.expires_at_ms <= now()) {
+        expired.push_back(view.grant.shard_id);
+      }
+    }
+    if (expired.empty()) return;
+    const std::string& id = expired[events_.below(expired.size())];
+    if (trace_.on()) trace_.add(now(), "operator: writes off shard " + id);
+    send(operator_, WriteOffShardRequest{.shard_id = id});
+  }
+
   void check() {
     if (!node_.up()) return;
     if (node_.version() != checked_version_) {
@@ -282,37 +458,95 @@ class Run {
     }
   }
 
-  // Heal everything, restart the ledger, let every job finish and time pass beyond every hold
-  // TTL and hard limit; then the end-state checks.
+  // Heal everything, restart the ledger and every agent, let every job finish and time pass
+  // beyond every hold TTL, hard limit and shard lifetime (the operator writes off what was
+  // never reported); then the end-state checks.
   void finish() {
     if (trace_.on()) trace_.add(now(), "--- heal: every link, no more drops; time passes ---");
     network_.calm();
     node_.store().failCommits(0);
     if (!node_.up()) restart();
-    const uint64_t deadline = now() + hold_ttl_ms_max_ + hard_limit_ms_max_ * 3 + 60'000;
+    // Configured accounts keep shards on hand for ever: the operator removes them from each
+    // agent's configuration and restarts it (its shards close at boot and are reported).
+    for (size_t a = 0; a < agents_.size(); ++a) {
+      agents_[a]->failWrites(0);
+      agents_[a]->configureAccounts({});
+      agents_[a]->crash(now());
+      afterAgent(a);
+      startAgent(a);
+    }
+    const uint64_t shards_done_at = now() + kAccountIdleMs + shard_ttl_ms_max_ + kWriteOffAfterMs;
+    const uint64_t deadline =
+        std::max(now() + hold_ttl_ms_max_ + hard_limit_ms_max_ * 3 + 60'000, shards_done_at);
+    bool written_off = false;
     for (int round = 0; round < 100'000 && !checker_.failed() && node_.up(); ++round) {
       while (std::optional<Envelope> envelope = network_.takeDue(now())) deliver(*envelope);
       tick();
       commit();
       for (auto& gateway : gateways_) gateway->settleDown(now());
+      for (size_t a = 0; a < agents_.size(); ++a) {
+        toAgent(a, clients_[a]->settleDown(now()));
+        agents_[a]->pump(now());
+        agents_[a]->maintain(now());
+        afterAgent(a);
+      }
+      if (!written_off && now() >= shards_done_at) {
+        writeOffUnreported();
+        written_off = true;
+      }
       check();
+      const bool agents_idle =
+          std::all_of(clients_.begin(), clients_.end(), [](const auto& c) { return c->idle(); }) &&
+          std::all_of(agents_.begin(), agents_.end(), [this](const auto& a) {
+            if (!a->up()) return true;
+            if (a->busy() || a->outboxDepth() != 0) return false;
+            // A report the ledger can no longer take (its shard compacted) is not waited for.
+            const std::vector<std::string> owed = a->book().shardsNeedingReport();
+            return std::all_of(owed.begin(), owed.end(), [this](const std::string& id) {
+              return checker_.shardCompacted(id);
+            });
+          });
       const bool idle =
-          network_.inFlight() == 0 && !node_.hasUncommitted() &&
+          network_.inFlight() == 0 && !node_.hasUncommitted() && agents_idle &&
           std::all_of(gateways_.begin(), gateways_.end(), [](const auto& g) { return g->idle(); });
       const std::optional<uint64_t> close = nextUnknownCloseMs();
-      if (idle && !close.has_value() && now() >= deadline) break;
-      // Straight to the next thing that can happen: a delivery, a gateway's timer, a hard limit.
+      if (idle && !close.has_value() && now() >= deadline && written_off) break;
+      // Straight to the next thing that can happen: a delivery, a gateway's timer, a hard
+      // limit; agents' timers at least every kAgentTimerMs while they have work.
       uint64_t next = deadline;
       if (std::optional<uint64_t> due = network_.nextDueMs()) next = std::min(next, *due);
       for (auto& gateway : gateways_) {
         if (std::optional<uint64_t> wake = gateway->nextWakeMs()) next = std::min(next, *wake);
       }
+      for (auto& client : clients_) {
+        if (std::optional<uint64_t> wake = client->nextWakeMs()) next = std::min(next, *wake);
+      }
+      if (!written_off) next = std::min(next, shards_done_at);
+      if (!agents_idle || now() < shards_done_at) next = std::min(next, now() + kAgentTimerMs);
       if (close.has_value()) next = std::min(next, *close);
       clock_.advance(next > now() ? next - now() : 1);
     }
     if (node_.up() && !checker_.failed()) {
       checker_.atEnd(node_.ledger(), now());
+      for (const auto& agent : agents_) {
+        if (!agent->up()) continue;
+        checker_.atEndAgent(agent->gatewayName(), agent->book(), agent->outboxDepth(),
+                            agent->outboxRows(), now());
+      }
       checker_.checkDurable(node_.ledger(), &node_.store(), node_.options(), now());
+    }
+  }
+
+  // The operator's runbook for a shard whose agent never reported it (its issue answer was
+  // lost and the agent restarted under a new boot epoch, say): write it off once expired.
+  void writeOffUnreported() {
+    for (const ShardLedgerView& view : node_.ledger().listShards("", std::nullopt).shards) {
+      if (view.reported || view.grant.expires_at_ms > now() ||
+          (view.state != ShardState::kIssued && view.state != ShardState::kRevoked)) {
+        continue;
+      }
+      if (trace_.on()) trace_.add(now(), "operator: writes off unreported " + view.grant.shard_id);
+      send(operator_, WriteOffShardRequest{.shard_id = view.grant.shard_id});
     }
   }
 
@@ -348,6 +582,11 @@ class Run {
   uint64_t hold_ttl_ms_max_ = 0;
   uint64_t hard_limit_ms_max_ = 0;
   std::vector<std::string> expiring_;
+  uint64_t shard_ttl_ms_max_ = 0;
+  testing::KeyedFakeShardCrypto crypto_;
+  std::vector<std::unique_ptr<AgentNode>> agents_;
+  std::vector<std::unique_ptr<AgentClient>> clients_;
+  std::vector<AgentTimers> timers_;
   uint64_t checked_version_ = ~uint64_t{0};
 };
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/sim/agent_node.h"
 #include "tests/sim/checks.h"
 #include "tests/sim/gateway.h"
 #include "tests/sim/ledger_node.h"
@@ -21,6 +22,7 @@ struct RunOptions {
 #ifdef TALLY_TEST_FAULTS
   NodeFaults node_faults;
   GatewayFaults gateway_faults;
+  AgentFaults agent_faults;
 #endif
 };
 
@@ -34,6 +36,8 @@ struct RunResult {
   uint64_t crashes = 0;
   uint64_t messages = 0;
   uint64_t closed_periods_checked = 0;  // accounting periods compared live vs durable
+  uint64_t shard_admissions = 0;        // reservations agents admitted from shards
+  uint64_t agent_restarts = 0;
 
   bool ok() const { return findings.empty(); }
 };

@@ -37,7 +37,12 @@ void SimStore::apply(const ledger::StoreBatch& batch) {
   }
   for (const GatewayRecord& gateway : batch.gateways) gateways_[gateway.gateway_name] = gateway;
   for (const ShardRecord& shard : batch.shards) shards_[shard.grant.shard_id] = shard;
-  for (const std::string& id : batch.deleted_shards) shards_.erase(id);
+  for (const std::string& id : batch.deleted_shards) {
+    if (auto it = shards_.find(id); it != shards_.end()) {
+      deleted_shards_.push_back(std::move(it->second));
+      shards_.erase(it);
+    }
+  }
   for (const FenceRecord& fence : batch.fences) fences_[fence.key] = fence;
   for (const PeriodSnapshot& snapshot : batch.period_snapshots) {
     period_snapshots_[PeriodKey{snapshot.key, snapshot.epoch_first}] = snapshot;

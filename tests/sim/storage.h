@@ -2,6 +2,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ledger/store.h"
@@ -28,6 +29,8 @@ class SimStore : public ledger::Store {
   // durable image (only the id for one that was never durable): the checker keeps their
   // consumption in its per-account sums.
   std::vector<Reservation> takeDeleted();
+  // Shards deleted (compacted) by durable commits since the last call, as last durable.
+  std::vector<ShardRecord> takeDeletedShards() { return std::exchange(deleted_shards_, {}); }
 
   uint64_t commits() const { return commits_; }
   uint64_t failedCommits() const { return failed_commits_; }
@@ -50,6 +53,7 @@ class SimStore : public ledger::Store {
   uint64_t ledger_clock_ms_ = 0;
   uint64_t shard_sequence_ = 0;
   std::vector<Reservation> deleted_;
+  std::vector<ShardRecord> deleted_shards_;
 };
 
 }  // namespace tally::sim

@@ -18,6 +18,14 @@ void randomize(Budget* b, Rng* rng) {
   b->max_overdraft = rng->chance(300) ? 0 : rng->range(1, b->burst);
   b->priority = static_cast<uint32_t>(rng->below(3));
   b->weight = static_cast<uint32_t>(rng->range(1, 10));
+  // Emergency shards on about half the budgets: agents keep shards of them and admit from
+  // those while the ledger is out of reach. Short lives, so that shards expire within a run.
+  b->emergency = {};
+  if (rng->chance(500)) {
+    b->emergency = {.enabled = true,
+                    .shard_units = rng->range(1, b->burst),
+                    .shard_ttl_ms = rng->range(2'000, 20'000)};
+  }
 }
 
 Budget base(std::string subject_pattern, std::string route) {
@@ -66,6 +74,7 @@ Workload makeWorkload(Rng* rng) {
   w.subjects.push_back("nobody");
   w.hold_ttl_ms_max = holdTtlMsMax(w.budgets);
   w.hard_limit_ms_max = hardLimitMsMax(w.budgets);
+  w.shard_ttl_ms_max = shardTtlMsMax(w.budgets);
   return w;
 }
 
@@ -80,6 +89,12 @@ std::vector<Budget> changedBudgets(const std::vector<Budget>& budgets, Rng* rng)
 uint64_t holdTtlMsMax(const std::vector<Budget>& budgets) {
   uint64_t max = 0;
   for (const Budget& b : budgets) max = std::max(max, b.hold_ttl_ms);
+  return max;
+}
+
+uint64_t shardTtlMsMax(const std::vector<Budget>& budgets) {
+  uint64_t max = 0;
+  for (const Budget& b : budgets) max = std::max(max, b.emergency.shard_ttl_ms);
   return max;
 }
 

@@ -21,6 +21,7 @@ struct Workload {
   std::vector<Budget> budgets;  // the first policy
   uint64_t hold_ttl_ms_max = 0;
   uint64_t hard_limit_ms_max = 0;
+  uint64_t shard_ttl_ms_max = 0;
 };
 
 Workload makeWorkload(Rng* rng);
@@ -29,5 +30,6 @@ std::vector<Budget> changedBudgets(const std::vector<Budget>& budgets, Rng* rng)
 // The longest hold TTL and hard execution limit among `budgets`.
 uint64_t holdTtlMsMax(const std::vector<Budget>& budgets);
 uint64_t hardLimitMsMax(const std::vector<Budget>& budgets);
+uint64_t shardTtlMsMax(const std::vector<Budget>& budgets);
 
 }  // namespace tally::sim
