@@ -6,6 +6,7 @@
 
 #include "common/wall_clock.h"
 #include "core/assert.h"
+#include "core/outbox_request.h"
 #include "tally/version.h"
 
 namespace tally::agent {
@@ -31,24 +32,6 @@ ReservationReply queuedReply(const OutboxEntry& entry) {
 }
 
 }  // namespace
-
-wire::RequestBody outboxRequest(const OutboxEntry& entry) {
-  switch (entry.kind) {
-    case OutboxKind::kSettle:
-      return SettleRequest{.reservation_id = entry.reservation_id,
-                           .operation_id = entry.operation_id,
-                           .actual_units = entry.actual_units};
-    case OutboxKind::kRelease: return ReleaseRequest{.reservation_id = entry.reservation_id};
-    case OutboxKind::kMarkUnknown:
-      return MarkUnknownRequest{.reservation_id = entry.reservation_id,
-                                .operation_id = entry.operation_id};
-    case OutboxKind::kReportOperation:
-      return ReportOperationRequest{.reservation_id = entry.reservation_id,
-                                    .operation_id = entry.operation_id,
-                                    .actual_units = entry.actual_units};
-  }
-  TALLY_UNREACHABLE();
-}
 
 AgentService::AgentService(uv_loop_t* loop, central::LedgerLink* link, OutboxStore* store,
                            AgentMetrics* metrics, Logger* logger, AgentServiceOptions options)

@@ -169,7 +169,4 @@ class AgentService {
   std::function<void()> on_drained_;
 };
 
-// Pure: the ledger request that delivers an outbox entry.
-wire::RequestBody outboxRequest(const OutboxEntry& entry);
-
 }  // namespace tally::agent

@@ -1,4 +1,5 @@
 #include "core/agent_decisions.h"
+#include "core/outbox_request.h"
 
 #include <gtest/gtest.h>
 

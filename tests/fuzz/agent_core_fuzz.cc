@@ -26,30 +26,13 @@
 #include <variant>
 
 #include "core/agent_core.h"
+#include "core/outbox_request.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "wire/codec.h"
 
 using namespace tally;
 
 namespace {
-
-wire::RequestBody outboxRequest(const OutboxEntry& entry) {
-  switch (entry.kind) {
-    case OutboxKind::kSettle:
-      return SettleRequest{.reservation_id = entry.reservation_id,
-                           .operation_id = entry.operation_id,
-                           .actual_units = entry.actual_units};
-    case OutboxKind::kRelease: return ReleaseRequest{.reservation_id = entry.reservation_id};
-    case OutboxKind::kMarkUnknown:
-      return MarkUnknownRequest{.reservation_id = entry.reservation_id,
-                                .operation_id = entry.operation_id};
-    case OutboxKind::kReportOperation:
-      return ReportOperationRequest{.reservation_id = entry.reservation_id,
-                                    .operation_id = entry.operation_id,
-                                    .actual_units = entry.actual_units};
-  }
-  fuzz::fail("unknown outbox kind");
-}
 
 // What agent/agent_service.cc does with the core's effects, with the network and the store
 // replaced by the fuzzer's choices.

@@ -4,6 +4,7 @@
 #include <variant>
 
 #include "core/agent_decisions.h"
+#include "core/outbox_request.h"
 #include "tests/sim/ledger_node.h"
 #include "wire/frame.h"
 
@@ -29,24 +30,6 @@ std::string labelOf(const wire::ResponseBody& body) {
 }
 
 }  // namespace
-
-wire::RequestBody outboxRequestOf(const OutboxEntry& entry) {
-  switch (entry.kind) {
-    case OutboxKind::kSettle:
-      return SettleRequest{.reservation_id = entry.reservation_id,
-                           .operation_id = entry.operation_id,
-                           .actual_units = entry.actual_units};
-    case OutboxKind::kRelease: return ReleaseRequest{.reservation_id = entry.reservation_id};
-    case OutboxKind::kMarkUnknown:
-      return MarkUnknownRequest{.reservation_id = entry.reservation_id,
-                                .operation_id = entry.operation_id};
-    case OutboxKind::kReportOperation:
-      return ReportOperationRequest{.reservation_id = entry.reservation_id,
-                                    .operation_id = entry.operation_id,
-                                    .actual_units = entry.actual_units};
-  }
-  return ReleaseRequest{.reservation_id = entry.reservation_id};
-}
 
 AgentNode::AgentNode(NodeId id, uint32_t index, Rng rng, const ShardCrypto* crypto,
                      Network* network, Trace* trace, std::function<bool()> ledger_up)
@@ -374,7 +357,7 @@ void AgentNode::perform(uint64_t now_ms, const wire::ResponseBody* answer) {
                     [](auto& call_body) -> wire::RequestBody {
                       using B = std::decay_t<decltype(call_body)>;
                       if constexpr (std::is_same_v<B, OutboxEntry>) {
-                        return outboxRequestOf(call_body);
+                        return outboxRequest(call_body);
                       } else if constexpr (std::is_same_v<B, AgentShowPolicy>) {
                         return wire::ShowPolicyRequest{};
                       } else {

@@ -148,7 +148,4 @@ class AgentNode {
 #endif
 };
 
-// The request an outbox entry delivers (as agent/agent_service.cc's outboxRequest).
-wire::RequestBody outboxRequestOf(const OutboxEntry& entry);
-
 }  // namespace tally::sim
