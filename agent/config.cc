@@ -36,11 +36,12 @@ Status readIdList(const toml::table& table, const std::string& path, const char*
   if (array == nullptr) return configKeyError(path, key, "must be a list of integers");
   out->clear();
   for (const toml::node& element : *array) {
-    const auto value = element.value<int64_t>();
-    if (!element.is_integer() || !value || *value < 0 || *value > 0xFFFFFFFFll) {
+    // Type first: value<int64_t>() would convert a float, out of range is UB.
+    const int64_t value = element.is_integer() ? element.as_integer()->get() : -1;
+    if (value < 0 || value > 0xFFFFFFFFll) {
       return configKeyError(path, key, "must be a list of integers in [0, 4294967295]");
     }
-    out->push_back(static_cast<uint32_t>(*value));
+    out->push_back(static_cast<uint32_t>(value));
   }
   return Status::ok();
 }
@@ -179,14 +180,14 @@ Status readScheduling(const toml::table& root, const std::string& path, Scheduli
                                 " routes: { \"ROUTE\" = N, … }");
     }
     for (const auto& [route, limit] : *routes) {
-      const auto value = limit.value<int64_t>();
-      if (route.str().empty() || route.str().size() > limits::kRouteBytesMax ||
-          !limit.is_integer() || !value || *value < 1 || *value > 1'000'000) {
+      const int64_t value = limit.is_integer() ? limit.as_integer()->get() : 0;
+      if (route.str().empty() || route.str().size() > limits::kRouteBytesMax || value < 1 ||
+          value > 1'000'000) {
         return configKeyError(path, "scheduling.started_max",
                               "'" + std::string(route.str()) +
                                   "' needs a route of 1 .. 256 bytes and a limit in [1, 1000000]");
       }
-      out->started_max[std::string(route.str())] = static_cast<uint64_t>(*value);
+      out->started_max[std::string(route.str())] = static_cast<uint64_t>(value);
     }
   }
   return readUnsigned(*table, path, "fairness_window", 1, limits::kFairnessWindowAdmissionsMax,

@@ -46,13 +46,14 @@ Status readUnsigned(const toml::table& table, const std::string& path, const std
                     uint64_t min, uint64_t max, uint64_t* out) {
   const toml::node* node = table.get(key);
   if (node == nullptr) return Status::ok();
-  const auto value = node->value<int64_t>();
-  if (!node->is_integer() || !value) return configKeyError(path, key, "must be an integer");
-  if (*value < 0 || static_cast<uint64_t>(*value) < min || static_cast<uint64_t>(*value) > max) {
+  // Type first: value<int64_t>() converts a float node, and a float out of int64's range is UB.
+  if (!node->is_integer()) return configKeyError(path, key, "must be an integer");
+  const int64_t value = node->as_integer()->get();
+  if (value < 0 || static_cast<uint64_t>(value) < min || static_cast<uint64_t>(value) > max) {
     return configKeyError(path, key,
                           "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "]");
   }
-  *out = static_cast<uint64_t>(*value);
+  *out = static_cast<uint64_t>(value);
   return Status::ok();
 }
 
