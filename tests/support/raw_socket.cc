@@ -113,21 +113,25 @@ std::unique_ptr<RawSocket> RawSocket::connectUnix(const std::string& path, uint6
 RawSocket::~RawSocket() { ::close(fd_); }
 
 bool RawSocket::sendAll(std::span<const uint8_t> bytes, uint64_t timeout_ms) {
+  return send(&bytes, timeout_ms) == Send::kAll;
+}
+
+RawSocket::Send RawSocket::send(std::span<const uint8_t>* bytes, uint64_t timeout_ms) {
   const uint64_t deadline = nowMs() + timeout_ms;
-  while (!bytes.empty()) {
-    const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  while (!bytes->empty()) {
+    const ssize_t n = ::send(fd_, bytes->data(), bytes->size(), MSG_NOSIGNAL);
     if (n > 0) {
-      bytes = bytes.subspan(static_cast<size_t>(n));
+      *bytes = bytes->subspan(static_cast<size_t>(n));
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      if (!waitFor(fd_, POLLOUT, deadline)) return false;
+      if (!waitFor(fd_, POLLOUT, deadline)) return Send::kTimeout;
       continue;
     }
-    return false;
+    return Send::kError;
   }
-  return true;
+  return Send::kAll;
 }
 
 bool RawSocket::waitWritable(uint64_t timeout_ms) {

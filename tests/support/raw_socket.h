@@ -37,6 +37,10 @@ class RawSocket {
 
   // Writes every byte; false on timeout or a peer that reset/closed.
   bool sendAll(std::span<const uint8_t> bytes, uint64_t timeout_ms);
+  enum class Send : uint8_t { kAll, kTimeout, kError };
+  // Writes from the front of `*bytes`, advancing it past what was written: on kTimeout the rest
+  // is still in `*bytes`, so a caller that sends it later keeps its frames whole.
+  Send send(std::span<const uint8_t>* bytes, uint64_t timeout_ms);
   // True once the socket can take more bytes (the peer is reading), false after `timeout_ms`.
   bool waitWritable(uint64_t timeout_ms);
   // Half-closes: the peer reads EOF, we can still read its answers.
