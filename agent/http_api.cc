@@ -62,21 +62,30 @@ std::variant<Json, HttpReply> bodyObject(const std::string& body,
   return parsed;
 }
 
+// Field `name` or its alias of `object` in `*found` (nullptr when absent); an error reply for a
+// field given under both names.
+std::optional<HttpReply> findField(const Json& object, std::string_view name,
+                                   std::string_view alias, const Json** found) {
+  *found = nullptr;
+  for (std::string_view key : {name, alias}) {
+    if (key.empty()) continue;
+    auto it = object.find(std::string(key));
+    if (it == object.end()) continue;
+    if (*found != nullptr) {
+      return badRequest("'" + std::string(name) + "' and '" + std::string(alias) +
+                        "' name the same field: give one");
+    }
+    *found = &*it;
+  }
+  return std::nullopt;
+}
+
 // Reads field `name` (or its alias) of `object` into `*out`; an error reply for a wrong type or
 // a field given under both names.
 std::optional<HttpReply> readString(const Json& object, std::string_view name,
                                     std::string_view alias, std::string* out) {
   const Json* found = nullptr;
-  for (std::string_view key : {name, alias}) {
-    if (key.empty()) continue;
-    auto it = object.find(std::string(key));
-    if (it == object.end()) continue;
-    if (found != nullptr) {
-      return badRequest("'" + std::string(name) + "' and '" + std::string(alias) +
-                        "' name the same field: give one");
-    }
-    found = &*it;
-  }
+  if (auto error = findField(object, name, alias, &found)) return error;
   if (found == nullptr) return std::nullopt;
   if (!found->is_string()) return badRequest("'" + std::string(name) + "' must be a string");
   *out = found->get<std::string>();
@@ -86,16 +95,7 @@ std::optional<HttpReply> readString(const Json& object, std::string_view name,
 std::optional<HttpReply> readUnsigned(const Json& object, std::string_view name,
                                       std::string_view alias, uint64_t max, uint64_t* out) {
   const Json* found = nullptr;
-  for (std::string_view key : {name, alias}) {
-    if (key.empty()) continue;
-    auto it = object.find(std::string(key));
-    if (it == object.end()) continue;
-    if (found != nullptr) {
-      return badRequest("'" + std::string(name) + "' and '" + std::string(alias) +
-                        "' name the same field: give one");
-    }
-    found = &*it;
-  }
+  if (auto error = findField(object, name, alias, &found)) return error;
   if (found == nullptr) return std::nullopt;
   // Negative numbers are integers but not unsigned; 1e3, 1.5 and numbers above 2^64 are floats.
   if (!found->is_number_unsigned()) {
