@@ -1,5 +1,9 @@
 #include "net/framed_stream.h"
 
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+
+#include <algorithm>
 #include <array>
 #include <memory>
 #include <span>
@@ -24,6 +28,9 @@ namespace {
 // serves every stream on it.
 constexpr size_t kReadBufferBytes = 64 * 1024;
 thread_local std::array<char, kReadBufferBytes> read_buffer;
+
+// How often a lingering stream asks the kernel whether the peer has everything it was sent.
+constexpr uint64_t kLingerPollMs = 10;
 
 Status uvStatus(const char* what, int rc) {
   return Status::ioError(std::string(what) + ": " + uv_strerror(rc));
@@ -277,7 +284,9 @@ void FramedStream::startLingering() {
     linger_timer_.data = this;
     linger_timer_initialized_ = true;
   }
-  if (uv_timer_start(&linger_timer_, onLingerDeadline, limits_.linger_ms, 0) != 0) {
+  linger_deadline_ms_ = uv_now(loop_) + limits_.linger_ms;
+  const uint64_t first_ms = std::min(kLingerPollMs, limits_.linger_ms);
+  if (uv_timer_start(&linger_timer_, onLingerTimer, first_ms, kLingerPollMs) != 0) {
     close();
     return;
   }
@@ -312,8 +321,24 @@ void FramedStream::onShutdown(uv_shutdown_t* req, int status) {
   if (status != 0 || self->peer_ended_) self->close();
 }
 
-void FramedStream::onLingerDeadline(uv_timer_t* timer) {
-  static_cast<FramedStream*>(timer->data)->close();
+void FramedStream::onLingerTimer(uv_timer_t* timer) {
+  auto* self = static_cast<FramedStream*>(timer->data);
+  if (uv_now(self->loop_) >= self->linger_deadline_ms_ ||
+      (self->shutdown_done_ && self->peerHasEverything())) {
+    self->close();
+  }
+}
+
+bool FramedStream::peerHasEverything() {
+  // SIOCOUTQ: bytes the peer has not acknowledged (TCP, FIN included) or not yet read (a Unix
+  // socket). SIOCINQ: our unread input. With both 0 a close can make no RST that drops a reply,
+  // so a peer that took every reply but keeps its end open does not hold the close for linger_ms.
+  uv_os_fd_t fd = -1;
+  if (uv_fileno(handle(), &fd) != 0) return false;
+  int unacknowledged = 0;
+  int unread = 0;
+  return ::ioctl(fd, SIOCOUTQ, &unacknowledged) == 0 && unacknowledged == 0 &&
+         ::ioctl(fd, SIOCINQ, &unread) == 0 && unread == 0;
 }
 
 void FramedStream::close() {

@@ -34,7 +34,10 @@
 //    of stream, and only then closes, or after linger_ms at the latest. Closing a TCP socket
 //    with unread input makes the kernel send RST, which throws away replies still in its send
 //    queue: a peer that had pipelined more requests would lose answers to work already
-//    applied. close() closes at once (queued writes are cancelled).
+//    applied. The wait also ends as soon as the kernel reports that the peer has every byte
+//    (and the FIN) and no input of its is unread (SIOCOUTQ and SIOCINQ both 0, polled every
+//    10 ms), so an idle client that keeps its end open does not delay a stop by linger_ms.
+//    close() closes at once (queued writes are cancelled).
 //
 // Ownership: owns its uv_tcp_t or uv_pipe_t, its connect and shutdown requests and its write
 // buffers; borrows `loop` and `handler`, which must outlive it. Non-copyable, non-movable
@@ -136,7 +139,7 @@ class FramedStream {
   static void onWrite(uv_write_t* request, int status);
   static void onConnect(uv_connect_t* request, int status);
   static void onShutdown(uv_shutdown_t* request, int status);
-  static void onLingerDeadline(uv_timer_t* timer);
+  static void onLingerTimer(uv_timer_t* timer);
   static void onClose(uv_handle_t* handle);
 
   bool overLimit();
@@ -145,6 +148,8 @@ class FramedStream {
   void updateReading();
   void lost(Status status);
   void startLingering();
+  // The kernel holds nothing of ours the peer has not received, and no unread input of its.
+  bool peerHasEverything();
   // A read while shutting down: input is discarded; the peer's end of stream ends the wait.
   void onReadWhileShuttingDown(ssize_t nread);
 
@@ -157,6 +162,7 @@ class FramedStream {
   uv_pipe_t pipe_{};
   uv_connect_t connect_request_{};
   uv_timer_t linger_timer_{};
+  uint64_t linger_deadline_ms_ = 0;  // uv_now() past which a lingering stream closes
   bool initialized_ = false;
   bool linger_timer_initialized_ = false;
   int handles_closing_ = 0;  // close callbacks still to come

@@ -257,7 +257,6 @@ TEST_F(FramedStreamTest, ShutdownThenCloseDeliversEverythingQueuedFirst) {
     turn();
   }
   EXPECT_EQ(received, expected);
-  EXPECT_EQ(handler_.closed, 0);  // lingering: it waits for the peer's end of stream
   ASSERT_EQ(::shutdown(peer_fd_, SHUT_WR), 0);
   ASSERT_EQ(uv_run(&loop_, UV_RUN_DEFAULT), 0);
   EXPECT_EQ(handler_.closed, 1);
@@ -273,6 +272,43 @@ TEST_F(FramedStreamTest, ALingeringStreamClosesAtItsDeadlineWhenThePeerNeverClos
   ASSERT_EQ(uv_run(&loop_, UV_RUN_DEFAULT), 0);
   EXPECT_EQ(handler_.closed, 1);
   EXPECT_EQ(peerDrain(), 100u);
+}
+
+// A peer that took every reply but keeps its end open (an idle client) does not hold the close
+// for linger_ms: once the kernel holds nothing the peer has not read, the stream closes.
+TEST_F(FramedStreamTest, ALingeringStreamClosesOnceThePeerHasReadEverything) {
+  constexpr uint64_t kLingerMs = 20'000;
+  open({.linger_ms = kLingerMs});
+  stream_->output()->assign(100, 'x');
+  stream_->shutdownThenClose();
+  std::string received;
+  for (int i = 0; i < 100'000 && received.size() < 100; ++i) {
+    peerDrain(&received);
+    turn();
+  }
+  ASSERT_EQ(received.size(), 100u);
+  const uint64_t drained_at_ms = uv_now(&loop_);
+  ASSERT_EQ(uv_run(&loop_, UV_RUN_DEFAULT), 0);
+  EXPECT_EQ(handler_.closed, 1);
+  EXPECT_LT(uv_now(&loop_) - drained_at_ms, kLingerMs / 2) << "waited for the linger deadline";
+  char byte = 0;
+  EXPECT_EQ(::read(peer_fd_, &byte, 1), 0) << "the peer sees its end of stream";
+}
+
+// Unread replies keep a lingering stream open: the early close needs the peer to hold them all.
+TEST_F(FramedStreamTest, ALingeringStreamWithUnreadRepliesWaitsForThePeer) {
+  open({.linger_ms = 20'000});
+  stream_->output()->assign(100, 'x');
+  stream_->shutdownThenClose();
+  const uint64_t started_ms = uv_now(&loop_);
+  while (uv_now(&loop_) - started_ms < 200) {
+    (void)uv_run(&loop_, UV_RUN_ONCE);  // the 10 ms linger poll wakes the loop
+    uv_update_time(&loop_);
+  }
+  EXPECT_EQ(handler_.closed, 0) << "closed while the peer had not read its replies";
+  EXPECT_EQ(peerDrain(), 100u);
+  ASSERT_EQ(uv_run(&loop_, UV_RUN_DEFAULT), 0);
+  EXPECT_EQ(handler_.closed, 1);
 }
 
 TEST_F(FramedStreamTest, PeerClosingIsReportedAsLost) {
