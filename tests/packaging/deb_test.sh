@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The Debian package: scripts/package builds it (from the binaries of this build, --prebuilt),
-# lintian reports no error, and dpkg installs it into a temporary root (maintainer scripts run
+# The Debian packages: scripts/package builds them (from the binaries of this build, --prebuilt),
+# lintian reports no error on either; clients/cpp/example.cc builds against libtally-client-dev
+# with only pkg-config; and dpkg installs tally into a temporary root (maintainer scripts run
 # chrootless with DPKG_ROOT): the tally user and /run/tally are created, nothing is enabled, the
 # files are where the units and docs say; remove keeps configs and data dirs, a reinstall keeps
 # an edited config, purge deletes both.
@@ -21,9 +22,33 @@ make_temp
 deb="$(ls "$TMP"/out/tally_*_"$(dpkg-architecture -qDEB_HOST_ARCH)".deb)"
 echo "built $(basename "$deb")"
 
+dev_deb="$(ls "$TMP"/out/libtally-client-dev_*_"$(dpkg-architecture -qDEB_HOST_ARCH)".deb)"
+echo "built $(basename "$dev_deb")"
+
 # lintian: no error (warnings are printed for the record).
-lintian --fail-on error --tag-display-limit 0 "$deb" || fail "lintian reports errors"
+lintian --fail-on error --tag-display-limit 0 "$deb" "$dev_deb" || fail "lintian reports errors"
 echo "lintian: no errors"
+
+# The C++ client's package: a gateway builds against it with nothing but pkg-config.
+multiarch="$(dpkg-architecture -qDEB_HOST_MULTIARCH)"
+dev_contents="$(dpkg-deb -c "$dev_deb" | awk '{ print $6 }')"
+for path in ./usr/include/tally/client.h "./usr/lib/$multiarch/libtally-client.a" \
+  "./usr/lib/$multiarch/pkgconfig/tally-client.pc"; do
+  grep -qx -- "$path" <<<"$dev_contents" || fail "$path is not in libtally-client-dev"
+done
+dev_root="$TMP/dev-root"
+dpkg-deb -x "$dev_deb" "$dev_root"
+pc_dir="$dev_root/usr/lib/$multiarch/pkgconfig"
+grep -qx "libdir=/usr/lib/$multiarch" "$pc_dir/tally-client.pc" ||
+  fail "tally-client.pc does not name /usr/lib/$multiarch: $(cat "$pc_dir/tally-client.pc")"
+flags="$(PKG_CONFIG_LIBDIR="$pc_dir:/usr/lib/$multiarch/pkgconfig:/usr/share/pkgconfig" \
+  PKG_CONFIG_SYSROOT_DIR="$dev_root" pkg-config --cflags --libs tally-client)" ||
+  fail "pkg-config cannot resolve tally-client from the package"
+# shellcheck disable=SC2086  # the flags are words
+c++ -o "$TMP/example" "$SRC/clients/cpp/example.cc" $flags ||
+  fail "clients/cpp/example.cc does not build against libtally-client-dev ($flags)"
+"$TMP/example" 2>/dev/null && fail "example ran without its arguments"
+echo "libtally-client-dev: example.cc builds with pkg-config --cflags --libs tally-client"
 
 # Contents.
 contents="$(dpkg-deb -c "$deb" | awk '{ print $6 }')"
