@@ -177,11 +177,31 @@ void Checker::onQueried(const std::string& reservation_id, const ReservationRepl
   }
 }
 
+void Checker::Horizon::saw(uint64_t now_ms) {
+  known = true;
+  seen_at_ms = now_ms;
+  closed_ms_min = ~uint64_t{0};
+  expires_ms_min = ~uint64_t{0};
+}
+
+bool Checker::Horizon::nothingCompactable(uint64_t now_ms, uint64_t retention_ms) const {
+  // A reservation terminal when the ledger was last seen closed at closed_ms_min or later; one
+  // that closed since, at seen_at_ms or later (closedAt is the ledger's clock when it closed).
+  // A shard's expiry is fixed when it is issued, in the future of the moment it is issued.
+  // Both can be compacted only `retention_ms` after those moments (Ledger::tick).
+  return known && saturatingAdd(std::min(closed_ms_min, seen_at_ms), retention_ms) > now_ms &&
+         saturatingAdd(std::min(expires_ms_min, seen_at_ms), retention_ms) > now_ms;
+}
+
 void Checker::beforeTick(const Ledger& ledger, uint64_t now_ms, uint64_t retention_ms) {
   before_tick_.clear();
   // Shards too: one reconciled and compacted within a batch was never durable reconciled.
   before_tick_shards_.clear();
+  // A tick that can compact nothing needs no final images (only compacted ones are looked up).
+  if (horizon_.nothingCompactable(now_ms, retention_ms)) return;
+  horizon_.saw(now_ms);
   for (const ShardLedgerView& view : ledger.listShards("", std::nullopt).shards) {
+    horizon_.expires_ms_min = std::min(horizon_.expires_ms_min, view.grant.expires_at_ms);
     if (view.state == ShardState::kReconciled || view.state == ShardState::kWrittenOff ||
         view.state == ShardState::kConflict) {
       before_tick_shards_[view.grant.shard_id] =
@@ -190,6 +210,9 @@ void Checker::beforeTick(const Ledger& ledger, uint64_t now_ms, uint64_t retenti
     }
   }
   ledger.forEachReservation([&](const Reservation& r) {
+    if (isTerminal(r.state)) {
+      horizon_.closed_ms_min = std::min(horizon_.closed_ms_min, r.closed_at_ms);
+    }
     // Only those the tick may compact: terminal since at least the retention window (the
     // ledger's deadline counts from when it became terminal, never before closed_at_ms).
     if (isTerminal(r.state) && saturatingAdd(r.closed_at_ms, retention_ms) <= now_ms) {
@@ -232,17 +255,37 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
   // Sums by account entry (entries never move), jobs by views into the ledger's own strings:
   // this runs after every step. A gateway names a job's reservation "g<gateway>-j<job>"; a retry
   // under a new id (a bug the can-fail test injects) appends "-r<n>".
+  // Jobs by copies of the ids: a receipt is decoded into a scratch copy that the next one
+  // overwrites (the ids are short: no allocation).
   std::unordered_map<const AccountEntry*, Sums> sums;
-  std::unordered_map<std::string_view, std::string_view> debited_by_job;
+  std::unordered_map<std::string, std::string> debited_by_job;
+  // Each acknowledged fact is checked against its reservation as the scan meets it (one
+  // decode of a receipt, not two); the failures are reported after the sums, by id, as a
+  // lookup of each fact would report them.
+  std::map<std::string, std::string> fact_failures;
+  size_t facts_met = 0;
+  ++facts_pass_;
+  horizon_.saw(now_ms);
   ledger.forEachReservation([&](const Reservation& r) {
+    if (isTerminal(r.state)) {
+      horizon_.closed_ms_min = std::min(horizon_.closed_ms_min, r.closed_at_ms);
+    }
     if (r.state != S::kRejected) {
       const std::string_view id = r.reservation_id;
-      auto [job, inserted] = debited_by_job.try_emplace(id.substr(0, id.find("-r")), id);
+      auto [job, inserted] =
+          debited_by_job.try_emplace(std::string(id.substr(0, id.find("-r"))), r.reservation_id);
       if (!inserted && job->second != id) {
         fail(Check::kSecondReservation,
-             "one job holds two reservations: " + std::string(job->second) + " and " +
-                 r.reservation_id,
-             now_ms);
+             "one job holds two reservations: " + job->second + " and " + r.reservation_id, now_ms);
+      }
+    }
+    if (!facts_.empty()) {
+      if (auto it = facts_.find(r.reservation_id); it != facts_.end()) {
+        ++facts_met;
+        it->second.pass = facts_pass_;
+        if (std::optional<std::string> failure = factFailure(r, it->second)) {
+          fact_failures.emplace(r.reservation_id, std::move(*failure));
+        }
       }
     }
     Sums& account = sums[ledger.accounts().find(r.subject, r.route, r.policy_generation)];
@@ -266,6 +309,7 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
   // What shard reports charged: spent taken from the shard, and overspend as debt, both on the
   // shard's source account (its grant's subject, route and generation).
   for (const ShardLedgerView& view : audit.shards) {
+    horizon_.expires_ms_min = std::min(horizon_.expires_ms_min, view.grant.expires_at_ms);
     if (!view.conserved) {
       fail(Check::kConservation, "shard " + view.grant.shard_id + " does not conserve", now_ms);
     }
@@ -309,8 +353,25 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
     }
   }
 
-  for (const auto& [id, fact] : facts_) checkFact(ledger, id, fact, now_ms);
+  if (facts_met < facts_.size()) {  // facts whose reservation the scan did not meet
+    for (const auto& [id, fact] : facts_) {
+      if (fact.pass != facts_pass_ && !compacted_ids_.contains(id)) {
+        fact_failures.emplace(
+            id, id + " was acknowledged " + reservationStateName(fact.state) + " and is gone");
+      }
+    }
+  }
+  for (const auto& [id, failure] : fact_failures) fail(Check::kLostAcknowledged, failure, now_ms);
   fresh_facts_.clear();
+}
+
+std::optional<std::string> Checker::factFailure(const Reservation& r, const Fact& fact) {
+  if (!reachable(fact.state, r.state) || r.reserved_units != fact.reserved_units ||
+      (fact.actual_known && r.actual_units != fact.actual_units)) {
+    return r.reservation_id + " was acknowledged " + reservationStateName(fact.state) +
+           ", ledger holds " + describe(r);
+  }
+  return std::nullopt;
 }
 
 void Checker::afterAcknowledgements(const Ledger& ledger, uint64_t now_ms) {
@@ -330,12 +391,8 @@ void Checker::checkFact(const Ledger& ledger, const std::string& id, const Fact&
     }
     return;
   }
-  if (!reachable(fact.state, r->state) || r->reserved_units != fact.reserved_units ||
-      (fact.actual_known && r->actual_units != fact.actual_units)) {
-    fail(Check::kLostAcknowledged,
-         id + " was acknowledged " + reservationStateName(fact.state) + ", ledger holds " +
-             describe(*r),
-         now_ms);
+  if (std::optional<std::string> failure = factFailure(*r, fact)) {
+    fail(Check::kLostAcknowledged, *failure, now_ms);
   }
 }
 

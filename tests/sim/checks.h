@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -64,7 +65,12 @@ class Checker {
   // settled form, so its last durable image would undercount what it consumed.
   // Only reservations terminal for at least `retention_ms` by `now_ms` (the tick's time) can be
   // compacted by it.
+  // Skipped (nothing to keep) when the last full look at the ledger proves that this tick can
+  // compact nothing.
   void beforeTick(const Ledger& ledger, uint64_t now_ms, uint64_t retention_ms);
+  // The ledger restarted from its durable rows: what the last look proved is void (a restore
+  // brings back rows the live ledger had compacted before it crashed).
+  void onLedgerRestarted() { horizon_ = {}; }
   // Reservations compacted by a durable commit (their consumption stays in the sums).
   void onCompacted(const std::vector<Reservation>& deleted);
   void fail(Check check, const std::string& detail, uint64_t now_ms);
@@ -106,6 +112,8 @@ class Checker {
   const std::vector<Finding>& findings() const { return findings_; }
   // Simulated ms from a reservation's first sighting in USAGE_UNKNOWN to its close.
   const std::vector<uint64_t>& convergenceMs() const { return convergence_ms_; }
+  // Reservations seen USAGE_UNKNOWN and not yet seen closed, with when they were first seen.
+  const std::map<std::string, uint64_t>& unknownSince() const { return unknown_since_ms_; }
   std::array<bool, kCheckCount> failedChecks() const;
 
  private:
@@ -116,15 +124,32 @@ class Checker {
     bool actual_known = false;
     uint64_t created_at_ms = 0;  // which incarnation of the id (ids are reusable after
                                  // compaction)
+    uint64_t pass = 0;           // the last afterStep whose scan met its reservation
   };
   struct Sums {
     Units consumed = 0;
     Units debt = 0;
   };
 
+  // What the last full look at the ledger (every reservation and shard) saw: the earliest
+  // closedAt of a terminal reservation and the earliest shard expiry, and when it looked.
+  struct Horizon {
+    bool known = false;
+    uint64_t seen_at_ms = 0;
+    uint64_t closed_ms_min = ~uint64_t{0};
+    uint64_t expires_ms_min = ~uint64_t{0};
+
+    void saw(uint64_t now_ms);  // a full look begins
+    bool nothingCompactable(uint64_t now_ms, uint64_t retention_ms) const;
+  };
+
   Trace* trace_;
   std::vector<Finding> findings_;
+  Horizon horizon_;
   void checkFact(const Ledger& ledger, const std::string& id, const Fact& fact, uint64_t now_ms);
+  // Why `r` contradicts what was acknowledged about it, if it does.
+  static std::optional<std::string> factFailure(const Reservation& r, const Fact& fact);
+  uint64_t facts_pass_ = 0;
   void checkPeriods(const Ledger& live, const Ledger& rebuilt, uint64_t now_ms);
   uint64_t periods_checked_ = 0;
 
