@@ -165,7 +165,7 @@ void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) 
                       std::is_same_v<T, SettleRequest> || std::is_same_v<T, ReleaseRequest> ||
                       std::is_same_v<T, MarkUnknownRequest> ||
                       std::is_same_v<T, ReportOperationRequest> ||
-                      std::is_same_v<T, QueryRequest>) {
+                      std::is_same_v<T, QueryRequest> || std::is_same_v<T, ExtendRequest>) {
           request = value;
         } else if constexpr (std::is_same_v<T, wire::HealthRequest>) {
           measured(wire::HealthReply{

@@ -168,20 +168,25 @@ std::variant<HttpCall, HttpReply> followUpCall(const std::string& id, std::strin
                                                const std::string& body) {
   const bool has_operation = verb != "release";
   const bool has_actual = verb == "settle" || verb == "report";
+  const bool has_total = verb == "extend";
   std::set<std::string_view> allowed = {"reservationId"};
   if (has_operation) allowed.insert("operationId");
   if (has_actual) allowed.insert("actualUnits");
+  if (has_total) allowed.insert("reservedUnitsTotal");
   auto object = bodyObject(body, allowed);
   if (auto* reply = std::get_if<HttpReply>(&object)) return std::move(*reply);
   const Json& json = std::get<Json>(object);
   std::string body_id = id;
   std::string operation_id;
   uint64_t actual = 0;
+  uint64_t total = 0;
   std::optional<HttpReply> error;
   if ((error = readString(json, "reservationId", "", &body_id)) ||
       (error = readString(json, "operationId", "", &operation_id)) ||
       (error =
-           readUnsigned(json, "actualUnits", "", std::numeric_limits<uint64_t>::max(), &actual))) {
+           readUnsigned(json, "actualUnits", "", std::numeric_limits<uint64_t>::max(), &actual)) ||
+      (error = readUnsigned(json, "reservedUnitsTotal", "", std::numeric_limits<uint64_t>::max(),
+                            &total))) {
     return std::move(*error);
   }
   if (body_id != id) {
@@ -197,6 +202,9 @@ std::variant<HttpCall, HttpReply> followUpCall(const std::string& id, std::strin
     request = ReleaseRequest{.reservation_id = id};
   } else if (verb == "unknown") {
     request = MarkUnknownRequest{.reservation_id = id, .operation_id = operation_id};
+  } else if (verb == "extend") {
+    request = ExtendRequest{
+        .reservation_id = id, .operation_id = operation_id, .reserved_units_total = total};
   } else {
     request = ReportOperationRequest{
         .reservation_id = id, .operation_id = operation_id, .actual_units = actual};
@@ -256,7 +264,9 @@ HttpReply reservationReply(const HttpCall& call, const ReservationReply& reply) 
       /*json=*/true);
   if (!out.body.empty() && out.body.back() != '\n') out.body += '\n';
   out.status = statusOf(reply.code);
-  if (call.kind == HttpCallKind::kReserve && isRejection(reply)) {
+  // A refused extend (the one follow-up that can be REJECTED) is a 429 like a refused reserve.
+  if ((call.kind == HttpCallKind::kReserve && isRejection(reply)) ||
+      (!query && reply.code == ReplyCode::kRejected)) {
     out.status = 429;
     // -1: never under this policy, so no time to name.
     if (reply.receipt.retry_after_ms >= 0) {
@@ -323,8 +333,8 @@ std::variant<HttpCall, HttpReply> routeHttpRequest(const HttpRequest& request) {
     std::string asked = *id;
     return throughWire(HttpCallKind::kQuery, std::move(asked), QueryRequest{.reservation_id = *id});
   }
-  static const std::set<std::string_view> kVerbs = {"start", "settle", "release", "unknown",
-                                                    "report"};
+  static const std::set<std::string_view> kVerbs = {"start",   "settle", "release",
+                                                    "unknown", "report", "extend"};
   if (!kVerbs.contains(verb)) {
     return httpError(404, "NOT_FOUND", "no such path: " + std::string(path));
   }

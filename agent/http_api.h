@@ -23,6 +23,9 @@
 //   POST /v1/reservations/{id}/release       {} (or no body)
 //   POST /v1/reservations/{id}/unknown       {"operationId"}
 //   POST /v1/reservations/{id}/report        {"operationId", "actualUnits"}
+//   POST /v1/reservations/{id}/extend        {"operationId", "reservedUnitsTotal"}: streaming
+//                                            top-up of a STARTED reservation (a new total);
+//                                            refused: 429 with Retry-After, as a reserve
 //   GET  /v1/reservations/{id}               query
 //   GET  /healthz                            the agent answers (200) with its link's health
 //   GET  /readyz                             200 while the link to the ledger is usable, else 503

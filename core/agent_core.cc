@@ -77,6 +77,8 @@ void AgentCore::onRequest(uint64_t token, const AgentRequest& request, const Age
           followUp(token, OutboxKind::kReportOperation, request, link, now_ms);
         } else if constexpr (std::is_same_v<T, QueryRequest>) {
           query(token, value, link, now_ms);
+        } else if constexpr (std::is_same_v<T, ExtendRequest>) {
+          extend(token, value, link, now_ms);
         } else {
           static_assert(std::is_same_v<T, AgentOtherRequest>);
           if (!link.connected) {
@@ -317,6 +319,25 @@ void AgentCore::query(uint64_t token, const QueryRequest& request, const AgentLi
   }
   forward(token, std::nullopt, QueryAnswerStep{.id = request.reservation_id}, std::string(),
           now_ms);
+}
+
+void AgentCore::extend(uint64_t token, const ExtendRequest& request, const AgentLinkState& link,
+                       uint64_t now_ms) {
+  if (local_.contains(request.reservation_id)) {
+    effects_.push_back(AgentReplyReservation{token, local_.extend(request, now_ms)});
+    return;
+  }
+  if (shards_ != nullptr && shards_->owns(request.reservation_id)) {
+    unavailable(token, "reservation " + request.reservation_id +
+                           " is held by an emergency shard, which this agent cannot extend; "
+                           "stop the work or settle it");
+    return;
+  }
+  if (!linkUsable(link.connected, link.health)) {
+    unavailable(token, "the ledger is unreachable; extend later with the same total");
+    return;
+  }
+  forward(token, std::nullopt, OtherAnswerStep{}, std::string(), now_ms);
 }
 
 // --- the window ----------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ struct AgentOtherRequest {
 };
 using AgentRequest =
     std::variant<ReserveRequest, StartRequest, SettleRequest, ReleaseRequest, MarkUnknownRequest,
-                 ReportOperationRequest, QueryRequest, AgentOtherRequest>;
+                 ReportOperationRequest, QueryRequest, AgentOtherRequest, ExtendRequest>;
 
 struct AgentLinkState {
   bool connected = false;
@@ -206,6 +206,11 @@ class AgentCore {
                 const AgentLinkState& link, uint64_t now_ms);
   void query(uint64_t token, const QueryRequest& request, const AgentLinkState& link,
              uint64_t now_ms);
+  // Streaming top-up: a local (off/shadow) reservation through the LocalBook; a central one
+  // forwarded while the link is usable, else UNAVAILABLE (never a local guess); a shard-owned
+  // one UNAVAILABLE (this build does not grow a shard reservation).
+  void extend(uint64_t token, const ExtendRequest& request, const AgentLinkState& link,
+              uint64_t now_ms);
   void forward(uint64_t token, std::optional<OutboxEntry> follow_up, Step step,
                std::string central_id, uint64_t now_ms);
   void sendWaiting(uint64_t now_ms);

@@ -140,6 +140,57 @@ class Ledger::AccountHolder final : public CapacityHolder {
     return of(outcome);
   }
 
+  HolderGrow grow(const Reservation& reservation, Units more_units, Units total_units,
+                  uint64_t now_ms) override {
+    AccountBook& accounts = ledger_->accounts_;
+    bool table_full = false;
+    // The reservation's generation, pinned: a draining one admits nothing new
+    // (kGenerationDraining).
+    const Admission admission =
+        accounts.admit(reservation.subject, reservation.route, reservation.policy_generation,
+                       now_ms, &table_full, reservation.region);
+    if (table_full || admission.entry == nullptr) {
+      // No admissible account (draining generation, no budget any more, region fence).
+      return {.refused = admission.refused == LimitingDimension::kNone
+                             ? LimitingDimension::kNoBudget
+                             : admission.refused,
+              .retry_after_ms = kRetryNever,
+              .message = admission.message};
+    }
+    AccountEntry& entry = *admission.entry;
+    // The active account of the pinned generation is the one holding the reservation's units.
+    TALLY_ASSERT(entry.key.generation == reservation.policy_generation);
+    const Account& account = entry.account;
+    if (admission.refused != LimitingDimension::kNone) {
+      return {.refused = admission.refused,
+              .retry_after_ms =
+                  retryAfterMs({.units = more_units,
+                                .available = account.balances().available,
+                                .debt = accounts.debt({reservation.subject, reservation.route}),
+                                .refill_per_second = account.bucket().refill_per_second,
+                                .burst = account.bucket().burst}),
+              .message = admission.message};
+    }
+    if (total_units > entry.budget.max_single_reservation) {
+      return {.refused = LimitingDimension::kMaxSingleReservation,
+              .retry_after_ms = kRetryNever,
+              .message = "the new total is above the policy's max single reservation (" +
+                         std::to_string(entry.budget.max_single_reservation) + ")"};
+    }
+    switch (entry.account.reserve(more_units, total_units)) {
+      case AccountCode::kOk: accounts.markChanged(&entry); return {};
+      case AccountCode::kInsufficientAvailable:
+        return {.refused = LimitingDimension::kCapacity,
+                .retry_after_ms = retryAfterMs({.units = more_units,
+                                                .available = account.balances().available,
+                                                .debt = 0,
+                                                .refill_per_second = entry.budget.refill_per_second,
+                                                .burst = entry.budget.burst})};
+      case AccountCode::kOverflow: return {.code = HolderCode::kOverflow};
+      default: TALLY_UNREACHABLE();  // units > 0, max single checked, debt refused above
+    }
+  }
+
   void changed(const Reservation& reservation, ReservationState from,
                uint64_t /*now_ms*/) override {
     const ReservationState to = reservation.state;
@@ -422,6 +473,14 @@ ReservationReply Ledger::applyReceipt(const std::string& reservation_id,
   AccountHolder holder(this, record);
   return lifecycle::receipt(record == nullptr ? nullptr : &record->reservation, reservation_id,
                             operation_id, actual_units, &holder, now_ms);
+}
+
+ReservationReply Ledger::extend(const ExtendRequest& request, uint64_t now_ms) {
+  now_ms = advance(now_ms);
+  Record* record = lookup(request.reservation_id);
+  AccountHolder holder(this, record);
+  return lifecycle::extend(record == nullptr ? nullptr : &record->reservation, request, &holder,
+                           now_ms);
 }
 
 ReservationReply Ledger::query(const QueryRequest& request) const {

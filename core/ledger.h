@@ -158,6 +158,11 @@ class Ledger {
   ReservationReply markUnknown(const MarkUnknownRequest& request, uint64_t now_ms);
   ReservationReply reportOperation(const ReportOperationRequest& request, uint64_t now_ms);
   ReservationReply query(const QueryRequest& request) const;
+  // Streaming top-up (core/reservation_lifecycle.h extend): the difference is admitted like a
+  // reserve against the reservation's own account (its generation must still be the active
+  // one; debt, the route's freeze, available and max single reservation, applied to the new
+  // total, refuse it with the same limiting dimensions and retry-after).
+  ReservationReply extend(const ExtendRequest& request, uint64_t now_ms);
 
   // Expires RESERVED reservations past expiresAt, closes USAGE_UNKNOWN ones past the hard
   // execution limit as fully consumed, and compacts terminal ones past retention; at most

@@ -77,7 +77,7 @@ using LedgerRequest =
                  HealthRequest, PublishPolicyRequest, RollbackPolicyRequest, ShowPolicyRequest,
                  EnrollGatewayRequest, ListGatewaysRequest, SetGatewayEnabledRequest,
                  ShardIssueRequest, ShardReport, ShardStatusRequest, ListShardsRequest,
-                 RevokeShardsRequest, WriteOffShardRequest>;
+                 RevokeShardsRequest, WriteOffShardRequest, ExtendRequest>;
 
 // --- Answers without a Ledger type of their own ----------------------------------------------
 

@@ -119,6 +119,8 @@ LedgerOutcome LedgerRequests::apply(const LedgerRequest& request, uint64_t now_m
           return answer(ledger->markUnknown(r, now_ms));
         } else if constexpr (std::is_same_v<T, ReportOperationRequest>) {
           return receiptAnswer(ledger->reportOperation(r, now_ms));
+        } else if constexpr (std::is_same_v<T, ExtendRequest>) {
+          return answer(ledger->extend(r, now_ms));
         } else if constexpr (std::is_same_v<T, AuditRequest>) {
           return audit(r, now_ms);
         } else if constexpr (std::is_same_v<T, HealthRequest>) {

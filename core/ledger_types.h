@@ -80,6 +80,17 @@ struct QueryRequest {
   std::string reservation_id;
 };
 
+// Streaming top-up: a STARTED reservation grows to `reserved_units_total` (a new total, not an
+// increment, so that a retry is idempotent) before the work exceeds its estimate. The difference
+// is admitted like a reserve against the reservation's own account, or refused (kRejected with
+// the limiting dimension and retry-after) leaving everything unchanged; a total the reservation
+// already holds is a duplicate (nothing charged). SPEC §5; docs/protocol.md "extend".
+struct ExtendRequest {
+  std::string reservation_id;
+  std::string operation_id;
+  Units reserved_units_total = 0;
+};
+
 struct ReservationReply {
   ReplyCode code = ReplyCode::kOk;
   bool duplicate = false;    // repeated an earlier request; nothing changed

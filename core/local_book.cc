@@ -25,6 +25,11 @@ class LocalBook::NoHolder final : public CapacityHolder {
     return {.refunded_units = actual_units < reserved ? reserved - actual_units : 0,
             .debt_units = actual_units > reserved ? actual_units - reserved : 0};
   }
+  // Nothing to take the units from: every extend is admitted.
+  HolderGrow grow(const Reservation& /*reservation*/, Units /*more_units*/, Units /*total_units*/,
+                  uint64_t /*now_ms*/) override {
+    return {};
+  }
   HolderSettle consumeAll(const Reservation& /*reservation*/, uint64_t /*now_ms*/) override {
     return {};
   }
@@ -140,6 +145,11 @@ ReservationReply LocalBook::release(const ReleaseRequest& request, uint64_t now_
 ReservationReply LocalBook::markUnknown(const MarkUnknownRequest& request, uint64_t now_ms) {
   NoHolder holder(this);
   return lifecycle::markUnknown(find(request.reservation_id), request, &holder, now_ms, kWhat);
+}
+
+ReservationReply LocalBook::extend(const ExtendRequest& request, uint64_t now_ms) {
+  NoHolder holder(this);
+  return lifecycle::extend(find(request.reservation_id), request, &holder, now_ms, kWhat);
 }
 
 ReservationReply LocalBook::query(const QueryRequest& request) const {

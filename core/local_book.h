@@ -55,6 +55,10 @@ class LocalBook {
   ReservationReply markUnknown(const MarkUnknownRequest& request, uint64_t now_ms);
   ReservationReply reportOperation(const ReportOperationRequest& request, uint64_t now_ms);
   ReservationReply query(const QueryRequest& request) const;
+  // Streaming top-up (lifecycle::extend): nothing holds a local reservation's units, so a
+  // STARTED one always grows to the total asked (up to kUnitsPerRequestMax); the same state,
+  // operation and duplicate rules as the Ledger's.
+  ReservationReply extend(const ExtendRequest& request, uint64_t now_ms);
 
   // Expires RESERVED reservations at expiresAt and closes USAGE_UNKNOWN ones at startedAt +
   // hard_execution_limit_ms as fully consumed (lifecycle::closeByHardLimit: a later, larger

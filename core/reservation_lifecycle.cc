@@ -6,6 +6,17 @@
 #include "core/limits.h"
 #include "core/reservation_replies.h"
 
+namespace tally {
+
+HolderGrow CapacityHolder::grow(const Reservation& /*reservation*/, Units /*more_units*/,
+                                Units /*total_units*/, uint64_t /*now_ms*/) {
+  return {.refused = LimitingDimension::kNoBudget,
+          .retry_after_ms = kRetryNever,
+          .message = "this reservation's holder cannot extend it"};
+}
+
+}  // namespace tally
+
 namespace tally::lifecycle {
 namespace {
 
@@ -49,9 +60,16 @@ ReservationReply startOfUnreserved(const Reservation& reservation,
   }
 }
 
+// The units of a repeated reserve: those it reserved, or fewer once an extend (only ever of a
+// started reservation) has grown it.
+bool sameUnits(const Reservation& existing, Units units) {
+  return existing.reserved_units == units ||
+         (!existing.operation_id.empty() && units < existing.reserved_units);
+}
+
 bool sameRequest(const Reservation& existing, const ReserveRequest& request) {
   if (existing.request_digest != request.request_digest || existing.subject != request.subject ||
-      existing.route != request.route || existing.reserved_units != request.units ||
+      existing.route != request.route || !sameUnits(existing, request.units) ||
       existing.region != request.region) {
     return false;
   }
@@ -97,6 +115,30 @@ ReservationReply lateReceipt(Reservation* reservation, Units actual_units, Capac
     holder->changed(*reservation, reservation->state, now_ms);
   }
   return answer(ReplyCode::kOk, *reservation);
+}
+
+// An extend the reservation already covers, or one its state does not allow.
+ReservationReply extendOfCovered(const Reservation& reservation, const ExtendRequest& request) {
+  switch (reservation.state) {
+    case S::kStarted:
+    case S::kUsageUnknown:
+    case S::kSettled:
+    case S::kSettledWithDebt:
+      if (reservation.operation_id != request.operation_id) {
+        return answer(ReplyCode::kOperationConflict, reservation);
+      }
+      if (request.reserved_units_total <= reservation.reserved_units) {
+        return answer(ReplyCode::kOk, reservation, /*duplicate=*/true);
+      }
+      break;
+    case S::kExpiring:
+    case S::kExpired: return answer(ReplyCode::kExpired, reservation);
+    default: break;
+  }
+  ReservationReply reply = answer(ReplyCode::kInvalidState, reservation);
+  reply.message = std::string("only a STARTED reservation can be extended; this one is ") +
+                  reservationStateName(reservation.state);
+  return reply;
 }
 
 }  // namespace
@@ -266,6 +308,41 @@ ReservationReply query(const Reservation* reservation, const QueryRequest& reque
     return invalidArgument(std::move(error));
   }
   if (reservation == nullptr) return notFound(request.reservation_id, what);
+  return answer(ReplyCode::kOk, *reservation);
+}
+
+ReservationReply extend(Reservation* reservation, const ExtendRequest& request,
+                        CapacityHolder* holder, uint64_t now_ms, const char* what) {
+  if (std::string error = checkIds(request.reservation_id, &request.operation_id); !error.empty()) {
+    return invalidArgument(std::move(error));
+  }
+  if (request.reserved_units_total == 0) {
+    return invalidArgument("reserved units total must be positive");
+  }
+  if (auto error = checkUnits(request.reserved_units_total, "reserved units total")) return *error;
+  if (reservation == nullptr) return notFound(request.reservation_id, what);
+  if (reservation->state != S::kStarted || reservation->operation_id != request.operation_id ||
+      request.reserved_units_total <= reservation->reserved_units) {
+    return extendOfCovered(*reservation, request);
+  }
+  const Units more_units = request.reserved_units_total - reservation->reserved_units;
+  HolderGrow grown = holder->grow(*reservation, more_units, request.reserved_units_total, now_ms);
+  if (grown.code == HolderCode::kOverflow) {
+    return {.code = ReplyCode::kArithmeticOverflow,
+            .receipt = *reservation,
+            .message = "reserved units overflow"};
+  }
+  if (grown.refused != LimitingDimension::kNone) {
+    // Nothing changed: the record keeps its units and its state; the refusal is this reply's.
+    ReservationReply reply = answer(ReplyCode::kRejected, *reservation);
+    reply.receipt.limiting_dimension = grown.refused;
+    reply.receipt.retry_after_ms = grown.retry_after_ms;
+    reply.message = std::move(grown.message);
+    return reply;
+  }
+  // Point of no return: the holder holds the new total; the record follows.
+  reservation->reserved_units = request.reserved_units_total;
+  holder->changed(*reservation, reservation->state, now_ms);
   return answer(ReplyCode::kOk, *reservation);
 }
 

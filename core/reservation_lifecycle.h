@@ -25,6 +25,16 @@ enum class HolderCode : uint8_t {
   kOverflow,  // a balance would leave 64 bits; the holder changed nothing
 };
 
+// A holder's answer to an extend (a STARTED reservation growing to a new total).
+struct HolderGrow {
+  HolderCode code = HolderCode::kOk;
+  // kNone: the units moved from available to reserved. Else the holder refused and changed
+  // nothing: the dimension and retry-after a reserve of the same units would be answered with.
+  LimitingDimension refused = LimitingDimension::kNone;
+  int64_t retry_after_ms = 0;
+  std::string message;
+};
+
 struct HolderSettle {
   HolderCode code = HolderCode::kOk;
   Units refunded_units = 0;  // returned to available
@@ -50,6 +60,13 @@ class CapacityHolder {
   // A late receipt above a reservation closed as consumed: `extra_units` more are spent.
   virtual HolderSettle chargeExtra(const Reservation& reservation, Units extra_units,
                                    uint64_t now_ms) = 0;
+  // An extend: `more_units` move from available to reserved so that the reservation holds
+  // `total_units` (its reserved_units is still the old amount), admitted exactly like a reserve
+  // of `more_units` against the same account, with the policy's max single reservation applied
+  // to `total_units`; or refused, changing nothing. The default refuses (kNoBudget, never
+  // retried): a holder that cannot take more units says so rather than guessing.
+  virtual HolderGrow grow(const Reservation& reservation, Units more_units, Units total_units,
+                          uint64_t now_ms);
   // After every change to the record (`from` is its state before; equal to the current one
   // when only fields changed): the holder's persistence marks, deadline queues and checks.
   virtual void changed(const Reservation& reservation, ReservationState from, uint64_t now_ms) = 0;
@@ -101,6 +118,18 @@ ReservationReply receipt(Reservation* reservation, const std::string& reservatio
                          CapacityHolder* holder, uint64_t now_ms, const char* what = "reservation");
 ReservationReply query(const Reservation* reservation, const QueryRequest& request,
                        const char* what = "reservation");
+// Streaming top-up (docs/protocol.md "extend"). A STARTED reservation bound to the request's
+// operation id grows to reserved_units_total: the difference through holder->grow(), OK on
+// success; kRejected (receipt unchanged, with the refusal's limiting dimension and retry-after
+// stamped on the reply's copy only) when the holder refuses. A total the reservation already
+// holds (equal or below) is OK duplicate, for every state bound to the same operation (a retry
+// after a lost answer, or one overtaken by a larger extend or by the settle). Otherwise:
+// RESERVED, USAGE_UNKNOWN and terminal states are kInvalidState (EXPIRING/EXPIRED kExpired),
+// another operation id kOperationConflict, a total of 0 or above kUnitsPerRequestMax
+// kInvalidArgument. The hold's expiry and the hard limit are unchanged (extend adds units,
+// never time).
+ReservationReply extend(Reservation* reservation, const ExtendRequest& request,
+                        CapacityHolder* holder, uint64_t now_ms, const char* what = "reservation");
 
 // The two halves of expiry. beginExpiry is the CAS RESERVED → EXPIRING, only once expiresAt has
 // passed; completeExpiry is EXPIRING → EXPIRED, returning the units. Each returns whether it

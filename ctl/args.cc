@@ -31,6 +31,7 @@ enum class Flag : uint8_t {
   kRegion,
   kPeriod,
   kPeriods,  // the one command flag without a value (audit --periods)
+  kTotal,
 };
 
 struct FlagName {
@@ -53,6 +54,7 @@ constexpr FlagName kFlags[] = {
     {"region", Flag::kRegion},
     {"period", Flag::kPeriod},
     {"periods", Flag::kPeriods},
+    {"total", Flag::kTotal},
 };
 
 struct CommandSpec {
@@ -87,6 +89,7 @@ const CommandSpec& specFor(Command command) {
       {Command::kShardList, {}, {F::kGateway, F::kState}},
       {Command::kShardRevoke, {}, {F::kId, F::kGateway}},  // exactly one: checkShardRevoke()
       {Command::kShardWriteOff, {F::kId}, {}},
+      {Command::kExtend, {F::kId, F::kOperation, F::kTotal}, {}},
   };
   for (const CommandSpec& spec : kSpecs) {
     if (spec.command == command) return spec;
@@ -205,6 +208,7 @@ Status applyFlag(Flag flag, const std::string& value, Invocation* inv) {
       return checkText(name, value, limits::kOperationIdBytesMax);
     case Flag::kUnits: return parseNumber(name, value, 1, UINT64_MAX, &inv->units);
     case Flag::kActual: return parseNumber(name, value, 0, UINT64_MAX, &inv->actual_units);
+    case Flag::kTotal: return parseNumber(name, value, 1, UINT64_MAX, &inv->total_units);
     case Flag::kGeneration: return parseNumber(name, value, 0, UINT64_MAX, &inv->generation);
     case Flag::kPeriod: {
       Status s = parseNumber(name, value, 0, UINT64_MAX, &number);
@@ -351,7 +355,7 @@ Status resolveCommand(const std::vector<std::string>& words, Invocation* inv) {
       {"start", Command::kStart},     {"settle", Command::kSettle},
       {"release", Command::kRelease}, {"unknown", Command::kMarkUnknown},
       {"report", Command::kReport},   {"query", Command::kQuery},
-      {"audit", Command::kAudit},
+      {"audit", Command::kAudit},     {"extend", Command::kExtend},
   };
   size_t used = 1;
   static const std::map<std::string_view, Command> kGateway = {
@@ -459,6 +463,7 @@ const char* commandName(Command command) {
     case Command::kShardList: return "shard list";
     case Command::kShardRevoke: return "shard revoke";
     case Command::kShardWriteOff: return "shard write-off";
+    case Command::kExtend: return "extend";
   }
   return "?";
 }
@@ -509,6 +514,11 @@ Commands:
   start   --id ID --operation OP  RESERVED -> STARTED, binding operation OP
   settle  --id ID --operation OP --actual N
                                   record actual usage N; the unused part is refunded
+  extend  --id ID --operation OP --total N
+                                  streaming top-up: a STARTED reservation now holds N units
+                                  in all (a new total, not an increment); the difference is
+                                  admitted like a reserve, or REJECTED (stop the work); a
+                                  total it already holds is a duplicate and charges nothing
   release --id ID                 give back a reservation that never started
   unknown --id ID --operation OP  mark USAGE_UNKNOWN (the outcome of OP is not known)
   report  --id ID --operation OP --actual N

@@ -42,6 +42,7 @@ enum class Command : uint8_t {
   kShardList,
   kShardRevoke,
   kShardWriteOff,
+  kExtend,  // `extend`: a STARTED reservation grows to a new total (streaming top-up)
 };
 
 // The command word(s) as typed, e.g. "policy publish", "unknown".
@@ -61,6 +62,7 @@ struct Invocation {
   std::string operation_id;
   Units units = 0;
   Units actual_units = 0;
+  Units total_units = 0;         // extend --total: the reservation's new total
   std::optional<Digest> digest;  // reserve --digest; absent: computed from the request
   uint32_t priority = 0;
   std::string region;  // reserve --region; "" = none

@@ -145,6 +145,10 @@ Result<wire::RequestBody> buildRequest(const Invocation& inv) {
       return wire::RequestBody(SettleRequest{.reservation_id = inv.reservation_id,
                                              .operation_id = inv.operation_id,
                                              .actual_units = inv.actual_units});
+    case Command::kExtend:
+      return wire::RequestBody(ExtendRequest{.reservation_id = inv.reservation_id,
+                                             .operation_id = inv.operation_id,
+                                             .reserved_units_total = inv.total_units});
     case Command::kRelease:
       return wire::RequestBody(ReleaseRequest{.reservation_id = inv.reservation_id});
     case Command::kMarkUnknown:

@@ -75,6 +75,14 @@ struct ReportOperationRequest {
   actualUnits @2 :UInt64;
 }
 
+struct ExtendRequest {
+  # Streaming top-up of a STARTED reservation (docs/protocol.md "extend"): the new total, not an
+  # increment, so that a retry with the same fields is a duplicate and charges nothing.
+  reservationId @0 :Text;
+  operationId @1 :Text;
+  reservedUnitsTotal @2 :UInt64;
+}
+
 struct AuditRequest {
   subject @0 :Text;                # empty: every subject
   route @1 :Text;                  # empty: every route
@@ -159,6 +167,7 @@ struct Request {
     listShards @20 :ListShardsRequest;
     revokeShards @21 :RevokeShardsRequest;
     writeOffShard @22 :WriteOffShardRequest;
+    extend @23 :ExtendRequest;
   }
 }
 

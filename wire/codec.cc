@@ -238,6 +238,15 @@ Result<ReportOperationRequest> readReportOperation(schema::ReportOperationReques
   return out;
 }
 
+Result<ExtendRequest> readExtend(schema::ExtendRequest::Reader reader) {
+  ExtendRequest out;
+  TALLY_WIRE_RETURN_IF_ERROR(readReservationId(reader.getReservationId(), &out.reservation_id));
+  TALLY_WIRE_RETURN_IF_ERROR(readOperationId(reader.getOperationId(), &out.operation_id));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readUnits(reader.getReservedUnitsTotal(), "reservedUnitsTotal", &out.reserved_units_total));
+  return out;
+}
+
 Result<AuditRequest> readAudit(schema::AuditRequest::Reader reader) {
   AuditRequest out;
   TALLY_WIRE_RETURN_IF_ERROR(
@@ -296,6 +305,7 @@ Result<RequestBody> readRequestBody(schema::Request::Reader reader) {
     case schema::Request::REVOKE_SHARDS: return lift<RequestBody>(toCore(reader.getRevokeShards()));
     case schema::Request::WRITE_OFF_SHARD:
       return lift<RequestBody>(toCore(reader.getWriteOffShard()));
+    case schema::Request::EXTEND: return lift<RequestBody>(readExtend(reader.getExtend()));
   }
   // A member appended by a newer peer.
   return RequestBody(UnknownMessage{.which = static_cast<uint16_t>(reader.which())});
@@ -566,6 +576,9 @@ Result<MarkUnknownRequest> toCore(schema::MarkUnknownRequest::Reader reader) {
 Result<ReportOperationRequest> toCore(schema::ReportOperationRequest::Reader reader) {
   return catchDecodeErrors([&] { return readReportOperation(reader); });
 }
+Result<ExtendRequest> toCore(schema::ExtendRequest::Reader reader) {
+  return catchDecodeErrors([&] { return readExtend(reader); });
+}
 Result<AuditRequest> toCore(schema::AuditRequest::Reader reader) {
   return catchDecodeErrors([&] { return readAudit(reader); });
 }
@@ -702,6 +715,12 @@ void fromCore(const ReportOperationRequest& request,
   builder.setActualUnits(request.actual_units);
 }
 
+void fromCore(const ExtendRequest& request, schema::ExtendRequest::Builder builder) {
+  builder.setReservationId(textOf(request.reservation_id));
+  builder.setOperationId(textOf(request.operation_id));
+  builder.setReservedUnitsTotal(request.reserved_units_total);
+}
+
 void fromCore(const AuditRequest& request, schema::AuditRequest::Builder builder) {
   builder.setSubject(textOf(request.subject));
   builder.setRoute(textOf(request.route));
@@ -738,6 +757,7 @@ void fromCore(const Request& request, schema::Request::Builder builder) {
     void operator()(const ReportOperationRequest& body) {
       fromCore(body, builder.initReportOperation());
     }
+    void operator()(const ExtendRequest& body) { fromCore(body, builder.initExtend()); }
     void operator()(const AuditRequest& body) { fromCore(body, builder.initAudit()); }
     void operator()(const HealthRequest&) { builder.initHealth(); }
     void operator()(const PublishPolicyRequest& body) {

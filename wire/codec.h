@@ -156,6 +156,7 @@ Result<ReleaseRequest> toCore(schema::ReleaseRequest::Reader reader);
 Result<QueryRequest> toCore(schema::QueryRequest::Reader reader);
 Result<MarkUnknownRequest> toCore(schema::MarkUnknownRequest::Reader reader);
 Result<ReportOperationRequest> toCore(schema::ReportOperationRequest::Reader reader);
+Result<ExtendRequest> toCore(schema::ExtendRequest::Reader reader);
 Result<AuditRequest> toCore(schema::AuditRequest::Reader reader);
 Result<PublishPolicyRequest> toCore(schema::PublishPolicyRequest::Reader reader);
 Result<ShowPolicyRequest> toCore(schema::ShowPolicyRequest::Reader reader);
@@ -202,6 +203,7 @@ void fromCore(const QueryRequest& request, schema::QueryRequest::Builder builder
 void fromCore(const MarkUnknownRequest& request, schema::MarkUnknownRequest::Builder builder);
 void fromCore(const ReportOperationRequest& request,
               schema::ReportOperationRequest::Builder builder);
+void fromCore(const ExtendRequest& request, schema::ExtendRequest::Builder builder);
 void fromCore(const AuditRequest& request, schema::AuditRequest::Builder builder);
 void fromCore(const PublishPolicyRequest& request, schema::PublishPolicyRequest::Builder builder);
 void fromCore(const ShowPolicyRequest& request, schema::ShowPolicyRequest::Builder builder);

@@ -218,6 +218,13 @@ Answer Client::report(const std::string& reservation_id, const std::string& oper
                                             .actual_units = actual_units});
 }
 
+Answer Client::extend(const std::string& reservation_id, const std::string& operation_id,
+                      uint64_t reserved_units_total) {
+  return impl_->call(ExtendRequest{.reservation_id = reservation_id,
+                                   .operation_id = operation_id,
+                                   .reserved_units_total = reserved_units_total});
+}
+
 Answer Client::query(const std::string& reservation_id) {
   return impl_->call(QueryRequest{.reservation_id = reservation_id});
 }

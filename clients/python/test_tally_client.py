@@ -66,6 +66,31 @@ class AgainstARealAgent(unittest.TestCase):
         self.assertEqual(again["refundedUnits"], 0)
         self.assertEqual(self.tally.query("py-1")["actualUnits"], 120)
 
+    def test_extend_grows_a_started_reservation_and_a_refusal_is_a_429(self):
+        self.assertTrue(self.tally.reserve("py-x2", subject="tenant-x", route="chat",
+                                           units=100).ok)
+        self.assertTrue(self.tally.reserve("py-x", subject="tenant-x", route="chat",
+                                           units=300).ok)
+        self.assertEqual(self.tally.extend("py-x", operation_id="op-x",
+                                           reserved_units_total=500).status, 409)  # not started
+        self.tally.start("py-x", operation_id="op-x")
+        grown = self.tally.extend("py-x", operation_id="op-x", reserved_units_total=800)
+        self.assertTrue(grown.ok, grown)
+        self.assertEqual(grown["reservedUnits"], 800)
+        again = self.tally.extend("py-x", operation_id="op-x", reserved_units_total=800)
+        self.assertTrue(again["duplicate"])
+        # 200 more where about 100 are available (refill earns 10/s): 429 with Retry-After, and
+        # the reservation keeps its 800.
+        refused = self.tally.extend("py-x", operation_id="op-x", reserved_units_total=1000)
+        self.assertEqual(refused.status, 429, refused)
+        self.assertEqual(refused.limiting_dimension, "capacity")
+        self.assertGreaterEqual(refused.retry_after_s, 1)
+        self.assertEqual(refused["reservedUnits"], 800)
+        settled = self.tally.settle("py-x", operation_id="op-x", actual_units=750)
+        self.assertEqual(settled.state, "SETTLED")
+        self.assertEqual(settled["refundedUnits"], 50)
+        self.assertEqual(self.tally.release("py-x2").state, "RELEASED")
+
     def test_rejection_comes_back_with_retry_after_and_dimension(self):
         self.assertTrue(self.tally.reserve("py-big", subject="tenant-r", route="chat",
                                            units=1000).ok)

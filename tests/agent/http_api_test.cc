@@ -156,6 +156,33 @@ TEST(HttpApiTest, RejectionsAre429WithRetryAfterAndTheLimitingDimension) {
             200);
 }
 
+TEST(HttpApiTest, ExtendTakesTheNewTotalAndARefusalIsA429WithRetryAfter) {
+  const HttpCall extend = callOf(route("POST", "/v1/reservations/r-1/extend",
+                                       R"({"operationId":"op-1","reservedUnitsTotal":900})"));
+  EXPECT_EQ(extend.kind, HttpCallKind::kFollowUp);
+  const auto* request = std::get_if<ExtendRequest>(&extend.body);
+  ASSERT_NE(request, nullptr);
+  EXPECT_EQ(request->reservation_id, "r-1");
+  EXPECT_EQ(request->operation_id, "op-1");
+  EXPECT_EQ(request->reserved_units_total, 900u);
+  // Only its own fields: actualUnits is a settle's.
+  EXPECT_EQ(replyOf(route("POST", "/v1/reservations/r-1/extend",
+                          R"({"operationId":"op-1","actualUnits":900})"))
+                .status,
+            400);
+  EXPECT_EQ(replyOf(route("GET", "/v1/reservations/r-1/extend")).status, 405);
+  // Refused: the reservation stays STARTED; 429 and Retry-After as for a reserve.
+  ReservationReply refused = rejection(2'500);
+  refused.receipt.state = ReservationState::kStarted;
+  const HttpReply reply = httpReplyFor(extend, refused);
+  EXPECT_EQ(reply.status, 429);
+  EXPECT_EQ(reply.retry_after_seconds, 3);
+  EXPECT_NE(reply.body.find(R"("state":"STARTED")"), std::string::npos) << reply.body;
+  ReservationReply grown = refused;
+  grown.code = ReplyCode::kOk;
+  EXPECT_EQ(httpReplyFor(extend, grown).status, 200);
+}
+
 TEST(HttpApiTest, UnknownOutcomesAre503RetryWithTheSameId) {
   const HttpReply reply =
       httpReplyFor(HttpCall{.kind = HttpCallKind::kReserve, .reservation_id = "r-1"},

@@ -92,6 +92,38 @@ TEST_F(AgentCoreTest, AReserveIsForwardedAndTheLedgersAnswerPassedOn) {
   EXPECT_EQ(only<AgentReplyLedgerAnswer>(effects)[0].token, token);
 }
 
+// Extend of a ledger reservation: forwarded while the link is usable and the ledger's answer
+// passed on; a lost answer, a partition or no link is UNAVAILABLE, never a local guess.
+TEST_F(AgentCoreTest, AnExtendIsForwardedOnlyOverAUsableLink) {
+  const ExtendRequest extend{
+      .reservation_id = "r1", .operation_id = "op", .reserved_units_total = 900};
+  const uint64_t token = request(extend, kUp);
+  AgentCoreEffects effects = core_.takeEffects();
+  ASSERT_EQ(only<AgentSend>(effects).size(), 1u);
+  EXPECT_EQ(only<AgentSend>(effects)[0].token, token);
+  core_.onAnswer(token, answeredWith(ReplyCode::kRejected, ReservationState::kStarted), kUp, kT0,
+                 0);
+  effects = core_.takeEffects();
+  ASSERT_EQ(only<AgentReplyLedgerAnswer>(effects).size(), 1u);
+  EXPECT_EQ(only<AgentReplyLedgerAnswer>(effects)[0].token, token);
+
+  const uint64_t lost_one = request(extend, kUp, kT0 + 1);
+  (void)core_.takeEffects();
+  core_.onAnswer(lost_one, lost(), kUp, kT0 + 2, 0);
+  effects = core_.takeEffects();
+  ASSERT_EQ(only<AgentReplyUnavailable>(effects).size(), 1u);
+  EXPECT_EQ(only<AgentReplyUnavailable>(effects)[0].token, lost_one);
+  EXPECT_FALSE(core_.unknown().contains("r1"));  // not a reserve: nothing to resolve
+
+  for (const AgentLinkState& link : {kPartitioned, kDown}) {
+    const uint64_t refused = request(extend, link, kT0 + 3);
+    effects = core_.takeEffects();
+    EXPECT_TRUE(only<AgentSend>(effects).empty());
+    ASSERT_EQ(only<AgentReplyUnavailable>(effects).size(), 1u);
+    EXPECT_EQ(only<AgentReplyUnavailable>(effects)[0].token, refused);
+  }
+}
+
 // A lost answer is RESERVATION_UNKNOWN; the retry with the same id waits for the resolution:
 // a query with the same id, and (the ledger never saw it) the same reserve again.
 TEST_F(AgentCoreTest, ALostReserveIsResolvedByQueryThenTheSameReserve) {

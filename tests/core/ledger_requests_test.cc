@@ -158,6 +158,7 @@ TEST_F(LedgerRequestsTest, EveryRequestKindIsAnsweredEvenWhenEmpty) {
       1, 1, 1,              // publish, rollback, show → PolicyAnswer
       5, 5, 5,              // enroll, list, enable → GatewayReply
       6, 6, 6, 6, 6, 6,     // the shard requests → ShardReply
+      0,                    // extend → ReservationReply
   };
   ASSERT_EQ(expected_reply.size(), std::variant_size_v<LedgerRequest>);
   for (size_t kind = 0; kind < std::variant_size_v<LedgerRequest>; ++kind) {

@@ -1649,3 +1649,189 @@ TEST(LedgerNamesTest, ReplyCodeAndGenerationStateNames) {
 
 }  // namespace
 }  // namespace tally
+
+// ---- extend: the streaming top-up ---------------------------------------------------------------
+
+namespace tally {
+namespace {
+
+ExtendRequest extendRequest(const std::string& id, const std::string& op, Units total) {
+  return {.reservation_id = id, .operation_id = op, .reserved_units_total = total};
+}
+
+TEST_F(LedgerTest, ExtendOfAStartedReservationAdmitsTheDifference) {
+  ASSERT_EQ(reserve("r1", 300).code, ReplyCode::kOk);
+  ASSERT_EQ(start("r1", "op1").code, ReplyCode::kOk);
+  (void)ledger_.takeChanges();
+  const ReservationReply extended = ledger_.extend(extendRequest("r1", "op1", 500), kT0);
+  ASSERT_EQ(extended.code, ReplyCode::kOk) << extended.message;
+  EXPECT_FALSE(extended.duplicate);
+  EXPECT_EQ(extended.receipt.state, S::kStarted);
+  EXPECT_EQ(extended.receipt.reserved_units, 500u);
+  EXPECT_EQ(extended.receipt.limiting_dimension, LimitingDimension::kNone);
+  EXPECT_EQ(balances(), (Balances{.opening = 1000, .available = 500, .reserved = 500}));
+  EXPECT_TRUE(audited(kT0));
+  // The grown reservation and its account are what the store must write.
+  const LedgerChanges changes = ledger_.takeChanges();
+  EXPECT_THAT(changes.reservations_upserted, ElementsAre("r1"));
+  EXPECT_THAT(changes.accounts, ElementsAre(keyOf(1)));
+  EXPECT_EQ(query("r1").receipt.reserved_units, 500u);
+}
+
+TEST_F(LedgerTest, RepeatedExtendIsANoOp) {
+  ASSERT_EQ(reserve("r1", 300).code, ReplyCode::kOk);
+  ASSERT_EQ(start("r1", "op1").code, ReplyCode::kOk);
+  ASSERT_EQ(ledger_.extend(extendRequest("r1", "op1", 500), kT0).code, ReplyCode::kOk);
+  (void)ledger_.takeChanges();
+  for (const Units total : {Units{500}, Units{400}, Units{300}, Units{1}}) {
+    const ReservationReply again = ledger_.extend(extendRequest("r1", "op1", total), kT0 + 10);
+    EXPECT_EQ(again.code, ReplyCode::kOk) << total;
+    EXPECT_TRUE(again.duplicate) << total;
+    EXPECT_EQ(again.receipt.reserved_units, 500u) << total;
+    EXPECT_EQ(balances(), (Balances{.opening = 1000, .available = 500, .reserved = 500}));
+    EXPECT_TRUE(audited(kT0 + 10));
+  }
+  EXPECT_TRUE(ledger_.takeChanges().empty());
+  // A repeat of the reserve that began it is still the same request.
+  const ReservationReply reserve_again = reserve("r1", 300);
+  EXPECT_EQ(reserve_again.code, ReplyCode::kOk);
+  EXPECT_TRUE(reserve_again.duplicate);
+}
+
+TEST_F(LedgerTest, RefusedExtendChangesNothing) {
+  ASSERT_EQ(reserve("r1", 300).code, ReplyCode::kOk);
+  ASSERT_EQ(reserve("r2", 600, kT0, 2).code, ReplyCode::kOk);
+  ASSERT_EQ(start("r1", "op1").code, ReplyCode::kOk);
+  (void)ledger_.takeChanges();
+  const Balances before = balances();
+  ASSERT_EQ(before, (Balances{.opening = 1000, .available = 100, .reserved = 900}));
+
+  // 200 more where 100 are available: refused like a reserve of 200, with its Retry-After.
+  const ReservationReply capacity = ledger_.extend(extendRequest("r1", "op1", 500), kT0);
+  EXPECT_EQ(capacity.code, ReplyCode::kRejected);
+  EXPECT_FALSE(capacity.duplicate);
+  EXPECT_EQ(capacity.receipt.state, S::kStarted);
+  EXPECT_EQ(capacity.receipt.reserved_units, 300u);
+  EXPECT_EQ(capacity.receipt.limiting_dimension, LimitingDimension::kCapacity);
+  EXPECT_EQ(capacity.receipt.retry_after_ms, 10'000);  // 100 units at 10/s
+  // Above max single reservation (1000) as a total, though the difference would fit later.
+  const ReservationReply too_big = ledger_.extend(extendRequest("r1", "op1", 1001), kT0);
+  EXPECT_EQ(too_big.code, ReplyCode::kRejected);
+  EXPECT_EQ(too_big.receipt.limiting_dimension, LimitingDimension::kMaxSingleReservation);
+  EXPECT_EQ(too_big.receipt.retry_after_ms, kRetryNever);
+
+  EXPECT_EQ(balances(), before);
+  EXPECT_TRUE(audited(kT0));
+  EXPECT_TRUE(ledger_.takeChanges().reservations_upserted.empty());
+  const ReservationReply stored = query("r1");
+  EXPECT_EQ(stored.receipt.reserved_units, 300u);
+  EXPECT_EQ(stored.receipt.limiting_dimension, LimitingDimension::kNone);
+
+  // Once refill has earned the difference, the same extend is admitted.
+  const ReservationReply later = ledger_.extend(extendRequest("r1", "op1", 500), kT0 + 10'000);
+  EXPECT_EQ(later.code, ReplyCode::kOk) << later.message;
+  EXPECT_EQ(later.receipt.reserved_units, 500u);
+  EXPECT_TRUE(audited(kT0 + 10'000));
+}
+
+TEST_F(LedgerTest, ExtendIsRefusedWhileTheRouteOwesDebt) {
+  ASSERT_EQ(reserve("r1", 100).code, ReplyCode::kOk);
+  ASSERT_EQ(reserve("r2", 900, kT0, 2).code, ReplyCode::kOk);
+  ASSERT_EQ(start("r1", "op1").code, ReplyCode::kOk);
+  ASSERT_EQ(start("r2", "op2").code, ReplyCode::kOk);
+  ASSERT_EQ(settle("r2", "op2", 1'200).receipt.state, S::kSettledWithDebt);  // 300 debt
+  const Balances before = balances();
+  const ReservationReply refused = ledger_.extend(extendRequest("r1", "op1", 150), kT0);
+  EXPECT_EQ(refused.code, ReplyCode::kRejected);
+  EXPECT_EQ(refused.receipt.limiting_dimension, LimitingDimension::kDebt);
+  EXPECT_GT(refused.receipt.retry_after_ms, 0);
+  EXPECT_EQ(refused.receipt.reserved_units, 100u);
+  EXPECT_EQ(balances(), before);
+  EXPECT_TRUE(audited(kT0));
+}
+
+TEST_F(LedgerTest, ExtendIsRefusedOnceItsGenerationDrains) {
+  ASSERT_EQ(reserve("r1", 100).code, ReplyCode::kOk);
+  ASSERT_EQ(start("r1", "op1").code, ReplyCode::kOk);
+  ASSERT_EQ(ledger_.publishPolicy(testPolicy(), kT0 + 1).code, ReplyCode::kOk);
+  const ReservationReply refused = ledger_.extend(extendRequest("r1", "op1", 150), kT0 + 2);
+  EXPECT_EQ(refused.code, ReplyCode::kRejected);
+  EXPECT_EQ(refused.receipt.limiting_dimension, LimitingDimension::kGenerationDraining);
+  EXPECT_EQ(refused.receipt.retry_after_ms, kRetryNever);
+  EXPECT_EQ(refused.receipt.reserved_units, 100u);
+  EXPECT_TRUE(audited(kT0 + 2));
+}
+
+TEST_F(LedgerTest, SettleAfterExtendRefundsAgainstTheExtendedTotalOnce) {
+  ASSERT_EQ(reserve("r1", 300).code, ReplyCode::kOk);
+  ASSERT_EQ(start("r1", "op1").code, ReplyCode::kOk);
+  ASSERT_EQ(ledger_.extend(extendRequest("r1", "op1", 500), kT0).code, ReplyCode::kOk);
+  const ReservationReply settled = settle("r1", "op1", 450, kT0 + 1);
+  ASSERT_EQ(settled.code, ReplyCode::kOk);
+  EXPECT_EQ(settled.receipt.state, S::kSettled);
+  EXPECT_EQ(settled.refunded_units, 50u);
+  EXPECT_EQ(settled.receipt.debt_units, 0u);
+  EXPECT_EQ(balances(), (Balances{.opening = 1000, .available = 550, .spent = 450}));
+  EXPECT_TRUE(audited(kT0 + 1));
+  const ReservationReply again = settle("r1", "op1", 450, kT0 + 2);
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_EQ(again.refunded_units, 0u);
+  // An extend retried after the settle: covered, a duplicate; a larger one is refused.
+  EXPECT_TRUE(ledger_.extend(extendRequest("r1", "op1", 500), kT0 + 3).duplicate);
+  EXPECT_EQ(ledger_.extend(extendRequest("r1", "op1", 600), kT0 + 3).code,
+            ReplyCode::kInvalidState);
+  EXPECT_EQ(balances(), (Balances{.opening = 1000, .available = 550, .spent = 450}));
+  EXPECT_TRUE(audited(kT0 + 3));
+}
+
+TEST_F(LedgerTest, ExtendOfANonStartedReservationIsRefused) {
+  ASSERT_EQ(reserve("reserved", 100).code, ReplyCode::kOk);
+  ASSERT_EQ(reserve("unknown", 100, kT0, 2).code, ReplyCode::kOk);
+  ASSERT_EQ(start("unknown", "op").code, ReplyCode::kOk);
+  ASSERT_EQ(markUnknown("unknown", "op").code, ReplyCode::kOk);
+  ASSERT_EQ(reserve("released", 100, kT0, 3).code, ReplyCode::kOk);
+  ASSERT_EQ(release("released").code, ReplyCode::kOk);
+  ASSERT_EQ(reserve("started", 100, kT0, 4).code, ReplyCode::kOk);
+  ASSERT_EQ(start("started", "op").code, ReplyCode::kOk);
+  (void)ledger_.takeChanges();
+  const Balances before = balances();
+
+  EXPECT_EQ(ledger_.extend(extendRequest("reserved", "op", 200), kT0).code,
+            ReplyCode::kInvalidState);
+  EXPECT_EQ(ledger_.extend(extendRequest("unknown", "op", 200), kT0).code,
+            ReplyCode::kInvalidState);
+  EXPECT_EQ(ledger_.extend(extendRequest("released", "op", 200), kT0).code,
+            ReplyCode::kInvalidState);
+  EXPECT_EQ(ledger_.extend(extendRequest("nobody", "op", 200), kT0).code, ReplyCode::kNotFound);
+  EXPECT_EQ(ledger_.extend(extendRequest("started", "other-op", 200), kT0).code,
+            ReplyCode::kOperationConflict);
+  EXPECT_EQ(ledger_.extend(extendRequest("started", "op", 0), kT0).code,
+            ReplyCode::kInvalidArgument);
+  EXPECT_EQ(
+      ledger_.extend(extendRequest("started", "op", limits::kUnitsPerRequestMax + 1), kT0).code,
+      ReplyCode::kInvalidArgument);
+  EXPECT_EQ(ledger_.extend(extendRequest("", "op", 200), kT0).code, ReplyCode::kInvalidArgument);
+
+  EXPECT_EQ(balances(), before);
+  EXPECT_TRUE(audited(kT0));
+  EXPECT_TRUE(ledger_.takeChanges().empty());
+}
+
+TEST_F(LedgerTest, ExtendAddsUnitsNotTimeAndTheHardLimitConsumesTheTotal) {
+  ASSERT_EQ(reserve("r1", 300).code, ReplyCode::kOk);
+  ASSERT_EQ(start("r1", "op1", kT0 + 1'000).code, ReplyCode::kOk);
+  const ReservationReply extended = ledger_.extend(extendRequest("r1", "op1", 500), kT0 + 5'000);
+  ASSERT_EQ(extended.code, ReplyCode::kOk);
+  EXPECT_EQ(extended.receipt.started_at_ms, kT0 + 1'000);
+  EXPECT_EQ(extended.receipt.expires_at_ms, kT0 + kHoldTtlMs);
+  ASSERT_EQ(markUnknown("r1", "op1", kT0 + 6'000).code, ReplyCode::kOk);
+  EXPECT_EQ(ledger_.tick(kT0 + 1'000 + kHardLimitMs - 1).closed_by_hard_limit, 0u);
+  EXPECT_EQ(ledger_.tick(kT0 + 1'000 + kHardLimitMs).closed_by_hard_limit, 1u);
+  const ReservationReply closed = query("r1");
+  EXPECT_EQ(closed.receipt.state, S::kSettled);
+  EXPECT_EQ(closed.receipt.actual_units, 500u);
+  EXPECT_TRUE(audited(kT0 + 1'000 + kHardLimitMs));
+}
+
+}  // namespace
+}  // namespace tally

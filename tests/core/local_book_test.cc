@@ -235,5 +235,36 @@ TEST(LocalBook, AnAbsurdActualIsInvalidAndChangesNothing) {
   EXPECT_EQ(table.query({.reservation_id = "a"}).receipt.state, ReservationState::kStarted);
 }
 
+TEST(LocalBook, ExtendGrowsAStartedReservationAndSettleCoversTheTotal) {
+  LocalBook table;
+  ASSERT_EQ(table.admit(reserveOf("a", 300), kOriginOff, 1).code, ReplyCode::kOk);
+  const ExtendRequest to_500{
+      .reservation_id = "a", .operation_id = "op", .reserved_units_total = 500};
+  // Before start: the gateway reserves the right amount or starts first.
+  EXPECT_EQ(table.extend(to_500, 2).code, ReplyCode::kInvalidState);
+  ASSERT_EQ(table.start({.reservation_id = "a", .operation_id = "op"}, 2).code, ReplyCode::kOk);
+  EXPECT_EQ(
+      table.extend({.reservation_id = "a", .operation_id = "other", .reserved_units_total = 500}, 3)
+          .code,
+      ReplyCode::kOperationConflict);
+  const ReservationReply extended = table.extend(to_500, 3);
+  ASSERT_EQ(extended.code, ReplyCode::kOk);
+  EXPECT_FALSE(extended.duplicate);
+  EXPECT_EQ(extended.receipt.reserved_units, 500u);
+  const ReservationReply again = table.extend(to_500, 4);
+  EXPECT_EQ(again.code, ReplyCode::kOk);
+  EXPECT_TRUE(again.duplicate);
+  EXPECT_EQ(
+      table.extend({.reservation_id = "b", .operation_id = "op", .reserved_units_total = 5}, 4)
+          .code,
+      ReplyCode::kNotFound);
+  const ReservationReply settled =
+      table.settle({.reservation_id = "a", .operation_id = "op", .actual_units = 450}, 5);
+  EXPECT_EQ(settled.refunded_units, 50u);
+  EXPECT_EQ(settled.receipt.state, ReservationState::kSettled);
+  // A repeat of the reserve that began it is still a duplicate.
+  EXPECT_TRUE(table.admit(reserveOf("a", 300), kOriginOff, 6).duplicate);
+}
+
 }  // namespace
 }  // namespace tally

@@ -32,10 +32,18 @@ class RecordingHolder final : public CapacityHolder {
     if (overflow) return {.code = HolderCode::kOverflow};
     return {.debt_units = extra};
   }
+  HolderGrow grow(const Reservation&, Units more, Units total, uint64_t) override {
+    grown.push_back({more, total});
+    if (overflow) return {.code = HolderCode::kOverflow};
+    return {.refused = refuse_grow,
+            .retry_after_ms = refuse_grow == LimitingDimension::kNone ? 0 : 250};
+  }
   void changed(const Reservation& r, ReservationState from, uint64_t) override {
     moves.push_back({from, r.state});
   }
 
+  LimitingDimension refuse_grow = LimitingDimension::kNone;
+  std::vector<std::pair<Units, Units>> grown;
   bool overflow = false;
   int returned = 0;
   int settled = 0;
@@ -157,6 +165,102 @@ TEST(ReservationLifecycle, TheAgentsReservationUnknownMovesAreCheckedToo) {
   RecordingHolder holder;
   Reservation record = reservedRecord(&holder);
   EXPECT_DEATH(lifecycle::transition(&record, S::kSettled, &holder, 1'001), "");
+}
+
+// A holder that does not say how it grows: CapacityHolder's default.
+class FixedHolder final : public CapacityHolder {
+ public:
+  void returnUnits(const Reservation&, uint64_t) override {}
+  HolderSettle settle(const Reservation&, Units, uint64_t) override { return {}; }
+  HolderSettle consumeAll(const Reservation&, uint64_t) override { return {}; }
+  HolderSettle chargeExtra(const Reservation&, Units, uint64_t) override { return {}; }
+  void changed(const Reservation&, ReservationState, uint64_t) override { ++changes; }
+  int changes = 0;
+};
+
+Reservation startedRecord(RecordingHolder* holder) {
+  Reservation record = reservedRecord(holder);
+  EXPECT_EQ(
+      lifecycle::start(&record, {.reservation_id = "q", .operation_id = "op"}, holder, 1'100).code,
+      ReplyCode::kOk);
+  return record;
+}
+
+ExtendRequest extendTo(Units total, const std::string& op = "op") {
+  return {.reservation_id = "q", .operation_id = op, .reserved_units_total = total};
+}
+
+TEST(ReservationLifecycle, ExtendAsksTheHolderForTheDifferenceOnly) {
+  RecordingHolder holder;
+  Reservation record = startedRecord(&holder);
+  holder.moves.clear();
+  const ReservationReply reply = lifecycle::extend(&record, extendTo(12), &holder, 1'200);
+  ASSERT_EQ(reply.code, ReplyCode::kOk);
+  EXPECT_FALSE(reply.duplicate);
+  EXPECT_EQ(record.reserved_units, 12u);
+  EXPECT_EQ(record.state, S::kStarted);
+  EXPECT_EQ(record.expires_at_ms, 2'000u);  // units, not time
+  ASSERT_EQ(holder.grown.size(), 1u);
+  EXPECT_EQ(holder.grown[0], (std::pair<Units, Units>{7, 12}));
+  ASSERT_EQ(holder.moves.size(), 1u);  // persisted: the holder heard of the change
+  EXPECT_EQ(holder.moves[0], (std::pair<S, S>{S::kStarted, S::kStarted}));
+  // Covered totals ask nothing of the holder.
+  EXPECT_TRUE(lifecycle::extend(&record, extendTo(12), &holder, 1'300).duplicate);
+  EXPECT_TRUE(lifecycle::extend(&record, extendTo(3), &holder, 1'300).duplicate);
+  EXPECT_EQ(holder.grown.size(), 1u);
+  EXPECT_EQ(holder.moves.size(), 1u);
+}
+
+TEST(ReservationLifecycle, ARefusedOrOverflowingExtendLeavesTheRecordAsItWas) {
+  RecordingHolder holder;
+  Reservation record = startedRecord(&holder);
+  const Reservation before = record;
+  holder.moves.clear();
+  holder.refuse_grow = LimitingDimension::kCapacity;
+  const ReservationReply refused = lifecycle::extend(&record, extendTo(12), &holder, 1'200);
+  EXPECT_EQ(refused.code, ReplyCode::kRejected);
+  EXPECT_EQ(refused.receipt.limiting_dimension, LimitingDimension::kCapacity);
+  EXPECT_EQ(refused.receipt.retry_after_ms, 250);
+  EXPECT_EQ(refused.receipt.reserved_units, 5u);
+  EXPECT_EQ(record, before);
+  holder.refuse_grow = LimitingDimension::kNone;
+  holder.overflow = true;
+  EXPECT_EQ(lifecycle::extend(&record, extendTo(12), &holder, 1'200).code,
+            ReplyCode::kArithmeticOverflow);
+  EXPECT_EQ(record, before);
+  EXPECT_TRUE(holder.moves.empty());
+  // A holder that cannot grow refuses rather than guessing.
+  FixedHolder fixed;
+  const ReservationReply cannot = lifecycle::extend(&record, extendTo(12), &fixed, 1'200);
+  EXPECT_EQ(cannot.code, ReplyCode::kRejected);
+  EXPECT_EQ(cannot.receipt.retry_after_ms, kRetryNever);
+  EXPECT_EQ(record, before);
+  EXPECT_EQ(fixed.changes, 0);
+}
+
+TEST(ReservationLifecycle, OnlyAStartedReservationOfTheSameOperationExtends) {
+  RecordingHolder holder;
+  Reservation reserved = reservedRecord(&holder);
+  EXPECT_EQ(lifecycle::extend(&reserved, extendTo(12), &holder, 1'200).code,
+            ReplyCode::kInvalidState);
+  EXPECT_EQ(lifecycle::extend(nullptr, extendTo(12), &holder, 1'200).code, ReplyCode::kNotFound);
+  Reservation started = startedRecord(&holder);
+  EXPECT_EQ(lifecycle::extend(&started, extendTo(12, "other"), &holder, 1'200).code,
+            ReplyCode::kOperationConflict);
+  EXPECT_EQ(lifecycle::extend(&started, extendTo(0), &holder, 1'200).code,
+            ReplyCode::kInvalidArgument);
+  EXPECT_EQ(
+      lifecycle::extend(&started, extendTo(limits::kUnitsPerRequestMax + 1), &holder, 1'200).code,
+      ReplyCode::kInvalidArgument);
+  ASSERT_EQ(lifecycle::markUnknown(&started, {.reservation_id = "q", .operation_id = "op"}, &holder,
+                                   1'300)
+                .code,
+            ReplyCode::kOk);
+  EXPECT_EQ(lifecycle::extend(&started, extendTo(12), &holder, 1'400).code,
+            ReplyCode::kInvalidState);
+  EXPECT_TRUE(lifecycle::extend(&started, extendTo(5), &holder, 1'400).duplicate);
+  EXPECT_TRUE(holder.grown.empty());
+  EXPECT_EQ(started.reserved_units, 5u);
 }
 
 }  // namespace

@@ -162,6 +162,34 @@ TEST(CommandsTest, ReservationJsonHasContractFields) {
   EXPECT_EQ(out.out.find("limitingDimension"), std::string::npos);
 }
 
+TEST(CommandsTest, ExtendSendsTheNewTotalAndPrintsTheReceipt) {
+  FakePeer peer;
+  peer.answer = reservationAnswer(ReplyCode::kOk, receipt(ReservationState::kStarted));
+  const CommandOutput out =
+      run(peer, {"--json", "extend", "--id", "r-1", "--operation", "op-1", "--total", "900"});
+  EXPECT_EQ(out.exit_code, kExitOk);
+  const auto& request = std::get<ExtendRequest>(*peer.request);
+  EXPECT_EQ(request.reservation_id, "r-1");
+  EXPECT_EQ(request.operation_id, "op-1");
+  EXPECT_EQ(request.reserved_units_total, 900u);
+  EXPECT_CONTAINS(out.out, R"("state":"STARTED")");
+  EXPECT_CONTAINS(out.out, R"("code":"OK")");
+}
+
+TEST(CommandsTest, RefusedExtendExitsAsARejection) {
+  FakePeer peer;
+  Reservation started = receipt(ReservationState::kStarted);
+  started.limiting_dimension = LimitingDimension::kCapacity;
+  started.retry_after_ms = 2'000;
+  peer.answer = reservationAnswer(ReplyCode::kRejected, started);
+  const CommandOutput out =
+      run(peer, {"--json", "extend", "--id", "r-1", "--operation", "op-1", "--total", "900"});
+  EXPECT_EQ(out.exit_code, kExitRejected);
+  EXPECT_CONTAINS(out.out, R"("code":"REJECTED")");
+  EXPECT_CONTAINS(out.out, R"("limitingDimension":"capacity")");
+  EXPECT_CONTAINS(out.out, R"("retryAfterMs":2000)");
+}
+
 TEST(CommandsTest, DuplicateSettleShowsZeroRefund) {
   FakePeer peer;
   peer.answer =

@@ -125,6 +125,13 @@ TEST(TallyctlArgsTest, ReservationCommands) {
 
   EXPECT_EQ(ok({"release", "--id", "r1"}).command, Command::kRelease);
 
+  inv = ok({"extend", "--id", "r1", "--operation", "op1", "--total", "900"});
+  EXPECT_EQ(inv.command, Command::kExtend);
+  EXPECT_EQ(inv.reservation_id, "r1");
+  EXPECT_EQ(inv.operation_id, "op1");
+  EXPECT_EQ(inv.total_units, 900u);
+  EXPECT_STREQ(commandName(Command::kExtend), "extend");
+
   inv = ok({"unknown", "--id", "r1", "--operation", "op1"});
   EXPECT_EQ(inv.command, Command::kMarkUnknown);
   EXPECT_EQ(inv.operation_id, "op1");
@@ -158,9 +165,10 @@ TEST(TallyctlArgsTest, HelpAndVersion) {
 
 TEST(TallyctlArgsTest, UsageNamesEveryCommandAndExitCode) {
   const std::string text = usageText();
-  for (const char* word : {"policy publish", "policy rollback", "policy show", "reserve", "start",
-                           "settle", "release", "unknown", "report", "query", "audit", "health",
-                           "--ledger", "--agent", "--json", "--timeout-ms", "--digest"}) {
+  for (const char* word :
+       {"policy publish", "policy rollback", "policy show", "reserve", "start", "settle", "release",
+        "unknown", "report", "query", "audit", "health", "extend", "--total", "--ledger", "--agent",
+        "--json", "--timeout-ms", "--digest"}) {
     EXPECT_CONTAINS(text, word);
   }
   for (const char* code : {"\n  0 ", "\n  2 ", "\n  3 ", "\n  4 ", "\n  5 ", "\n  6 ", "\n  7 ",
@@ -224,6 +232,10 @@ TEST(TallyctlArgsTest, MissingRequiredFlags) {
   EXPECT_CONTAINS(usageError({"start", "--id", "r"}), "'start' needs --operation");
   EXPECT_CONTAINS(usageError({"settle", "--id", "r", "--operation", "o"}),
                   "'settle' needs --actual");
+  EXPECT_CONTAINS(usageError({"extend", "--id", "r", "--operation", "o"}),
+                  "'extend' needs --total");
+  EXPECT_CONTAINS(usageError({"extend", "--id", "r", "--operation", "o", "--total", "0"}),
+                  "--total");
   EXPECT_CONTAINS(usageError({"release"}), "'release' needs --id");
   EXPECT_CONTAINS(usageError({"unknown", "--id", "r"}), "'unknown' needs --operation");
   EXPECT_CONTAINS(usageError({"report", "--id", "r", "--actual", "3"}),

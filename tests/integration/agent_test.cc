@@ -1175,5 +1175,70 @@ TEST_F(AgentFleetTest, RequestsOfGoneGatewaysAreDroppedBeforeTheyAreSent) {
   EXPECT_LE(on_ledger, kWindow) << "requests of gone gateways were sent to the ledger";
 }
 
+// Streaming top-up end to end: a started reservation grows through the agent, a refusal
+// changes nothing, settle refunds against the grown total once, and the grown reservation
+// survives a kill -9 of the ledger (restored from its store, the audit still conserving).
+TEST_F(AgentFleetTest, ExtendGrowsAStartedReservationAndSettleCoversTheWhole) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  ASSERT_NO_FATAL_FAILURE(publish({makeBudget({.burst = 1000})}));
+  ASSERT_NO_FATAL_FAILURE(startAgent(0, ledgerAddress()));
+  std::unique_ptr<client::BlockingClient> gateway_0 = gateway(0);
+  ASSERT_NE(gateway_0, nullptr);
+  auto through = [&](const wire::RequestBody& body) -> ReservationReply {
+    Result<AgentAnswer> answer = callAgent(*gateway_0, body);
+    EXPECT_TRUE(answer.isOk()) << answer.status().toString();
+    if (!answer.isOk()) return {};
+    EXPECT_FALSE(answer.value().is_error) << describe(answer.value());
+    return answer.value().reply;
+  };
+  const ExtendRequest to_800{
+      .reservation_id = "stream-1", .operation_id = "op-1", .reserved_units_total = 800};
+  ASSERT_EQ(through(makeReserve({.id = "stream-1", .units = 300})).code, ReplyCode::kOk);
+  // Before start: refused, nothing held beyond the 300.
+  EXPECT_EQ(through(to_800).code, ReplyCode::kInvalidState);
+  ASSERT_EQ(through(StartRequest{.reservation_id = "stream-1", .operation_id = "op-1"}).code,
+            ReplyCode::kOk);
+  const ReservationReply grown = through(to_800);
+  ASSERT_EQ(grown.code, ReplyCode::kOk) << describe(grown);
+  EXPECT_EQ(grown.receipt.reserved_units, 800u);
+  const ReservationReply again = through(to_800);  // a retry after a lost answer
+  EXPECT_EQ(again.code, ReplyCode::kOk);
+  EXPECT_TRUE(again.duplicate);
+  const ReservationReply refused = through(ExtendRequest{
+      .reservation_id = "stream-1", .operation_id = "op-1", .reserved_units_total = 1'100});
+  EXPECT_EQ(refused.code, ReplyCode::kRejected) << describe(refused);
+  EXPECT_EQ(refused.receipt.reserved_units, 800u);
+  EXPECT_EQ(refused.receipt.limiting_dimension, LimitingDimension::kMaxSingleReservation);
+
+  AuditReport report;
+  ASSERT_NO_FATAL_FAILURE(auditConserved(&report));
+  ASSERT_EQ(report.accounts.size(), 1u);
+  EXPECT_EQ(report.accounts[0].balances.reserved, 800u);
+  EXPECT_EQ(report.accounts[0].balances.available, 200u);
+
+  // The grown reservation is durable: a kill -9 and restart restores 800 held.
+  ledger_.kill9();
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  TALLY_ASSIGN_OR_FAIL(ReservationReply restored,
+                       callReservation(*client_, QueryRequest{.reservation_id = "stream-1"}));
+  EXPECT_EQ(restored.receipt.state, ReservationState::kStarted);
+  EXPECT_EQ(restored.receipt.reserved_units, 800u);
+  ASSERT_NO_FATAL_FAILURE(auditConserved(&report));
+  EXPECT_EQ(report.accounts[0].balances.reserved, 800u);
+
+  // Settle covers the whole, straight at the ledger (the agent reconnects in the background).
+  TALLY_ASSIGN_OR_FAIL(ReservationReply settled,
+                       callReservation(*client_, SettleRequest{.reservation_id = "stream-1",
+                                                               .operation_id = "op-1",
+                                                               .actual_units = 700}));
+  EXPECT_EQ(settled.code, ReplyCode::kOk) << describe(settled);
+  EXPECT_EQ(settled.receipt.state, ReservationState::kSettled);
+  EXPECT_EQ(settled.refunded_units, 100u);
+  ASSERT_NO_FATAL_FAILURE(auditConserved(&report));
+  EXPECT_EQ(report.accounts[0].balances.reserved, 0u);
+  EXPECT_EQ(report.accounts[0].balances.spent, 700u);
+  EXPECT_EQ(report.accounts[0].balances.available, 300u);
+}
+
 }  // namespace
 }  // namespace tally::testing

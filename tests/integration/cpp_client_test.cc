@@ -57,6 +57,30 @@ TEST_F(CppClientTest, ReserveStartSettleRejectAndDuplicate) {
   ASSERT_NO_FATAL_FAILURE(auditConserved(&report));
 }
 
+TEST_F(CppClientTest, ExtendGrowsAStartedReservation) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  ASSERT_NO_FATAL_FAILURE(publish({makeBudget({.subject = "tenant-1", .burst = 1000})}));
+  ASSERT_NO_FATAL_FAILURE(startAgent(0, ledgerAddress()));
+  Client client(options());
+  ASSERT_EQ(
+      client
+          .reserve(
+              {.reservation_id = "cpp-x", .subject = "tenant-1", .route = "chat", .units = 300})
+          .outcome,
+      Outcome::kOk);
+  ASSERT_EQ(client.start("cpp-x", "op-x").outcome, Outcome::kOk);
+  const Answer grown = client.extend("cpp-x", "op-x", 900);
+  EXPECT_EQ(grown.outcome, Outcome::kOk) << grown.code << " " << grown.message;
+  EXPECT_EQ(grown.receipt.reserved_units, 900u);
+  const Answer refused = client.extend("cpp-x", "op-x", 1'001);  // above max single (burst)
+  EXPECT_EQ(refused.outcome, Outcome::kRejected) << refused.code;
+  EXPECT_EQ(refused.receipt.limiting_dimension, "max-single-reservation");
+  EXPECT_EQ(refused.receipt.reserved_units, 900u);
+  EXPECT_EQ(client.settle("cpp-x", "op-x", 850).receipt.refunded_units, 50u);
+  AuditReport report;
+  ASSERT_NO_FATAL_FAILURE(auditConserved(&report));
+}
+
 TEST_F(CppClientTest, AReserveSentWhileTheAgentIsDownLandsOnceItIsBack) {
   ASSERT_NO_FATAL_FAILURE(startLedger());
   ASSERT_NO_FATAL_FAILURE(publish({makeBudget({.subject = "tenant-1", .burst = 1000})}));

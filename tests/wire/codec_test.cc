@@ -234,6 +234,32 @@ TEST(CodecRequest, SettleRoundTrips) {
   EXPECT_EQ(body.actual_units, 77u);
 }
 
+TEST(CodecRequest, ExtendRoundTrips) {
+  Request got = requestRoundTrip(
+      {.request_id = 9,
+       .body = ExtendRequest{
+           .reservation_id = "r", .operation_id = "op", .reserved_units_total = 1'234}});
+  EXPECT_EQ(got.request_id, 9u);
+  const auto& body = bodyAs<ExtendRequest>(got);
+  EXPECT_EQ(body.reservation_id, "r");
+  EXPECT_EQ(body.operation_id, "op");
+  EXPECT_EQ(body.reserved_units_total, 1'234u);
+}
+
+TEST(CodecRequest, ExtendAboveTheUnitsBoundIsRefusedByTheDecoder) {
+  capnp::MallocMessageBuilder message;
+  auto builder = message.initRoot<schema::Request>();
+  builder.setRequestId(3);
+  auto extend = builder.initExtend();
+  extend.setReservationId("r");
+  extend.setOperationId("op");
+  extend.setReservedUnitsTotal(limits::kUnitsPerRequestMax + 1);
+  const Result<Request> decoded = toCore(builder.asReader());
+  ASSERT_FALSE(decoded.isOk());
+  EXPECT_NE(decoded.status().message().find("reservedUnitsTotal"), std::string::npos)
+      << decoded.status().message();
+}
+
 TEST(CodecRequest, ReleaseAndQueryRoundTrip) {
   Request release =
       requestRoundTrip({.request_id = 4, .body = ReleaseRequest{.reservation_id = "rel"}});

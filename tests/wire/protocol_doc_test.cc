@@ -123,6 +123,7 @@ TEST(ProtocolDocTest, DocumentsEveryFieldOfTheGatewayMessages) {
       {"MarkUnknownRequest", capnp::Schema::from<schema::MarkUnknownRequest>()},
       {"ReportOperationRequest", capnp::Schema::from<schema::ReportOperationRequest>()},
       {"QueryRequest", capnp::Schema::from<schema::QueryRequest>()},
+      {"ExtendRequest", capnp::Schema::from<schema::ExtendRequest>()},
       {"ReservationReply", capnp::Schema::from<schema::ReservationReply>()},
       {"LimitReservationV1", capnp::Schema::from<schema::LimitReservationV1>()},
       {"ErrorReply", capnp::Schema::from<schema::ErrorReply>()},

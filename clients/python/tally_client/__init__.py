@@ -162,6 +162,14 @@ class TallyClient:
         return self._call("POST", self._path(reservation_id, "report"),
                           {"operationId": operation_id, "actualUnits": actual_units})
 
+    def extend(self, reservation_id, *, operation_id, reserved_units_total):
+        """Streaming top-up: the STARTED reservation now holds `reserved_units_total` in all
+        (a new total, so a retry never charges twice). A refusal is `Answer.rejected` (429,
+        `retry_after_s`): stop the stream, or extend again later with the same total."""
+        return self._call("POST", self._path(reservation_id, "extend"),
+                          {"operationId": operation_id,
+                           "reservedUnitsTotal": reserved_units_total})
+
     def query(self, reservation_id):
         return self._call("GET", self._path(reservation_id, None), None)
 

@@ -93,6 +93,10 @@ class Client {
   Answer markUnknown(const std::string& reservation_id, const std::string& operation_id);
   Answer report(const std::string& reservation_id, const std::string& operation_id,
                 uint64_t actual_units);
+  // Streaming top-up: the STARTED reservation now holds `reserved_units_total` in all (a new
+  // total, so a retry never charges twice); REJECTED: stop the work (docs/protocol.md "extend").
+  Answer extend(const std::string& reservation_id, const std::string& operation_id,
+                uint64_t reserved_units_total);
   Answer query(const std::string& reservation_id);
 
   class Impl;
