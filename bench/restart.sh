@@ -29,15 +29,19 @@ for run in $(seq 1 "$RUNS"); do
   mkfifo "$fifo"
   load=$(cut -d' ' -f1 /proc/loadavg)
   begin=$(date +%s%N)
-  "$bin/tally-ledger" --data-dir "$data/dir" --listen 127.0.0.1:0 --metrics "" --log-level warn \
+  "$bin/tally-ledger" --data-dir "$data/dir" --listen 127.0.0.1:0 --metrics "" --log-level info \
     --ready-fd 3 3>"$fifo" 2>>"$data/ledger.log" &
   ledger=$!
   read -r -t 120 word _ <"$fifo"
   end=$(date +%s%N)
   [[ "$word" == ready ]]
   rss=$(awk '/^VmRSS/ { printf "%.0f", $2 / 1024 }' "/proc/$ledger/status")
-  printf 'run %s %s: %.2f s to serving, RSS %s MB (load1 %s)\n' "$run" "$bin" \
-    "$(echo "($end - $begin) / 1000000000" | bc -l)" "$rss" "$load"
+  # CPU the ledger used to get there (user + system, all threads): unlike the wall time, it
+  # barely moves with the machine's load. The phases are the `restored` line's (ledger/restore.h).
+  cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ printf "%.2f", ($14 + $15) / hz }' "/proc/$ledger/stat")
+  phases=$(grep -o 'load_ms=[0-9]* apply_ms=[0-9]* finish_ms=[0-9]*' "$data/ledger.log" | tail -1)
+  printf 'run %s %s: %.2f s to serving, CPU %s s, RSS %s MB (load1 %s) %s\n' "$run" "$bin" \
+    "$(echo "($end - $begin) / 1000000000" | bc -l)" "$cpu" "$rss" "$load" "$phases"
   kill -TERM "$ledger"
   wait "$ledger" || true
  done

@@ -1,8 +1,12 @@
 #include "core/ledger.h"
 
 #include <algorithm>
+#include <functional>
+#include <string_view>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "core/assert.h"
 #include "core/checked_math.h"
@@ -233,7 +237,7 @@ Ledger::Record* Ledger::popDue(DeadlineQueue* queue) {
   return record;
 }
 
-Status Ledger::restoreReservation(const Reservation& reservation) {
+Status Ledger::restoreReservation(Reservation reservation) {
   if (!validId(reservation.reservation_id, limits::kReservationIdBytesMax)) {
     return Status::corruption("stored reservation has an invalid id");
   }
@@ -248,18 +252,19 @@ Status Ledger::restoreReservation(const Reservation& reservation) {
       receipts_.contains(reservation.reservation_id, hash)) {
     return Status::corruption("reservation '" + reservation.reservation_id + "' stored twice");
   }
-  // A receipt goes straight to the archive (a restart holds the window's receipts packed too);
-  // the first tick compacts those already past retention.
-  if (!isTerminal(reservation.state) || !receipts_.add(reservation, hash, keepUntil(reservation))) {
-    Record* record = reservations_.insert(reservation, hash);
-    if (isTerminal(reservation.state)) closed_.push_back(ReservationTable::handleOf(*record));
-  }
   now_ms_ = std::max(
       {now_ms_, reservation.created_at_ms, reservation.started_at_ms, reservation.closed_at_ms});
+  // A receipt goes straight to the archive (a restart holds the window's receipts packed too);
+  // the first tick compacts those already past retention.
+  const bool terminal = isTerminal(reservation.state);
+  if (!terminal || !receipts_.add(reservation, hash, keepUntil(reservation))) {
+    Record* record = reservations_.insert(std::move(reservation), hash);
+    if (terminal) closed_.push_back(ReservationTable::handleOf(*record));
+  }
   return Status::ok();
 }
 
-void Ledger::enqueueDeadlines(const Record& record) {
+void Ledger::enqueueDeadlines(const Record& record, const AccountEntry* entry) {
   const Reservation& reservation = record.reservation;
   switch (reservation.state) {
     case ReservationState::kReserved:
@@ -267,8 +272,6 @@ void Ledger::enqueueDeadlines(const Record& record) {
       pushDeadline(&expiry_queue_, reservation.expires_at_ms, record);
       break;
     case ReservationState::kUsageUnknown: {
-      const AccountEntry* entry =
-          accounts_.find(reservation.subject, reservation.route, reservation.policy_generation);
       TALLY_ASSERT(entry != nullptr);
       pushDeadline(&hard_limit_queue_,
                    saturatingAdd(reservation.started_at_ms, entry->budget.hard_execution_limit_ms),
@@ -280,24 +283,22 @@ void Ledger::enqueueDeadlines(const Record& record) {
 }
 
 Status Ledger::finishRestore(uint64_t now_ms) {
-  Status orphan = Status::ok();
-  reservations_.forEach([&](const Record& record) {
-    const Reservation& reservation = record.reservation;
-    if (orphan.isOk() && holdsUnits(reservation.state) &&
-        accounts_.find(reservation.subject, reservation.route, reservation.policy_generation) ==
-            nullptr) {
-      orphan = Status::corruption("reservation '" + reservation.reservation_id +
-                                  "' holds units of a missing account");
-    }
-  });
-  if (!orphan.isOk()) return orphan;
-  reservations_.forEach([&](const Record& record) { enqueueDeadlines(record); });
   if (Status status = shards_.finishRestore(); !status.isOk()) return status;
   advance(now_ms);
+  // The full audit first: besides every account's equation and `reserved`, it finds any
+  // reservation holding units of a missing account, which the deadline queues below rely on.
   const AuditReport report = audit(now_ms_);
   if (!report.conserved) {
     return Status::corruption("restored ledger fails its audit: " + report.violations.front());
   }
+  reservations_.forEach([&](const Record& record) {
+    const Reservation& reservation = record.reservation;
+    const AccountEntry* entry =
+        reservation.state == ReservationState::kUsageUnknown
+            ? accounts_.find(reservation.subject, reservation.route, reservation.policy_generation)
+            : nullptr;
+    enqueueDeadlines(record, entry);
+  });
   std::vector<PeriodKey> periods_beyond_kept = std::move(periods_deleted_);
   (void)takeChangedRows();  // restored state is already durable
   periods_deleted_ = std::move(periods_beyond_kept);
@@ -724,33 +725,123 @@ ShardReply Ledger::writeOffShard(const std::string& shard_id, uint64_t now_ms) {
   return shards_.writeOff(shard_id, advance(now_ms));
 }
 
+namespace {
+
+// What the live reservations hold, summed per account: an open-addressed table (linear probing,
+// at most half full) keyed by views of the first reservation seen for each account, so the
+// audit reads the reservations in place, copies no key and chases no node per reservation.
+class HeldUnits {
+ public:
+  struct Entry {
+    uint64_t hash = 0;
+    const Reservation* key = nullptr;  // null: empty slot
+    Units units = 0;
+    bool taken = false;  // its account was seen
+  };
+
+  explicit HeldUnits(size_t accounts) {
+    size_t capacity = 16;
+    while (capacity < 2 * accounts) capacity *= 2;
+    slots_.resize(capacity);
+  }
+
+  void add(const Reservation& reservation) {
+    if (2 * (size_ + 1) > slots_.size()) grow();
+    const uint64_t hash =
+        hashOf(reservation.subject, reservation.route, reservation.policy_generation);
+    Entry& entry =
+        slotFor(hash, reservation.subject, reservation.route, reservation.policy_generation);
+    if (entry.key == nullptr) {
+      entry = {.hash = hash, .key = &reservation, .units = 0, .taken = false};
+      ++size_;
+    }
+    entry.units = saturatingAdd(entry.units, reservation.reserved_units);
+  }
+
+  // Removes and returns what reservations of this account hold (0 if none).
+  Units take(const AccountKey& key) {
+    Entry& entry = slotFor(hashOf(key.subject, key.route, key.generation), key.subject, key.route,
+                           key.generation);
+    if (entry.key == nullptr) return 0;
+    const Units units = entry.units;
+    entry.units = 0;
+    entry.taken = true;
+    return units;
+  }
+
+  // Accounts not taken, in key order.
+  std::vector<std::pair<AccountKey, Units>> rest() const {
+    std::vector<std::pair<AccountKey, Units>> out;
+    for (const Entry& entry : slots_) {
+      if (entry.key == nullptr || entry.taken) continue;
+      out.push_back({AccountKey{entry.key->subject, entry.key->route, entry.key->policy_generation},
+                     entry.units});
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  static uint64_t hashOf(std::string_view subject, std::string_view route, Generation generation) {
+    const uint64_t h = std::hash<std::string_view>{}(subject);
+    const uint64_t r = std::hash<std::string_view>{}(route);
+    return (h * 0x9e3779b97f4a7c15ULL) ^ (r + (h << 6) + (h >> 2)) ^
+           (generation * 0xff51afd7ed558ccdULL);
+  }
+
+  Entry& slotFor(uint64_t hash, std::string_view subject, std::string_view route,
+                 Generation generation) {
+    const size_t mask = slots_.size() - 1;
+    for (size_t i = hash & mask;; i = (i + 1) & mask) {
+      Entry& entry = slots_[i];
+      if (entry.key == nullptr) return entry;
+      if (entry.hash == hash && entry.key->policy_generation == generation &&
+          entry.key->subject == subject && entry.key->route == route) {
+        return entry;
+      }
+    }
+  }
+
+  void grow() {
+    std::vector<Entry> old = std::move(slots_);
+    slots_.assign(2 * old.size(), Entry{});
+    const size_t mask = slots_.size() - 1;
+    for (const Entry& entry : old) {
+      if (entry.key == nullptr) continue;
+      size_t i = entry.hash & mask;
+      while (slots_[i].key != nullptr) i = (i + 1) & mask;
+      slots_[i] = entry;
+    }
+  }
+
+  std::vector<Entry> slots_;
+  size_t size_ = 0;
+};
+
+}  // namespace
+
 AuditReport Ledger::audit(uint64_t now_ms) const {
   AuditReport report;
   report.as_of_ms = std::max(now_ms, now_ms_);
   report.accounts = accounts_.view(report.as_of_ms);
-  std::map<AccountKey, Units> held;
+  HeldUnits held(report.accounts.size());  // one pass over the live reservations
   reservations_.forEach([&](const Record& record) {
-    const Reservation& reservation = record.reservation;
-    if (!holdsUnits(reservation.state)) return;
-    Units& sum =
-        held[AccountKey{reservation.subject, reservation.route, reservation.policy_generation}];
-    sum = saturatingAdd(sum, reservation.reserved_units);
+    if (holdsUnits(record.reservation.state)) held.add(record.reservation);
   });
   for (const AccountView& view : report.accounts) {
+    const Units live = held.take(view.key);
+    if (view.conserved && live == view.balances.reserved) continue;
     const std::string name =
         view.key.subject + "/" + view.key.route + "@" + std::to_string(view.key.generation);
     if (!view.conserved) {
       report.violations.push_back(name + ": conservation equation does not hold");
     }
-    auto it = held.find(view.key);
-    const Units live = it == held.end() ? 0 : it->second;
     if (live != view.balances.reserved) {
       report.violations.push_back(name + ": reserved " + std::to_string(view.balances.reserved) +
                                   " but live reservations hold " + std::to_string(live));
     }
-    if (it != held.end()) held.erase(it);
   }
-  for (const auto& [key, units] : held) {
+  for (const auto& [key, units] : held.rest()) {  // reservations of accounts that do not exist
     report.violations.push_back(key.subject + "/" + key.route + "@" +
                                 std::to_string(key.generation) + ": reservations hold " +
                                 std::to_string(units) + " units but there is no account");

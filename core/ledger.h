@@ -141,8 +141,9 @@ class Ledger {
   // Rebuilding from the durable record, before serving: policies and accounts through
   // accounts(), then every stored reservation, the shard registry through shards(), then
   // finishRestore(). Restored state is not
-  // reported by takeChanges() (it is already durable).
-  Status restoreReservation(const Reservation& reservation);
+  // reported by takeChanges() (it is already durable). Takes the record by value: a restore
+  // moves each stored reservation into the table instead of copying it.
+  Status restoreReservation(Reservation reservation);
   // A stored period-close snapshot, after the accounts.
   Status restorePeriodSnapshot(const PeriodSnapshot& snapshot);
   // Rebuilds the deadline queues, checks the audit, and sets the clock to at least `now_ms`.
@@ -263,7 +264,8 @@ class Ledger {
                                 Units actual_units, uint64_t now_ms);
   bool closeByHardLimit(Record* record, uint64_t now_ms);
   void pushHardLimit(const Record& record);
-  void enqueueDeadlines(const Record& record);
+  // `entry`: a USAGE_UNKNOWN reservation's account (the restore's audit found it).
+  void enqueueDeadlines(const Record& record, const AccountEntry* entry);
   void pushDeadline(DeadlineQueue* queue, uint64_t at_ms, const Record& record);
   // Pops the top entry; returns the reservation it names now, or null.
   Record* popDue(DeadlineQueue* queue);

@@ -397,7 +397,10 @@ int run(const LedgerConfig& config) {
                            {"reservations", summary.reservations},
                            {"gateways", summary.gateways},
                            {"shards", summary.shards},
-                           {"ledger_clock_ms", summary.ledger_clock_ms}});
+                           {"ledger_clock_ms", summary.ledger_clock_ms},
+                           {"load_ms", summary.load_ms},
+                           {"apply_ms", summary.apply_ms},
+                           {"finish_ms", summary.finish_ms}});
 
   LedgerClock clock(summary.ledger_clock_ms);
   uv_loop_t loop;

@@ -1,19 +1,35 @@
 #include "ledger/restore.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 namespace tally::ledger {
+namespace {
+
+uint64_t msSince(std::chrono::steady_clock::time_point start) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now() - start)
+                                   .count());
+}
+
+}  // namespace
 
 Result<RestoreSummary> restoreLedger(Store* store, Ledger* ledger, uint64_t wall_now_ms,
                                      std::vector<BadRecord>* bad_records) {
+  const auto started = std::chrono::steady_clock::now();
   Result<StoreContents> loaded = store->load();
   if (!loaded.isOk()) return loaded.status();
-  return restoreLedger(std::move(loaded).value(), ledger, wall_now_ms, bad_records);
+  const uint64_t load_ms = msSince(started);
+  Result<RestoreSummary> restored =
+      restoreLedger(std::move(loaded).value(), ledger, wall_now_ms, bad_records);
+  if (restored.isOk()) restored.value().load_ms = load_ms;
+  return restored;
 }
 
 Result<RestoreSummary> restoreLedger(StoreContents contents, Ledger* ledger, uint64_t wall_now_ms,
                                      std::vector<BadRecord>* bad_records) {
+  const auto started = std::chrono::steady_clock::now();
   // Checked before anything is applied: a record no bounded request can produce would reach
   // an invariant of the core (an assertion) later, on every restart.
   std::vector<BadRecord> bad = findBadRecords(contents);
@@ -46,10 +62,11 @@ Result<RestoreSummary> restoreLedger(StoreContents contents, Ledger* ledger, uin
   for (const PeriodSnapshot& snapshot : contents.period_snapshots) {
     if (Status s = ledger->restorePeriodSnapshot(snapshot); !s.isOk()) return s;
   }
-  for (const Reservation& reservation : contents.reservations) {
-    if (Status s = ledger->restoreReservation(reservation); !s.isOk()) return s;
+  for (Reservation& reservation : contents.reservations) {
+    if (Status s = ledger->restoreReservation(std::move(reservation)); !s.isOk()) return s;
     ++summary.reservations;
   }
+  contents.reservations = {};  // moved into the ledger: free the husks before the audit
   ShardRegistry& shards = ledger->shards();
   for (const GatewayRecord& gateway : contents.gateways) {
     if (Status s = shards.restoreGateway(gateway); !s.isOk()) return s;
@@ -64,7 +81,10 @@ Result<RestoreSummary> restoreLedger(StoreContents contents, Ledger* ledger, uin
   }
   shards.restoreShardSequence(contents.shard_sequence);
   summary.ledger_clock_ms = std::max(contents.ledger_clock_ms, wall_now_ms);
+  summary.apply_ms = msSince(started);
+  const auto finishing = std::chrono::steady_clock::now();
   if (Status s = ledger->finishRestore(summary.ledger_clock_ms); !s.isOk()) return s;
+  summary.finish_ms = msSince(finishing);
   return summary;
 }
 

@@ -21,6 +21,12 @@ struct RestoreSummary {
   uint64_t gateways = 0;
   uint64_t shards = 0;
   uint64_t ledger_clock_ms = 0;  // max(persisted high-water mark, now)
+  // Wall time of each phase, for the `restored` log line and bench/restart.sh: reading and
+  // decoding the store (0 when given contents), checking and applying the records, then
+  // finishing (deadline queues, shard registry, the full audit).
+  uint64_t load_ms = 0;
+  uint64_t apply_ms = 0;
+  uint64_t finish_ms = 0;
 };
 
 // Refuses (kCorruption) a store holding any record findBadRecords() names, before applying

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <string_view>
 #include <utility>
 
 #include "ledger/store_codec.h"
@@ -25,32 +26,59 @@ Status checkBodySize(std::span<const uint8_t> body, uint64_t bytes_max, const st
                             " bytes is above batch_bytes_max");
 }
 
+// Capacity readReservations() leaves beyond the table's rows for the reservations the log's
+// tail adds (mergeReservations() appends them): address space only, never touched unless used;
+// a longer tail reallocates once.
+size_t reservationSlack(size_t rows) { return std::max<size_t>(rows / 8, 4096); }
+
 bool byId(const Reservation& a, const Reservation& b) {
   return a.reservation_id < b.reservation_id;
 }
 
-// The table's reservations with the log's changes applied (nullopt: deleted), sorted by id. A
-// linear merge, so that load() never holds the table twice.
+// The table's reservations with the log's changes applied (nullopt: deleted), sorted by id, in
+// place: a replaced image is moved over the old one, deletions are compacted out, and only ids
+// new since the fold are merged in (std::inplace_merge). load() never holds the table twice,
+// and a restart whose log is short moves almost nothing.
 std::vector<Reservation> mergeReservations(
     std::vector<Reservation> table,
     std::unordered_map<std::string, std::optional<Reservation>> changes) {
   if (!std::is_sorted(table.begin(), table.end(), byId)) {
     std::sort(table.begin(), table.end(), byId);
   }
+  if (changes.empty()) return table;
   std::vector<std::pair<std::string, std::optional<Reservation>>> sorted_changes(
       std::make_move_iterator(changes.begin()), std::make_move_iterator(changes.end()));
   std::sort(sorted_changes.begin(), sorted_changes.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<Reservation> out;
-  out.reserve(table.size() + sorted_changes.size());
-  auto next = table.begin();
+  bool deleted = false;
+  std::vector<Reservation> added;
+  auto cursor = table.begin();  // ids below it are before every change still to come
   for (auto& [id, change] : sorted_changes) {
-    while (next != table.end() && next->reservation_id < id) out.push_back(std::move(*next++));
-    if (next != table.end() && next->reservation_id == id) ++next;  // replaced or deleted
-    if (change) out.push_back(std::move(*change));
+    auto at = std::lower_bound(
+        cursor, table.end(), id,
+        [](const Reservation& r, const std::string& key) { return r.reservation_id < key; });
+    cursor = at;
+    if (at != table.end() && at->reservation_id == id) {
+      if (change) {
+        *at = std::move(*change);
+      } else {
+        at->reservation_id.clear();  // compacted out below (ids are never empty)
+        deleted = true;
+      }
+    } else if (change) {
+      added.push_back(std::move(*change));
+    }
   }
-  while (next != table.end()) out.push_back(std::move(*next++));
-  return out;
+  if (deleted) {
+    std::erase_if(table, [](const Reservation& r) { return r.reservation_id.empty(); });
+  }
+  if (!added.empty()) {  // already in id order
+    const auto middle = static_cast<std::ptrdiff_t>(table.size());
+    table.insert(table.end(), std::make_move_iterator(added.begin()),
+                 std::make_move_iterator(added.end()));
+    std::inplace_merge(table.begin(), table.begin() + middle, table.end(), byId);
+  }
+  return table;
 }
 
 Status readPolicies(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max,
@@ -90,17 +118,32 @@ Status readAccounts(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max,
 }
 
 // Appends in id order (the statement sorts; SQLite's BINARY collation is std::string's order).
-Status readReservations(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max,
+// Builds no per-row strings unless a row is refused. `out` is reserved to the row count first
+// (SQLite counts a table's B-tree without decoding a row: ~50 ms for a million), with room for
+// the ids the log adds (see reservationSlack), so the vector is written once and never moved.
+Status readReservations(sqlite3* db, sqlite3_stmt* count, sqlite3_stmt* stmt, uint64_t bytes_max,
                         std::vector<Reservation>* out) {
+  int64_t rows = 0;
+  TALLY_SQLITE_RETURN_IF_ERROR(forEachRow(db, count, "count reservations", [&](sqlite3_stmt* row) {
+    rows = sqlite3_column_int64(row, 0);
+    return Status::ok();
+  }));
+  if (rows > 0) {
+    const auto n = static_cast<size_t>(rows);
+    out->reserve(n + reservationSlack(n));
+  }
   return forEachRow(db, stmt, "read reservations", [&](sqlite3_stmt* row) -> Status {
-    const std::string id = columnText(row, 0);
-    const std::string where = "reservations id '" + id + "'";
+    const auto* id_text = reinterpret_cast<const char*>(sqlite3_column_text(row, 0));
+    const std::string_view id(id_text == nullptr ? "" : id_text,
+                              static_cast<size_t>(sqlite3_column_bytes(row, 0)));
+    const auto where = [&] { return "reservations id '" + std::string(id) + "'"; };
     std::span<const uint8_t> body = columnBlob(row, 1);
-    TALLY_SQLITE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
+    if (body.size() > bytes_max) return checkBodySize(body, bytes_max, where());
     Result<Reservation> record = decodeReservationRecord(body);
-    if (!record.isOk()) return Status::corruption(where + ": " + record.status().message());
+    if (!record.isOk()) return Status::corruption(where() + ": " + record.status().message());
     if (record.value().reservation_id != id) {
-      return Status::corruption(where + ": body holds id '" + record.value().reservation_id + "'");
+      return Status::corruption(where() + ": body holds id '" + record.value().reservation_id +
+                                "'");
     }
     out->push_back(std::move(record).value());
     return Status::ok();
@@ -505,8 +548,9 @@ Status readTables(const sqlite::Connection& tables, uint64_t bytes_max, TablesIm
       readPolicies(db, tables[kTablesSelectPolicies], bytes_max, &image->policies));
   TALLY_SQLITE_RETURN_IF_ERROR(
       readAccounts(db, tables[kTablesSelectAccounts], bytes_max, &image->accounts));
-  TALLY_SQLITE_RETURN_IF_ERROR(
-      readReservations(db, tables[kTablesSelectReservations], bytes_max, &image->reservations));
+  TALLY_SQLITE_RETURN_IF_ERROR(readReservations(db, tables[kTablesCountReservations],
+                                                tables[kTablesSelectReservations], bytes_max,
+                                                &image->reservations));
   TALLY_SQLITE_RETURN_IF_ERROR(readKeyedBodies(
       db, tables[kTablesSelectGateways], bytes_max, "gateways", decodeGatewayRecord,
       [](const GatewayRecord& record) { return record.gateway_name; }, &image->gateways));

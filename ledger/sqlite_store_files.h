@@ -140,6 +140,7 @@ enum TablesStatement : size_t {
   kTablesUpsertPeriodSnapshot,
   kTablesDeletePeriodSnapshot,
   kTablesSelectPeriodSnapshots,
+  kTablesCountReservations,
   kTablesStatementCount,
 };
 
@@ -170,6 +171,7 @@ inline constexpr std::array<const char*, kTablesStatementCount> kTablesStatement
     "epoch_first = ?4",
     "SELECT subject, route, generation, epoch_first, body FROM period_snapshots "
     "ORDER BY subject, route, generation, epoch_first",
+    "SELECT count(*) FROM reservations",
 };
 
 // --- Folding ------------------------------------------------------------------------------------

@@ -60,15 +60,23 @@ capnp::ReaderOptions readerOptions(size_t blob_bytes) {
   return options;
 }
 
+// Unpacked words a message of this size or smaller is read into without allocating: a restart
+// decodes a million table rows, and one heap allocation each was measurable. Each thread (the
+// loop's restore, the fold thread) has its own; withRoot() is not re-entered while one is read.
+constexpr size_t kScratchWords = 1024;  // 8 KiB: every table row; most log batches allocate
+thread_local capnp::word scratch_words[kScratchWords];
+
 // Reads the packed message in `bytes` with limits sized from the blob, and hands its root to
 // `read`. This is the decode boundary: kj::Exception stops here. (Unpacking copies into aligned
-// memory, so SQLite's unaligned blob pointers are fine.)
+// memory, so SQLite's unaligned blob pointers are fine.) `read` copies what it keeps out of the
+// message: the scratch words are reused by the next call.
 template <typename Root, typename T, typename F>
 Result<T> withRoot(std::span<const uint8_t> bytes, F&& read) {
   if (bytes.empty()) return Status::corruption("empty blob");
   try {
     kj::ArrayInputStream input(kj::ArrayPtr<const kj::byte>(bytes.data(), bytes.size()));
-    capnp::PackedMessageReader message(input, readerOptions(bytes.size()));
+    capnp::PackedMessageReader message(input, readerOptions(bytes.size()),
+                                       kj::arrayPtr(scratch_words, kScratchWords));
     if (size_t trailing = input.tryGetReadBuffer().size(); trailing != 0) {
       return Status::corruption("message is followed by " + std::to_string(trailing) +
                                 " trailing bytes");

@@ -1631,6 +1631,26 @@ TEST_F(LedgerTest, WhatTakeChangesNamesIsEnoughToRebuildTheLedger) {
   }
 }
 
+// finishRestore() audits before it queues deadlines: a USAGE_UNKNOWN reservation whose account
+// is missing (its hard limit is read from that account) is refused as corruption, never an
+// assertion; so is a RESERVED one.
+TEST_F(LedgerTest, RestoreRefusesLiveReservationsOfAMissingAccountBeforeQueueingThem) {
+  ASSERT_EQ(reserve("u", 300).code, ReplyCode::kOk);
+  ASSERT_EQ(start("u", "op-u").code, ReplyCode::kOk);
+  ASSERT_EQ(markUnknown("u", "op-u").code, ReplyCode::kOk);
+  ASSERT_EQ(reserve("r", 200).code, ReplyCode::kOk);
+  for (const char* id : {"u", "r"}) {
+    SCOPED_TRACE(id);
+    Ledger rebuilt;
+    ASSERT_EQ(rebuilt.publishPolicy(testPolicy(), kT0).code, ReplyCode::kOk);  // no account
+    ASSERT_TRUE(rebuilt.restoreReservation(*ledger_.findReservation(id)).isOk());
+    const Status status = rebuilt.finishRestore(kT0 + 1);
+    EXPECT_EQ(status.code(), StatusCode::kCorruption);
+    EXPECT_THAT(status.message(), HasSubstr("fails its audit"));
+    EXPECT_THAT(status.message(), HasSubstr("units but there is no account"));
+  }
+}
+
 TEST(LedgerNamesTest, ReplyCodeAndGenerationStateNames) {
   EXPECT_STREQ(replyCodeName(ReplyCode::kOk), "OK");
   EXPECT_STREQ(replyCodeName(ReplyCode::kRejected), "REJECTED");

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -153,6 +154,11 @@ void expectContents(const StoreContents& actual, const Model& expected) {
         << "account " << key.subject << " " << key.route << " " << key.generation;
   }
   ASSERT_EQ(actual.reservations.size(), expected.reservations.size());
+  // load() returns them in id order (the table's order, with the log's tail merged in place).
+  EXPECT_TRUE(std::is_sorted(actual.reservations.begin(), actual.reservations.end(),
+                             [](const Reservation& a, const Reservation& b) {
+                               return a.reservation_id < b.reservation_id;
+                             }));
   std::map<std::string, Reservation> reservations;
   for (const Reservation& r : actual.reservations) reservations[r.reservation_id] = r;
   for (const auto& [id, record] : expected.reservations) {
