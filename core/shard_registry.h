@@ -40,10 +40,13 @@ struct ShardRegistryFaults {
 
 class ShardRegistry {
  public:
-  // `retention_ms`: how long after its expiry a RECONCILED shard with nothing retired is kept
-  // (its grant, receipts and issue request id: the window for retried issues and reports).
-  ShardRegistry(AccountBook* accounts, uint64_t retention_ms)
-      : accounts_(accounts), retention_ms_(retention_ms) {}
+  // `shard_retention_ms`: how long after its expiry a RECONCILED shard with nothing retired is
+  // kept (its grant, receipts and issue request id: the window for retried issues and reports).
+  // The ledger's `shard_retention_ms` (default limits::kShardRetentionMsDefault, a day), not the
+  // receipts' idempotency window: an agent that did not hear its report accepted must find the
+  // shard when it reports again.
+  ShardRegistry(AccountBook* accounts, uint64_t shard_retention_ms)
+      : accounts_(accounts), shard_retention_ms_(shard_retention_ms) {}
   ShardRegistry(const ShardRegistry&) = delete;
   ShardRegistry& operator=(const ShardRegistry&) = delete;
 
@@ -116,7 +119,7 @@ class ShardRegistry {
   void maybeQueueCompaction(const ShardRecord& record);
 
   AccountBook* accounts_;
-  uint64_t retention_ms_;
+  uint64_t shard_retention_ms_;
   const ShardCrypto* crypto_ = nullptr;
 #ifdef TALLY_TEST_FAULTS
   ShardRegistryFaults faults_;

@@ -229,7 +229,7 @@ ShardRegistry::TickOutcome ShardRegistry::tick(uint64_t now_ms, uint64_t items_m
     const ShardRecord& record = it->second;
     if (record.state != ShardState::kReconciled || record.retired_units != 0 ||
         record.remint_due_at_ms != 0 ||
-        now_ms < saturatingAdd(record.grant.expires_at_ms, retention_ms_)) {
+        now_ms < saturatingAdd(record.grant.expires_at_ms, shard_retention_ms_)) {
       continue;
     }
     by_request_id_.erase(record.issue_request.request_id);

@@ -702,9 +702,10 @@ TEST_F(ShardRegistryTest, ChangesNameEveryRowToPersist) {
   EXPECT_EQ(changes.gateways, std::vector<std::string>{kGateway});
 }
 
-TEST(ShardRegistryCompactionTest, ReconciledShardsAreDroppedAfterRetention) {
+TEST(ShardRegistryCompactionTest, ReconciledShardsAreDroppedAfterShardRetention) {
   FakeShardCrypto crypto;
-  Ledger ledger(LedgerOptions{.retention_ms = 10'000});
+  // The receipts' window is much shorter than the shards' retention: shards keep the latter.
+  Ledger ledger(LedgerOptions{.retention_ms = 1'000, .shard_retention_ms = 10'000});
   ledger.setShardCrypto(&crypto);
   ASSERT_EQ(ledger.publishPolicy(Policy{.budgets = {shardBudget()}}, kT0).code, ReplyCode::kOk);
   ASSERT_EQ(ledger.enrollGateway(kGateway, keyOf(1), kT0).code, ReplyCode::kOk);
@@ -725,7 +726,14 @@ TEST(ShardRegistryCompactionTest, ReconciledShardsAreDroppedAfterRetention) {
   signReport(&all_unused);
   ASSERT_EQ(ledger.reportShard(all_unused, kT0).shards.front().state, ShardState::kReconciled);
   (void)ledger.takeChanges();
-  // Kept until expiry + retention; `held` (ISSUED, its units retired) is never dropped.
+  // Kept until expiry + shard retention (not expiry + retention_ms); `held` (ISSUED, its units
+  // retired) is never dropped.
+  EXPECT_EQ(ledger.tick(kT0 + kTtlMs + 1'000).shards_compacted, 0u);
+  EXPECT_NE(ledger.shards().find(done.shard_id), nullptr);
+  // A retried report within the shard retention is still answered as a duplicate.
+  const ShardReply retried = ledger.reportShard(all_unused, kT0 + kTtlMs + 1'000);
+  ASSERT_EQ(retried.code, ReplyCode::kOk);
+  EXPECT_TRUE(retried.duplicate);
   const uint64_t due = kT0 + kTtlMs + 10'000;
   EXPECT_EQ(ledger.tick(due - 1).shards_compacted, 0u);
   EXPECT_EQ(ledger.tick(due).shards_compacted, 1u);
@@ -745,7 +753,7 @@ TEST(ShardRegistryCompactionTest, ReconciledShardsAreDroppedAfterRetention) {
 
 TEST(ShardRegistryRestoreTest, InconsistentRecordsAreCorruption) {
   AccountBook accounts;
-  ShardRegistry registry(&accounts, limits::kRetentionMsDefault);
+  ShardRegistry registry(&accounts, limits::kShardRetentionMsDefault);
   ShardRecord record;
   record.grant.shard_id = "shard-1";
   record.grant.allocated_units = 100;
@@ -775,7 +783,7 @@ TEST(ShardRegistryRestoreTest, InconsistentRecordsAreCorruption) {
                           Balances{.opening = 1000, .available = 900, .retired_for_emergency = 100},
                           kT0, 0)
           .isOk());
-  ShardRegistry restored(&accounts, limits::kRetentionMsDefault);
+  ShardRegistry restored(&accounts, limits::kShardRetentionMsDefault);
   record.issue_request.request_id = "q7";
   ASSERT_TRUE(restored.restoreShard(record).isOk());
   restored.restoreShardSequence(6);
