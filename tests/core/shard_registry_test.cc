@@ -295,6 +295,40 @@ TEST_F(ShardRegistryTest, ReportWithATamperedGrantIsDenied) {
   EXPECT_EQ(account(), (Balances{.opening = 1000, .available = 900, .retired_for_emergency = 100}));
 }
 
+TEST_F(ShardRegistryTest, ReportOfAnUnknownShardIsNotFoundOnlyForItsOwnGateway) {
+  // A grant this ledger's key signed, for a shard the registry does not hold (compacted, or
+  // lost with a restore from an older backup): kNotFound for its enrolled, enabled gateway.
+  ShardGrant gone{.shard_id = "shard-99",
+                  .subject = kSubject,
+                  .route = kRoute,
+                  .policy_generation = 1,
+                  .gateway_id = keyOf(1),
+                  .gateway_name = kGateway,
+                  .gateway_boot_epoch = 1,
+                  .fence = 1,
+                  .allocated_units = 100,
+                  .issued_at_ms = kT0,
+                  .expires_at_ms = kT0 + kTtlMs};
+  crypto_.signGrant(&gone);
+  (void)ledger_.takeChanges();
+  ShardReply reply = ledger_.reportShard(report(gone, {.local_retired = 100}, {}), kT0);
+  EXPECT_EQ(reply.code, ReplyCode::kNotFound);
+  EXPECT_FALSE(reply.permission_denied);
+  EXPECT_TRUE(reply.shards.empty());
+  EXPECT_TRUE(ledger_.takeChanges().empty());
+  // A grant the ledger key did not sign is refused as before.
+  ShardGrant forged = gone;
+  forged.allocated_units = 200;
+  EXPECT_TRUE(
+      ledger_.reportShard(report(forged, {.local_retired = 200}, {}), kT0).permission_denied);
+  // So is a disabled gateway's report.
+  ASSERT_EQ(ledger_.setGatewayEnabled(kGateway, false, kT0).code, ReplyCode::kOk);
+  reply = ledger_.reportShard(report(gone, {.local_retired = 100}, {}), kT0);
+  EXPECT_TRUE(reply.permission_denied);
+  EXPECT_NE(reply.code, ReplyCode::kNotFound);
+  EXPECT_EQ(ledger_.shards().shardCount(), 0u);
+}
+
 TEST_F(ShardRegistryTest, InconsistentReportsChangeNothing) {
   const ShardGrant grant = issued();
   const std::string id = grant.shard_id;
@@ -744,6 +778,13 @@ TEST(ShardRegistryCompactionTest, ReconciledShardsAreDroppedAfterShardRetention)
   EXPECT_TRUE(changes.shards.empty());
   EXPECT_TRUE(ledger.audit(due).conserved);
   EXPECT_EQ(ledger.tick(due + 1'000'000).shards_compacted, 0u);
+  // A report after compaction: the typed "no record" answer, nothing changes.
+  const ShardReply forgotten = ledger.reportShard(all_unused, due + 1);
+  EXPECT_EQ(forgotten.code, ReplyCode::kNotFound);
+  EXPECT_FALSE(forgotten.permission_denied);
+  EXPECT_TRUE(forgotten.shards.empty());
+  EXPECT_THAT(forgotten.message, HasSubstr(done.shard_id));
+  EXPECT_TRUE(ledger.takeChanges().empty());
   // Past retention its request id is forgotten, like a reservation's: a new shard.
   const ShardReply again = issue("q1");
   ASSERT_EQ(again.code, ReplyCode::kOk);
