@@ -197,10 +197,9 @@ TEST(LedgerConfigKeys, ShardRetentionIsReadAndRangeChecked) {
   EXPECT_EQ(defaults.shard_retention_ms, 24ull * 3600 * 1000);
   EXPECT_GT(defaults.shard_retention_ms, defaults.retention_ms);
   ledger::LedgerConfig config;
-  ASSERT_TRUE(ledger::applyConfigFile(writeTemp(dir, "l.toml", "shard_retention_ms = 5000
-"),
-                                      &config)
-                  .isOk());
+  ASSERT_TRUE(
+      ledger::applyConfigFile(writeTemp(dir, "l.toml", "shard_retention_ms = 5000\n"), &config)
+          .isOk());
   EXPECT_EQ(config.shard_retention_ms, 5'000u);
   EXPECT_EQ(config.retention_ms, defaults.retention_ms);
   for (const char* bad : {"shard_retention_ms = 999\n", "shard_retention_ms = 31536000001\n",
