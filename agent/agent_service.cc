@@ -134,6 +134,7 @@ GaugeSnapshot AgentService::gauges() const {
     snapshot.shards_usable = shard_gauges.usable;
     snapshot.shards_closed = shard_gauges.closed;
     snapshot.shards_quarantined = shard_gauges.quarantined;
+    snapshot.shards_unreconcilable = shard_gauges.unreconcilable;
     snapshot.shard_available_units = shard_gauges.available_units;
     snapshot.shard_oldest_unreconciled_age_ms = shard_gauges.oldest_unreconciled_age_ms;
   }

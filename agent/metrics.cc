@@ -98,13 +98,15 @@ void AgentMetrics::renderShards(std::string* out, const GaugeSnapshot& g) const 
            shard_issues_);
   counters("tally_agent_shard_events_total",
            "Shard events: quarantined (stored grant does not verify), conflict (reported by the "
-           "ledger), closed-<reason>.",
+           "ledger), unreconcilable (the ledger will never take its report), closed-<reason>.",
            "event", shard_events_);
   header(out, "tally_agent_shards", "gauge", "Emergency shards held, by condition.");
   sample(out, "tally_agent_shards", "condition=\"usable\"", std::to_string(g.shards_usable));
   sample(out, "tally_agent_shards", "condition=\"closed\"", std::to_string(g.shards_closed));
   sample(out, "tally_agent_shards", "condition=\"quarantined\"",
          std::to_string(g.shards_quarantined));
+  sample(out, "tally_agent_shards", "condition=\"unreconcilable\"",
+         std::to_string(g.shards_unreconcilable));
   header(out, "tally_agent_shard_available_units", "gauge",
          "Units still available for admission in usable shards.");
   sample(out, "tally_agent_shard_available_units", "", std::to_string(g.shard_available_units));

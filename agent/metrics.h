@@ -62,6 +62,7 @@ struct GaugeSnapshot {
   uint64_t shards_usable = 0;
   uint64_t shards_closed = 0;  // closed, not quarantined, kept until reconciled + retention
   uint64_t shards_quarantined = 0;
+  uint64_t shards_unreconcilable = 0;  // the ledger has no record of them / wrote them off
   uint64_t shard_available_units = 0;
   uint64_t shard_oldest_unreconciled_age_ms = 0;
   std::vector<FairRouteGauges> fair_routes;  // by route

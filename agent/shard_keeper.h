@@ -15,6 +15,7 @@
 #include "agent/metrics.h"
 #include "central-client/ledger_link.h"
 #include "common/log.h"
+#include "core/limits.h"
 #include "core/shard_book.h"
 #include "core/shard_keeping.h"
 #include "shard/store.h"
@@ -50,7 +51,7 @@ struct EmergencyOptions {
   uint64_t status_poll_ms = 2'000;
   uint64_t issue_retry_ms = 5'000;           // after a refused or failed issue, or report
   uint64_t emergency_off_retry_ms = 60'000;  // after "emergency mode is off"
-  uint64_t retention_ms = 24ull * 3600 * 1000;
+  uint64_t retention_ms = limits::kShardRetentionMsDefault;  // final shards kept this long
 };
 
 // Our gateway identity and the two signing operations (shard/crypto.h, libsodium).

@@ -47,6 +47,10 @@ struct LedgerOptions {
   // Memory the packed receipts of the window may take (core/receipt_archive.h); past it new
   // reservations are refused with RESOURCE_EXHAUSTED until compaction frees room.
   uint64_t receipt_bytes_max = limits::kReceiptBytesMaxDefault;
+  // How long after its expiry a RECONCILED shard with nothing retired is kept, then compacted
+  // (docs/SHARDS.md "Compaction"): longer than the receipts' window, so that an agent that did
+  // not hear its report accepted is answered again, not told the shard is unknown.
+  uint64_t shard_retention_ms = limits::kShardRetentionMsDefault;
 };
 
 struct TickOutcome {
@@ -285,7 +289,7 @@ class Ledger {
 #endif
   uint64_t now_ms_ = 0;
   AccountBook accounts_;
-  ShardRegistry shards_{&accounts_, options_.retention_ms};
+  ShardRegistry shards_{&accounts_, options_.shard_retention_ms};
   ReservationTable reservations_;
   DeadlineQueue expiry_queue_;      // RESERVED reservations by expiresAt
   DeadlineQueue hard_limit_queue_;  // USAGE_UNKNOWN by startedAt + hard execution limit

@@ -212,7 +212,8 @@ LedgerOutcome LedgerRequests::reportShard(const ShardReport& report, uint64_t no
   ShardReply reply = ledger_->reportShard(report, now_ms);
   LedgerOutcome outcome;
   if (!firstSuccess(reply.code, reply.duplicate) || reply.shards.empty()) {
-    if (reply.permission_denied || reply.code == ReplyCode::kInvalidArgument) {
+    if (reply.permission_denied || reply.code == ReplyCode::kInvalidArgument ||
+        reply.code == ReplyCode::kNotFound) {  // notFound: no record (compacted)
       outcome.events.emplace_back(ShardReportRefused{.shard_id = report.shard.shard_id,
                                                      .gateway_name = report.shard.gateway_name,
                                                      .code = reply.code,

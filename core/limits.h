@@ -61,6 +61,12 @@ inline constexpr uint64_t kShardReceiptsPerReportMax = 100'000;
 // (docs/LEDGER.md "Retention" derives it: the longest hold TTL a client retries a reserve
 // within, plus the agent's retry horizon for a settle or an operation receipt, with margin).
 inline constexpr uint64_t kRetentionMsDefault = 15ull * 60 * 1000;
+// Retention of emergency shards, separate from the receipts' window: the ledger keeps a
+// RECONCILED shard this long after its expiry (so an agent that did not hear its report accepted
+// gets the answer again on retry, not "no record"), and the agent keeps a final shard and its
+// reservations this long after the ledger's final answer (retried ids answered locally).
+// docs/LEDGER.md "Retention", docs/SHARDS.md "Compaction".
+inline constexpr uint64_t kShardRetentionMsDefault = 24ull * 3600 * 1000;
 // Memory the ledger's packed receipts of that window may take (core/receipt_archive.h; ~150
 // bytes each at the benchmark's ids, index included): receipts = rate x window, so 4 GiB holds a
 // 15-minute window up to ~30,000 reservations/s. Past it new reservations are RESOURCE_EXHAUSTED.

@@ -40,6 +40,15 @@ const char* shardAddCodeName(ShardAddCode code) {
   return "unknown";
 }
 
+const char* shardUnreconcilableName(ShardUnreconcilable reason) {
+  switch (reason) {
+    case ShardUnreconcilable::kNo: return "no";
+    case ShardUnreconcilable::kForgotten: return "forgotten";
+    case ShardUnreconcilable::kWrittenOff: return "written-off";
+  }
+  return "unknown";
+}
+
 uint64_t refreshWindowMs(const ShardGrant& grant, uint64_t refresh_before_ms) {
   const uint64_t lifetime_ms =
       grant.expires_at_ms > grant.issued_at_ms ? grant.expires_at_ms - grant.issued_at_ms : 0;
@@ -49,6 +58,11 @@ uint64_t refreshWindowMs(const ShardGrant& grant, uint64_t refresh_before_ms) {
 bool isFinalShardState(ShardState state) {
   return state == ShardState::kReconciled || state == ShardState::kConflict ||
          state == ShardState::kWrittenOff;
+}
+
+bool isFinalShard(const HeldShardRecord& record) {
+  return record.unreconcilable != ShardUnreconcilable::kNo ||
+         (record.ledger_known && isFinalShardState(record.ledger_state));
 }
 
 ShardBook::ShardBook(ShardBookOptions options) : options_(options) {
@@ -250,6 +264,9 @@ Status ShardBook::restoreShard(StoredShard stored) {
                               grant.gateway_id != options_.gateway_id ||
                               grant.allocated_units != stored.balances.allocated ||
                               !options_.crypto->verifyGrant(grant);
+  if (!stored.closed && stored.record.unreconcilable != ShardUnreconcilable::kNo) {
+    return Status::corruption("shard '" + stored.shard_id + "' is unreconcilable but open");
+  }
   if (!stored.closed) indexOpen(stored.shard_id, stored.record.grant);
   shards_.emplace(stored.shard_id, Shard{.record = std::move(stored.record),
                                          .account = account,
@@ -379,9 +396,7 @@ void ShardBook::closeShard(const std::string& shard_id, Shard* shard, ShardClose
   shard->account.close();
   shard->record.close_reason = reason;
   shard->record.closed_at_ms = now_ms;
-  shard->record.report_pending =
-      !shard->record.quarantined &&
-      !(shard->record.ledger_known && isFinalShardState(shard->record.ledger_state));
+  shard->record.report_pending = !shard->record.quarantined && !isFinalShard(shard->record);
   touchShard(shard_id);
   checkShard(*shard);
 }
@@ -476,6 +491,23 @@ ShardAnswerOutcome ShardBook::onLedgerAnswer(const std::string& shard_id,
   return outcome;
 }
 
+bool ShardBook::markUnreconcilable(const std::string& shard_id, ShardUnreconcilable reason,
+                                   uint64_t now_ms) {
+  Shard* shard = lookupShard(shard_id);
+  if (shard == nullptr || shard->record.quarantined || !shard->account.closed() ||
+      reason == ShardUnreconcilable::kNo ||
+      shard->record.unreconcilable != ShardUnreconcilable::kNo) {
+    return false;
+  }
+  HeldShardRecord& record = shard->record;
+  record.unreconcilable = reason;
+  record.report_pending = false;
+  record.final_at_ms = now_ms;  // retention counts from here, even if the ledger state was final
+  touchShard(shard_id);
+  checkShard(*shard);
+  return true;
+}
+
 // --- time ----------------------------------------------------------------------------------------
 
 void ShardBook::forget(const std::string& shard_id) {
@@ -503,7 +535,7 @@ ShardTickOutcome ShardBook::tick(uint64_t now_ms) {
       outcome.shards_closed.push_back(id);
     }
     const HeldShardRecord& record = shard.record;
-    if (record.ledger_known && isFinalShardState(record.ledger_state) && shard.held_units == 0 &&
+    if (isFinalShard(record) && shard.held_units == 0 &&
         now_ms >= saturatingAdd(record.final_at_ms, options_.retention_ms)) {
       forgettable.push_back(id);
     }

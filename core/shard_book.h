@@ -41,8 +41,11 @@ struct ShardBookOptions {
   PublicKey gateway_id{};   // our gateway key
   uint64_t boot_epoch = 0;  // our current boot epoch (already durably incremented)
   const ShardCrypto* crypto = nullptr;
-  uint64_t retention_ms = limits::kRetentionMsDefault;  // keep reconciled shards this long
-  uint64_t hold_ttl_ms = 30'000;                        // local RESERVED expiry
+  // Keep final (reconciled, conflict, written-off, unreconcilable) shards and their
+  // reservations this long after the final answer, so a retried reservation id is answered
+  // locally. A day, as the ledger's shard_retention_ms (limits::kShardRetentionMsDefault).
+  uint64_t retention_ms = limits::kShardRetentionMsDefault;
+  uint64_t hold_ttl_ms = 30'000;  // local RESERVED expiry
   uint64_t shards_max = 10'000;
   uint64_t reservations_max = 1'000'000;
   // Keeps a shard's report well inside one wire frame (each receipt is a few hundred bytes).
@@ -61,6 +64,21 @@ enum class ShardCloseReason : uint8_t {
 };
 inline constexpr int kShardCloseReasonCount = 7;
 const char* shardCloseReasonName(ShardCloseReason reason);
+
+// Why the ledger will never take this shard's report (HeldShardRecord::unreconcilable). Stored as
+// its integer value: only append.
+enum class ShardUnreconcilable : uint8_t {
+  kNo = 0,
+  // The ledger answered kNotFound: it has no record of the shard (reconciled and compacted after
+  // its shard_retention_ms before we heard the answer, or lost by a restore). Our report may be
+  // a repeat of one it accepted, or new usage: the operator must look.
+  kForgotten,
+  // The ledger refused the report because an operator wrote the shard off: its usage is not
+  // recorded centrally.
+  kWrittenOff,
+};
+inline constexpr int kShardUnreconcilableCount = 3;
+const char* shardUnreconcilableName(ShardUnreconcilable reason);
 
 // Outcomes of addShard(). Only kOk and kDuplicate leave a usable shard in the book.
 enum class ShardAddCode : uint8_t {
@@ -92,6 +110,10 @@ struct HeldShardRecord {
   uint64_t added_at_ms = 0;
   uint64_t closed_at_ms = 0;
   uint64_t final_at_ms = 0;  // when the ledger's state became final (RECONCILED and beyond)
+  // Set when the ledger said it will never take the report: kept (durably, for retention_ms
+  // from final_at_ms) with its balances and receipts for the operator, never reported again,
+  // not counted as awaiting reconciliation.
+  ShardUnreconcilable unreconcilable = ShardUnreconcilable::kNo;
 
   bool operator==(const HeldShardRecord&) const = default;
 };
@@ -102,6 +124,8 @@ uint64_t refreshWindowMs(const ShardGrant& grant, uint64_t refresh_before_ms);
 
 // A ledger state after which the shard is never reported again.
 bool isFinalShardState(ShardState state);
+// Never reported again: a final ledger state, or unreconcilable.
+bool isFinalShard(const HeldShardRecord& record);
 
 // One shard as the store wrote it, handed back at boot.
 struct StoredShard {
@@ -198,6 +222,11 @@ class ShardBook {
   // closed; a current fence above the shard's closes it (noteFence).
   ShardAnswerOutcome onLedgerAnswer(const std::string& shard_id, const ShardLedgerView& view,
                                     uint64_t now_ms);
+  // The ledger will never take this closed shard's report (`reason`): it stops needing a report
+  // and is kept, with its balances and reservations, until retention_ms after now (longer while
+  // a reservation still holds units). False (nothing changed) if unknown, quarantined, open or
+  // already unreconcilable.
+  bool markUnreconcilable(const std::string& shard_id, ShardUnreconcilable reason, uint64_t now_ms);
 
   // --- local reservations (origin = shard id) ---
   // Admits from a usable shard of (subject, route) with enough localAvailable, or answers a
@@ -212,7 +241,7 @@ class ShardBook {
   ReservationReply query(const QueryRequest& request) const;
 
   // Expires local RESERVED past their hold, closes expired shards, forgets final shards (and
-  // their reservations) after retention.
+  // their reservations; unreconcilable ones too) after retention.
   ShardTickOutcome tick(uint64_t now_ms);
 
   // --- questions the shell asks ---

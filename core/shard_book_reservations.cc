@@ -58,8 +58,7 @@ class ShardBook::ShardHolder final : public CapacityHolder {
       shard_->held_units -= reservation.reserved_units;
       // A report the ledger holds shows this receipt holding: it must hear the outcome.
       HeldShardRecord& record = shard_->record;
-      if (shard_->account.closed() && !record.quarantined &&
-          !(record.ledger_known && isFinalShardState(record.ledger_state))) {
+      if (shard_->account.closed() && !record.quarantined && !isFinalShard(record)) {
         record.report_pending = true;
       }
       book_->touchShard(reservation.origin);

@@ -182,14 +182,15 @@ ShardGauges ShardKeeping::gauges(uint64_t now_ms) const {
   book_.forEachShard([&](const std::string&, const ShardBook::Shard& shard) {
     if (shard.record.quarantined) {
       ++gauges.quarantined;
+    } else if (shard.record.unreconcilable != ShardUnreconcilable::kNo) {
+      ++gauges.unreconcilable;
     } else if (shard.account.closed()) {
       ++gauges.closed;
     } else if (book_.isUsable(shard, now_ms)) {
       ++gauges.usable;
       gauges.available_units += shard.account.balances().local_available;
     }
-    const bool reconciled =
-        shard.record.ledger_known && isFinalShardState(shard.record.ledger_state);
+    const bool reconciled = isFinalShard(shard.record);  // or never will be: not pending
     if (shard.account.closed() && !shard.record.quarantined && !reconciled &&
         now_ms > shard.record.closed_at_ms) {
       gauges.oldest_unreconciled_age_ms =
@@ -279,6 +280,13 @@ void ShardKeeping::onReportAnswer(const std::string& shard_id, const ShardCallRe
     const std::string answer =
         reply == nullptr ? result.label
                          : std::string(replyCodeName(reply->code)) + ": " + reply->message;
+    // The ledger has no record of the shard (typed: kNotFound, no shard, not a permission
+    // refusal): it never will, so retrying cannot help. Keep it for the operator instead.
+    if (reply != nullptr && reply->code == ReplyCode::kNotFound && reply->shards.empty() &&
+        !reply->permission_denied) {
+      markUnreconcilable(shard_id, ShardUnreconcilable::kForgotten, answer, now_ms);
+      return;
+    }
     report_retry_at_ms_[shard_id] = now_ms + options_.issue_retry_ms;
     note({.level = ShardNoteLevel::kError,
           .event = "shard_report_refused",
@@ -289,6 +297,12 @@ void ShardKeeping::onReportAnswer(const std::string& shard_id, const ShardCallRe
     if (reply != nullptr && !reply->shards.empty() &&
         reply->shards.front().grant.shard_id == shard_id) {
       (void)book_.onLedgerAnswer(shard_id, reply->shards.front(), now_ms);
+      if (reply->shards.front().state == ShardState::kWrittenOff) {
+        // Written off while we held usage it never heard of: that usage is not recorded
+        // centrally, so the operator must see it (the units stay retired at the ledger).
+        markUnreconcilable(shard_id, ShardUnreconcilable::kWrittenOff, answer, now_ms);
+        return;
+      }
       (void)persist();
     }
     return;
@@ -317,6 +331,31 @@ void ShardKeeping::onReportAnswer(const std::string& shard_id, const ShardCallRe
                    {"reminted_total", num(view.reminted_units)},
                    {"spent_total", num(view.spent_units)},
                    {"retired", num(view.retired_units)}}});
+}
+
+void ShardKeeping::markUnreconcilable(const std::string& shard_id, ShardUnreconcilable reason,
+                                      const std::string& answer, uint64_t now_ms) {
+  report_retry_at_ms_.erase(shard_id);
+  if (!book_.markUnreconcilable(shard_id, reason, now_ms)) return;
+  (void)persist();  // a failed write is retried with the next commit; nothing is sent meanwhile
+  const ShardBook::Shard* shard = book_.findShard(shard_id);
+  const ShardBalances& b = shard->account.balances();
+  note(count(ShardCounter::kReport, "unreconcilable"));
+  note({.level = ShardNoteLevel::kError,
+        .event = "shard_unreconcilable",
+        .fields = {{"shard_id", shard_id},
+                   {"reason", shardUnreconcilableName(reason)},
+                   {"answer", answer},
+                   {"subject", shard->record.grant.subject},
+                   {"route", shard->record.grant.route},
+                   {"allocated", num(b.allocated)},
+                   {"reserved", num(b.local_reserved)},
+                   {"spent", num(b.local_spent)},
+                   {"retired", num(b.local_retired)},
+                   {"overspent", num(b.overspent)},
+                   {"receipts", num(shard->reservation_ids.size())}},
+        .counter = ShardCounter::kEvent,
+        .label = "unreconcilable"});
 }
 
 void ShardKeeping::pollStatus(uint64_t now_ms) {

@@ -34,6 +34,11 @@
 //    in flight per account; request ids unique per process start; an unanswered issue is
 //    retried as is, so the ledger answers that shard again instead of carving another; after a
 //    refusal issue_retry_ms, after "emergency mode is off" emergency_off_retry_ms).
+//  * A report answered kNotFound (the ledger has no record of the shard: compacted after its
+//    shard_retention_ms before we heard the answer) or refused because the shard was written off
+//    marks the shard unreconcilable (ShardBook::markUnreconcilable): never sent again, not
+//    pending, counted in gauges().unreconcilable and noted at error level with its balances.
+//    Every other refusal and every transport failure is retried after issue_retry_ms.
 //  * Learned accounts (learnAccount: a central admission on a route with emergency mode on) are
 //    bounded by accounts_max (the one learned longest ago and not being issued for makes room)
 //    and dropped after account_idle_ms without a reserve.
@@ -121,6 +126,7 @@ struct ShardGauges {
   uint64_t usable = 0;
   uint64_t closed = 0;
   uint64_t quarantined = 0;
+  uint64_t unreconcilable = 0;   // the ledger will never take their report (not in `closed`)
   uint64_t available_units = 0;  // localAvailable of usable shards
   uint64_t oldest_unreconciled_age_ms = 0;
 };
@@ -182,6 +188,8 @@ class ShardKeeping {
   bool persist();
   void note(ShardNote note) { effects_.push_back(std::move(note)); }
   void noteClosed(const std::vector<std::string>& ids, const char* why);
+  void markUnreconcilable(const std::string& shard_id, ShardUnreconcilable reason,
+                          const std::string& answer, uint64_t now_ms);
   void closeForReconnect(uint64_t now_ms);
   void sendReports(uint64_t now_ms);
   void pollStatus(uint64_t now_ms);

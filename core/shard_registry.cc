@@ -328,7 +328,7 @@ void ShardRegistry::maybeQueueCompaction(const ShardRecord& record) {
     return;
   }
   compaction_.insert(
-      {saturatingAdd(record.grant.expires_at_ms, retention_ms_), record.grant.shard_id});
+      {saturatingAdd(record.grant.expires_at_ms, shard_retention_ms_), record.grant.shard_id});
 }
 
 }  // namespace tally

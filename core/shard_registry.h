@@ -40,10 +40,13 @@ struct ShardRegistryFaults {
 
 class ShardRegistry {
  public:
-  // `retention_ms`: how long after its expiry a RECONCILED shard with nothing retired is kept
-  // (its grant, receipts and issue request id: the window for retried issues and reports).
-  ShardRegistry(AccountBook* accounts, uint64_t retention_ms)
-      : accounts_(accounts), retention_ms_(retention_ms) {}
+  // `shard_retention_ms`: how long after its expiry a RECONCILED shard with nothing retired is
+  // kept (its grant, receipts and issue request id: the window for retried issues and reports).
+  // The ledger's `shard_retention_ms` (default limits::kShardRetentionMsDefault, a day), not the
+  // receipts' idempotency window: an agent that did not hear its report accepted must find the
+  // shard when it reports again. A report after it is answered kNotFound (unknownShard).
+  ShardRegistry(AccountBook* accounts, uint64_t shard_retention_ms)
+      : accounts_(accounts), shard_retention_ms_(shard_retention_ms) {}
   ShardRegistry(const ShardRegistry&) = delete;
   ShardRegistry& operator=(const ShardRegistry&) = delete;
 
@@ -58,6 +61,8 @@ class ShardRegistry {
   GatewayReply setGatewayEnabled(const std::string& gateway_name, bool enabled);
 
   ShardReply issue(const ShardIssueRequest& request, uint64_t now_ms);
+  // kNotFound (typed: "this ledger has no record of the shard", never retried by the agent)
+  // for a shard it does not hold; see unknownShard().
   ShardReply report(const ShardReport& report, uint64_t now_ms);
   // The named shards of `gateway_name` (every gateway if empty); unknown ids are left out.
   ShardReply status(const std::string& gateway_name, const std::vector<std::string>& ids) const;
@@ -95,6 +100,11 @@ class ShardRegistry {
  private:
   // Rule 1 refusals: code REJECTED with permission_denied set; nothing changes.
   static ShardReply permissionDenied(std::string message);
+  // A report about a shard the registry does not hold (compacted after shard_retention_ms, or
+  // never issued in this state): kNotFound, no shard in the reply, nothing changes, when the
+  // grant verifies under the ledger key and its gateway is enrolled with the report's key and
+  // enabled; else permissionDenied as for any rule-1 refusal.
+  ShardReply unknownShard(const ShardReport& report) const;
   ShardReply refuseIssue(const ShardIssueRequest& request, uint64_t now_ms);
   ShardReply carveAndGrant(const ShardIssueRequest& request, AccountEntry* entry,
                            const Budget& budget, uint64_t now_ms);
@@ -116,7 +126,7 @@ class ShardRegistry {
   void maybeQueueCompaction(const ShardRecord& record);
 
   AccountBook* accounts_;
-  uint64_t retention_ms_;
+  uint64_t shard_retention_ms_;
   const ShardCrypto* crypto_ = nullptr;
 #ifdef TALLY_TEST_FAULTS
   ShardRegistryFaults faults_;

@@ -47,6 +47,22 @@ AccountEntry* ShardRegistry::sourceOf(const ShardRecord& record) {
   return entry;
 }
 
+ShardReply ShardRegistry::unknownShard(const ShardReport& report) const {
+  // Only the gateway the grant names, enrolled with the key that signed the report and enabled,
+  // and only for a grant this ledger's key signed, learns that the shard is unknown here; anyone
+  // else is refused as before.
+  const ShardGrant& grant = report.shard;
+  const GatewayRecord* gateway = findGateway(grant.gateway_name);
+  if (!crypto_->verifyGrant(grant) || gateway == nullptr ||
+      gateway->public_key != grant.gateway_id || !gateway->enabled) {
+    return permissionDenied("no shard '" + grant.shard_id + "'");
+  }
+  return {.code = ReplyCode::kNotFound,
+          .message = "no record of shard '" + grant.shard_id +
+                     "': reconciled and compacted after shard_retention_ms, or never in this "
+                     "ledger's state; it will never be reconciled here"};
+}
+
 ShardReply ShardRegistry::report(const ShardReport& report, uint64_t now_ms) {
   if (crypto_ == nullptr) return {.code = ReplyCode::kInvalidState, .message = "no ledger key"};
   // Rule 1: signed by the shard's gateway, about the shard exactly as issued, by a gateway
@@ -55,7 +71,7 @@ ShardReply ShardRegistry::report(const ShardReport& report, uint64_t now_ms) {
     return permissionDenied("report signature does not verify");
   }
   auto it = shards_.find(report.shard.shard_id);
-  if (it == shards_.end()) return permissionDenied("no shard '" + report.shard.shard_id + "'");
+  if (it == shards_.end()) return unknownShard(report);
   ShardRecord& record = it->second;
   if (!(report.shard == record.grant)) {
     return permissionDenied("the report's shard differs from the grant");
@@ -229,7 +245,7 @@ ShardRegistry::TickOutcome ShardRegistry::tick(uint64_t now_ms, uint64_t items_m
     const ShardRecord& record = it->second;
     if (record.state != ShardState::kReconciled || record.retired_units != 0 ||
         record.remint_due_at_ms != 0 ||
-        now_ms < saturatingAdd(record.grant.expires_at_ms, retention_ms_)) {
+        now_ms < saturatingAdd(record.grant.expires_at_ms, shard_retention_ms_)) {
       continue;
     }
     by_request_id_.erase(record.issue_request.request_id);

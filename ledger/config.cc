@@ -23,10 +23,19 @@ Status applyMetricsListen(const std::string& text, LedgerConfig* config) {
 }
 
 const std::vector<std::string>& configKeys() {
-  static const std::vector<std::string> kKeys = {
-      "listen",    "frame_bytes_max",  "retention_ms", "tick_interval_ms", "checkpoint_log_rows",
-      "log_level", "metrics",          "store",        "postgres",         "lease_ms",
-      "standby",   "receipt_bytes_max"};
+  static const std::vector<std::string> kKeys = {"listen",
+                                                 "frame_bytes_max",
+                                                 "retention_ms",
+                                                 "tick_interval_ms",
+                                                 "checkpoint_log_rows",
+                                                 "log_level",
+                                                 "metrics",
+                                                 "store",
+                                                 "postgres",
+                                                 "lease_ms",
+                                                 "standby",
+                                                 "receipt_bytes_max",
+                                                 "shard_retention_ms"};
   return kKeys;
 }
 
@@ -80,6 +89,11 @@ Status applyConfigFile(const std::string& path, LedgerConfig* config) {
   }
   if (Status s = readUnsigned(table, path, "retention_ms", 1000, 365ull * 24 * 3600 * 1000,
                               &config->retention_ms);
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s = readUnsigned(table, path, "shard_retention_ms", kShardRetentionMsMin,
+                              kShardRetentionMsMax, &config->shard_retention_ms);
       !s.isOk()) {
     return s;
   }

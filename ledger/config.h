@@ -13,6 +13,7 @@
 //   frame_bytes_max = 1048576
 //   retention_ms = 900000            # idempotency window for terminal reservations
 //   receipt_bytes_max = 4294967296   # memory for the window's packed receipts
+//   shard_retention_ms = 86400000    # a reconciled shard is kept this long after its expiry
 //   tick_interval_ms = 10            # expiry / hard-limit / compaction pulse
 //   checkpoint_log_rows = 1024       # fold thread: fold the log into tables.db at this many rows
 //   log_level = "info"               # debug | info | warn | error
@@ -31,6 +32,10 @@ inline constexpr uint64_t kLeaseMsDefault = 3'000;
 inline constexpr uint64_t kLeaseMsMin = 100;
 inline constexpr uint64_t kLeaseMsMax = 600'000;
 
+// shard_retention_ms: its bounds (the default is limits::kShardRetentionMsDefault, a day).
+inline constexpr uint64_t kShardRetentionMsMin = 1'000;
+inline constexpr uint64_t kShardRetentionMsMax = 365ull * 24 * 3600 * 1000;
+
 struct LedgerConfig {
   std::string data_dir;
   std::string listen_host = "127.0.0.1";
@@ -38,6 +43,10 @@ struct LedgerConfig {
   uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
   uint64_t retention_ms = limits::kRetentionMsDefault;
   uint64_t receipt_bytes_max = limits::kReceiptBytesMaxDefault;
+  // How long after its expiry a RECONCILED shard is kept before compaction (docs/LEDGER.md
+  // "Retention"): separate from retention_ms so that an agent that missed its report's answer
+  // finds the shard when it reports again.
+  uint64_t shard_retention_ms = limits::kShardRetentionMsDefault;
   uint64_t tick_interval_ms = 10;
   uint64_t checkpoint_log_rows = 1024;
   std::string log_level = "info";

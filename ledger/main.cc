@@ -367,7 +367,8 @@ int run(const LedgerConfig& config) {
   const wire::WireShardCrypto crypto(key.value(), {});
 
   Ledger ledger(LedgerOptions{.retention_ms = config.retention_ms,
-                              .receipt_bytes_max = config.receipt_bytes_max});
+                              .receipt_bytes_max = config.receipt_bytes_max,
+                              .shard_retention_ms = config.shard_retention_ms});
   ledger.setShardCrypto(&crypto);
   std::vector<BadRecord> bad_records;
   Result<RestoreSummary> restored =

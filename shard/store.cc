@@ -44,7 +44,8 @@ constexpr const char* kSchema[] = {
     " ledger_debt INTEGER NOT NULL,"
     " added_at_ms INTEGER NOT NULL,"
     " closed_at_ms INTEGER NOT NULL,"
-    " final_at_ms INTEGER NOT NULL) STRICT",
+    " final_at_ms INTEGER NOT NULL,"
+    " unreconcilable INTEGER NOT NULL DEFAULT 0) STRICT",
     "CREATE TABLE IF NOT EXISTS shard_reservations ("
     " reservation_id TEXT PRIMARY KEY NOT NULL,"
     " shard_id TEXT NOT NULL,"
@@ -61,9 +62,9 @@ constexpr const char* kUpsertShard =
     "INSERT INTO shards(shard_id, grant_blob, allocated, local_available, local_reserved,"
     " local_spent, local_retired, overspent, closed, close_reason, used, report_pending,"
     " ledger_known, ledger_state, ledger_spent, ledger_reminted, ledger_debt, added_at_ms,"
-    " closed_at_ms, final_at_ms)"
+    " closed_at_ms, final_at_ms, unreconcilable)"
     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19,"
-    " ?20)"
+    " ?20, ?21)"
     " ON CONFLICT(shard_id) DO UPDATE SET allocated = excluded.allocated,"
     " local_available = excluded.local_available, local_reserved = excluded.local_reserved,"
     " local_spent = excluded.local_spent, local_retired = excluded.local_retired,"
@@ -73,12 +74,17 @@ constexpr const char* kUpsertShard =
     " ledger_state = excluded.ledger_state, ledger_spent = excluded.ledger_spent,"
     " ledger_reminted = excluded.ledger_reminted, ledger_debt = excluded.ledger_debt,"
     " added_at_ms = excluded.added_at_ms, closed_at_ms = excluded.closed_at_ms,"
-    " final_at_ms = excluded.final_at_ms";
+    " final_at_ms = excluded.final_at_ms, unreconcilable = excluded.unreconcilable";
 constexpr const char* kSelectShards =
     "SELECT shard_id, grant_blob, allocated, local_available, local_reserved, local_spent,"
     " local_retired, overspent, closed, close_reason, used, report_pending, ledger_known,"
     " ledger_state, ledger_spent, ledger_reminted, ledger_debt, added_at_ms, closed_at_ms,"
-    " final_at_ms FROM shards ORDER BY shard_id";
+    " final_at_ms, unreconcilable FROM shards ORDER BY shard_id";
+// The shards table of a build before `unreconcilable` gains it (0 for every row: none was).
+constexpr const char* kHasUnreconcilable =
+    "SELECT count(*) FROM pragma_table_info('shards') WHERE name = 'unreconcilable'";
+constexpr const char* kAddUnreconcilable =
+    "ALTER TABLE shards ADD COLUMN unreconcilable INTEGER NOT NULL DEFAULT 0";
 constexpr const char* kDeleteShard = "DELETE FROM shards WHERE shard_id = ?1";
 constexpr const char* kUpsertReservation =
     "INSERT INTO shard_reservations(reservation_id, shard_id, reservation_blob) VALUES(?1, ?2, ?3)"
@@ -192,6 +198,12 @@ Result<std::unique_ptr<ShardStore>> ShardStore::open(sqlite3* db) {
     for (const char* create : kSchema) {
       TALLY_SQLITE_RETURN_IF_ERROR(execSql(db, create, "create shard tables"));
     }
+    std::optional<int64_t> has_unreconcilable;
+    TALLY_SQLITE_RETURN_IF_ERROR(
+        queryInt(db, kHasUnreconcilable, "inspect shard table", &has_unreconcilable));
+    if (has_unreconcilable.value_or(0) == 0) {
+      TALLY_SQLITE_RETURN_IF_ERROR(execSql(db, kAddUnreconcilable, "add shards.unreconcilable"));
+    }
     return migrateLegacyBootEpoch(db);
   }));
   return std::make_unique<ShardStore>(Key{}, db);
@@ -241,7 +253,8 @@ Status ShardStore::upsertShard(const std::string& shard_id, const ShardBook::Sha
                              record.ledger_debt_units,
                              record.added_at_ms,
                              record.closed_at_ms,
-                             record.final_at_ms};
+                             record.final_at_ms,
+                             static_cast<uint64_t>(record.unreconcilable)};
   int index = 3;
   for (uint64_t value : values) {
     TALLY_SQLITE_RETURN_IF_ERROR(bindUnsigned(db_, s, index++, value, kOp));
@@ -336,13 +349,14 @@ Status ShardStore::loadShards(ShardBook* book) {
     Result<ShardGrant> grant = decodeGrant(blob);
     stored.grant_decoded = grant.isOk();
     if (grant.isOk()) stored.record.grant = std::move(grant).value();
-    uint64_t v[18] = {};
-    for (int i = 0; i < 18; ++i) {
+    uint64_t v[19] = {};
+    for (int i = 0; i < 19; ++i) {
       if (!columnUnsigned(s, i + 2, &v[i])) {
         return Status::corruption("shard '" + stored.shard_id + "': negative value");
       }
     }
-    if (v[7] >= kShardCloseReasonCount || v[11] >= kShardStateCount) {
+    if (v[7] >= kShardCloseReasonCount || v[11] >= kShardStateCount ||
+        v[18] >= kShardUnreconcilableCount) {
       return Status::corruption("shard '" + stored.shard_id + "': unknown enumerant");
     }
     stored.balances = ShardBalances{.allocated = v[0],
@@ -364,6 +378,7 @@ Status ShardStore::loadShards(ShardBook* book) {
     record.added_at_ms = v[15];
     record.closed_at_ms = v[16];
     record.final_at_ms = v[17];
+    record.unreconcilable = static_cast<ShardUnreconcilable>(v[18]);
     TALLY_SQLITE_RETURN_IF_ERROR(book->restoreShard(std::move(stored)));
   }
 }

@@ -20,7 +20,7 @@ struct sqlite3;
 //
 //   gateway_state(key, value)   'boot_epoch': the agent's boot epoch
 //   shards(shard_id, grant BLOB, balances…, closed, close_reason, used, report_pending,
-//          ledger state…, times)   grant: EmergencyShardV1 as the ledger signed it, written
+//          ledger state…, times, unreconcilable)   grant: EmergencyShardV1 as the ledger signed it, written
 //                                  once at insert and never rewritten
 //   shard_reservations(reservation_id, shard_id, reservation BLOB)   LimitReservationV1
 //   shard_fences(subject, route, fence)                             highest fence seen
@@ -28,6 +28,10 @@ struct sqlite3;
 // The boot epoch lived in the outbox's meta table up to agent.db schema_version 1; open() moves
 // it here (the larger of the two if both exist) and deletes the old row, in one transaction, so an
 // older data dir keeps its epoch and never boots with a lower one.
+//
+// `unreconcilable` (ShardUnreconcilable, 0 = no) was added after the table: open() adds the
+// column (default 0) to an older file; an older build ignores it (and would report the shard
+// again, as it did before).
 //
 // commit() writes everything one ShardBookChanges names in one transaction; it returns once
 // the WAL is fsync'd, so the shell replies only after it. restore() feeds a ShardBook at boot.

@@ -341,6 +341,136 @@ TEST_F(ShardKeepingTest, OnReconnectAUsedShardIsClosedReportedAndReconciled) {
   EXPECT_TRUE(only<ShardSendReport>(keeping_.takeEffects()).empty()) << "final: never again";
 }
 
+// The field `name` of the first note with `event`, or "" if there is none.
+std::string noteField(const ShardKeepingEffects& effects, const std::string& event,
+                      const std::string& name) {
+  for (const ShardNote& note : only<ShardNote>(effects)) {
+    if (note.event != event) continue;
+    for (const auto& [key, value] : note.fields) {
+      if (key == name) return value;
+    }
+  }
+  return "";
+}
+
+// The ledger compacted the shard (after its shard_retention_ms) before we heard our report
+// accepted, and now answers kNotFound. Transient failures before that (a lost answer, a
+// permission refusal, resource exhaustion) are retried; the typed "no record" answer is not:
+// the shard is kept, durably, as unreconcilable with its balances, is no longer pending, and is
+// never reported again, even when one of its reservations resolves later.
+TEST_F(ShardKeepingTest, AForgottenShardStopsTheRetriesAndIsKeptUnreconcilable) {
+  (void)obtainShard("s1");
+  ASSERT_TRUE(keeping_.admit(1, reserveOf("r1", 30), kT0 + 10));
+  ASSERT_TRUE(keeping_.admit(2, reserveOf("r2", 20), kT0 + 10));
+  keeping_.commit();
+  (void)keeping_.takeEffects();
+  keeping_.apply(3, StartRequest{"r1", "op-1"}, kT0 + 15);
+  keeping_.apply(4, SettleRequest{"r1", "op-1", 25}, kT0 + 15);
+  keeping_.commit();
+  (void)keeping_.takeEffects();
+  keeping_.maintain(kT0 + 20, false);  // partitioned
+  (void)keeping_.takeEffects();
+  uint64_t now = kT0 + 30;
+  keeping_.maintain(now, true);
+  ASSERT_EQ(only<ShardSendReport>(keeping_.takeEffects()).size(), 1u);
+
+  // Transient: each is retried after the delay.
+  const std::vector<ShardCallResult> transient = {
+      lost(),
+      answered(ShardReply{.code = ReplyCode::kRejected,
+                          .message = "gateway 'gw-1' is disabled",
+                          .permission_denied = true}),
+      answered(ShardReply{.code = ReplyCode::kResourceExhausted, .message = "busy"}),
+  };
+  for (const ShardCallResult& result : transient) {
+    keeping_.onReportAnswer("s1", result, now + 1);
+    (void)keeping_.takeEffects();
+    EXPECT_EQ(keeping_.book().shardsNeedingReport(), std::vector<std::string>{"s1"});
+    EXPECT_EQ(keeping_.gauges(now + 1).unreconcilable, 0u);
+    now += 1 + kIssueRetryMs;
+    keeping_.maintain(now, true);
+    ASSERT_EQ(only<ShardSendReport>(keeping_.takeEffects()).size(), 1u)
+        << result.label << ": retried";
+  }
+
+  const size_t commits = store_.commits.size();
+  keeping_.onReportAnswer(
+      "s1",
+      answered(ShardReply{.code = ReplyCode::kNotFound, .message = "no record of shard 's1'"}),
+      now + 1);
+  ShardKeepingEffects effects = keeping_.takeEffects();
+  EXPECT_TRUE(counted(effects, ShardCounter::kEvent, "unreconcilable"));
+  EXPECT_TRUE(counted(effects, ShardCounter::kReport, "unreconcilable"));
+  EXPECT_EQ(events(effects), std::vector<std::string>{"shard_unreconcilable"});
+  EXPECT_EQ(noteField(effects, "shard_unreconcilable", "shard_id"), "s1");
+  EXPECT_EQ(noteField(effects, "shard_unreconcilable", "reason"), "forgotten");
+  EXPECT_EQ(noteField(effects, "shard_unreconcilable", "spent"), "25");
+  EXPECT_EQ(noteField(effects, "shard_unreconcilable", "reserved"), "20");
+  EXPECT_EQ(only<ShardNote>(effects).back().level, ShardNoteLevel::kError);
+  ASSERT_EQ(store_.commits.size(), commits + 1) << "kept durably";
+  EXPECT_EQ(store_.commits.back().shards_upserted, std::vector<std::string>{"s1"});
+  const ShardBook::Shard* shard = keeping_.book().findShard("s1");
+  ASSERT_NE(shard, nullptr);
+  EXPECT_EQ(shard->record.unreconcilable, ShardUnreconcilable::kForgotten);
+  EXPECT_EQ(shard->account.balances().local_spent, 25u) << "its usage is kept";
+  EXPECT_TRUE(keeping_.book().shardsNeedingReport().empty());
+  ShardGauges gauges = keeping_.gauges(now + 60'000);
+  EXPECT_EQ(gauges.unreconcilable, 1u);
+  EXPECT_EQ(gauges.closed, 0u);
+  EXPECT_EQ(gauges.oldest_unreconciled_age_ms, 0u) << "no longer pending";
+
+  // Never sent again: not after the retry delay, not when a holding reservation resolves.
+  keeping_.maintain(now + 2, true);
+  EXPECT_TRUE(only<ShardSendReport>(keeping_.takeEffects()).empty());
+  keeping_.apply(5, ReleaseRequest{"r2"}, now + 3);
+  keeping_.commit();
+  (void)keeping_.takeEffects();
+  EXPECT_EQ(keeping_.book().findShard("s1")->account.balances().local_reserved, 0u);
+  keeping_.maintain(now + 4 + 10 * kIssueRetryMs, true);
+  EXPECT_TRUE(only<ShardSendReport>(keeping_.takeEffects()).empty());
+  EXPECT_TRUE(keeping_.book().shardsNeedingReport().empty());
+
+  // Kept for the book's retention from the moment it was marked, then forgotten (logged).
+  keeping_.maintain(now + 1 + 3'600'000 - 1, true);
+  EXPECT_NE(keeping_.book().findShard("s1"), nullptr);
+  (void)keeping_.takeEffects();
+  keeping_.maintain(now + 1 + 3'600'000, true);
+  effects = keeping_.takeEffects();
+  EXPECT_EQ(keeping_.book().findShard("s1"), nullptr);
+  EXPECT_EQ(noteField(effects, "shard_forgotten", "shard_id"), "s1");
+}
+
+// An operator wrote the shard off while we still held a report it never heard: the refusal
+// (invalidState, the shard WRITTEN_OFF) marks it unreconcilable too, for the operator to see.
+TEST_F(ShardKeepingTest, AReportRefusedAsWrittenOffIsKeptUnreconcilable) {
+  const ShardGrant g = obtainShard("s1");
+  ASSERT_TRUE(keeping_.admit(1, reserveOf("r1", 30), kT0 + 10));
+  keeping_.commit();
+  keeping_.maintain(kT0 + 20, false);
+  (void)keeping_.takeEffects();
+  keeping_.maintain(kT0 + 30, true);
+  ASSERT_EQ(only<ShardSendReport>(keeping_.takeEffects()).size(), 1u);
+  keeping_.onReportAnswer(
+      "s1",
+      answered(ShardReply{.code = ReplyCode::kInvalidState,
+                          .message = "the shard was written off",
+                          .shards = {ShardLedgerView{.grant = g,
+                                                     .state = ShardState::kWrittenOff,
+                                                     .current_fence = g.fence,
+                                                     .retired_units = 100,
+                                                     .written_off = true}}}),
+      kT0 + 40);
+  const ShardKeepingEffects effects = keeping_.takeEffects();
+  EXPECT_TRUE(counted(effects, ShardCounter::kEvent, "unreconcilable"));
+  EXPECT_EQ(noteField(effects, "shard_unreconcilable", "reason"), "written-off");
+  const ShardBook::Shard* shard = keeping_.book().findShard("s1");
+  ASSERT_NE(shard, nullptr);
+  EXPECT_EQ(shard->record.unreconcilable, ShardUnreconcilable::kWrittenOff);
+  EXPECT_EQ(keeping_.gauges(kT0 + 40).unreconcilable, 1u);
+  keeping_.maintain(kT0 + 40 + kIssueRetryMs, true);
+  EXPECT_TRUE(only<ShardSendReport>(keeping_.takeEffects()).empty());
+}
+
 // Open shards are polled (one poll in flight, every status_poll_ms); revoked → closed.
 TEST_F(ShardKeepingTest, StatusPollsCloseARevokedShard) {
   const ShardGrant g = obtainShard("s1");

@@ -295,6 +295,40 @@ TEST_F(ShardRegistryTest, ReportWithATamperedGrantIsDenied) {
   EXPECT_EQ(account(), (Balances{.opening = 1000, .available = 900, .retired_for_emergency = 100}));
 }
 
+TEST_F(ShardRegistryTest, ReportOfAnUnknownShardIsNotFoundOnlyForItsOwnGateway) {
+  // A grant this ledger's key signed, for a shard the registry does not hold (compacted, or
+  // lost with a restore from an older backup): kNotFound for its enrolled, enabled gateway.
+  ShardGrant gone{.shard_id = "shard-99",
+                  .subject = kSubject,
+                  .route = kRoute,
+                  .policy_generation = 1,
+                  .gateway_id = keyOf(1),
+                  .gateway_name = kGateway,
+                  .gateway_boot_epoch = 1,
+                  .fence = 1,
+                  .allocated_units = 100,
+                  .issued_at_ms = kT0,
+                  .expires_at_ms = kT0 + kTtlMs};
+  crypto_.signGrant(&gone);
+  (void)ledger_.takeChanges();
+  ShardReply reply = ledger_.reportShard(report(gone, {.local_retired = 100}, {}), kT0);
+  EXPECT_EQ(reply.code, ReplyCode::kNotFound);
+  EXPECT_FALSE(reply.permission_denied);
+  EXPECT_TRUE(reply.shards.empty());
+  EXPECT_TRUE(ledger_.takeChanges().empty());
+  // A grant the ledger key did not sign is refused as before.
+  ShardGrant forged = gone;
+  forged.allocated_units = 200;
+  EXPECT_TRUE(
+      ledger_.reportShard(report(forged, {.local_retired = 200}, {}), kT0).permission_denied);
+  // So is a disabled gateway's report.
+  ASSERT_EQ(ledger_.setGatewayEnabled(kGateway, false, kT0).code, ReplyCode::kOk);
+  reply = ledger_.reportShard(report(gone, {.local_retired = 100}, {}), kT0);
+  EXPECT_TRUE(reply.permission_denied);
+  EXPECT_NE(reply.code, ReplyCode::kNotFound);
+  EXPECT_EQ(ledger_.shards().shardCount(), 0u);
+}
+
 TEST_F(ShardRegistryTest, InconsistentReportsChangeNothing) {
   const ShardGrant grant = issued();
   const std::string id = grant.shard_id;
@@ -702,9 +736,10 @@ TEST_F(ShardRegistryTest, ChangesNameEveryRowToPersist) {
   EXPECT_EQ(changes.gateways, std::vector<std::string>{kGateway});
 }
 
-TEST(ShardRegistryCompactionTest, ReconciledShardsAreDroppedAfterRetention) {
+TEST(ShardRegistryCompactionTest, ReconciledShardsAreDroppedAfterShardRetention) {
   FakeShardCrypto crypto;
-  Ledger ledger(LedgerOptions{.retention_ms = 10'000});
+  // The receipts' window is much shorter than the shards' retention: shards keep the latter.
+  Ledger ledger(LedgerOptions{.retention_ms = 1'000, .shard_retention_ms = 10'000});
   ledger.setShardCrypto(&crypto);
   ASSERT_EQ(ledger.publishPolicy(Policy{.budgets = {shardBudget()}}, kT0).code, ReplyCode::kOk);
   ASSERT_EQ(ledger.enrollGateway(kGateway, keyOf(1), kT0).code, ReplyCode::kOk);
@@ -725,7 +760,14 @@ TEST(ShardRegistryCompactionTest, ReconciledShardsAreDroppedAfterRetention) {
   signReport(&all_unused);
   ASSERT_EQ(ledger.reportShard(all_unused, kT0).shards.front().state, ShardState::kReconciled);
   (void)ledger.takeChanges();
-  // Kept until expiry + retention; `held` (ISSUED, its units retired) is never dropped.
+  // Kept until expiry + shard retention (not expiry + retention_ms); `held` (ISSUED, its units
+  // retired) is never dropped.
+  EXPECT_EQ(ledger.tick(kT0 + kTtlMs + 1'000).shards_compacted, 0u);
+  EXPECT_NE(ledger.shards().find(done.shard_id), nullptr);
+  // A retried report within the shard retention is still answered as a duplicate.
+  const ShardReply retried = ledger.reportShard(all_unused, kT0 + kTtlMs + 1'000);
+  ASSERT_EQ(retried.code, ReplyCode::kOk);
+  EXPECT_TRUE(retried.duplicate);
   const uint64_t due = kT0 + kTtlMs + 10'000;
   EXPECT_EQ(ledger.tick(due - 1).shards_compacted, 0u);
   EXPECT_EQ(ledger.tick(due).shards_compacted, 1u);
@@ -736,6 +778,13 @@ TEST(ShardRegistryCompactionTest, ReconciledShardsAreDroppedAfterRetention) {
   EXPECT_TRUE(changes.shards.empty());
   EXPECT_TRUE(ledger.audit(due).conserved);
   EXPECT_EQ(ledger.tick(due + 1'000'000).shards_compacted, 0u);
+  // A report after compaction: the typed "no record" answer, nothing changes.
+  const ShardReply forgotten = ledger.reportShard(all_unused, due + 1);
+  EXPECT_EQ(forgotten.code, ReplyCode::kNotFound);
+  EXPECT_FALSE(forgotten.permission_denied);
+  EXPECT_TRUE(forgotten.shards.empty());
+  EXPECT_THAT(forgotten.message, HasSubstr(done.shard_id));
+  EXPECT_TRUE(ledger.takeChanges().empty());
   // Past retention its request id is forgotten, like a reservation's: a new shard.
   const ShardReply again = issue("q1");
   ASSERT_EQ(again.code, ReplyCode::kOk);
@@ -745,7 +794,7 @@ TEST(ShardRegistryCompactionTest, ReconciledShardsAreDroppedAfterRetention) {
 
 TEST(ShardRegistryRestoreTest, InconsistentRecordsAreCorruption) {
   AccountBook accounts;
-  ShardRegistry registry(&accounts, limits::kRetentionMsDefault);
+  ShardRegistry registry(&accounts, limits::kShardRetentionMsDefault);
   ShardRecord record;
   record.grant.shard_id = "shard-1";
   record.grant.allocated_units = 100;
@@ -775,7 +824,7 @@ TEST(ShardRegistryRestoreTest, InconsistentRecordsAreCorruption) {
                           Balances{.opening = 1000, .available = 900, .retired_for_emergency = 100},
                           kT0, 0)
           .isOk());
-  ShardRegistry restored(&accounts, limits::kRetentionMsDefault);
+  ShardRegistry restored(&accounts, limits::kShardRetentionMsDefault);
   record.issue_request.request_id = "q7";
   ASSERT_TRUE(restored.restoreShard(record).isOk());
   restored.restoreShardSequence(6);

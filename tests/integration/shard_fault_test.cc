@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <set>
 #include <string>
@@ -556,6 +557,64 @@ TEST_F(ShardFaultTest, AgentKilledBetweenReportAndAnswerReportsAgainWithoutConfl
   EXPECT_EQ(view->reminted_units, 88u) << describe(*view);
   EXPECT_EQ(metric(0, "tally_agent_shard_events_total", {{"event", "conflict"}}), 0.0);
   ASSERT_NO_FATAL_FAILURE(expectMintedIsReminted(shard.grant.policy_generation));
+}
+
+// The ledger reconciles a shard, the agent never hears it (the proxy drops every report
+// answer) and is killed; the ledger compacts the shard after its shard_retention_ms (1 s here,
+// the receipts' window left alone). The restarted agent's report of it gets the typed
+// "no record" answer (notFound): the agent stops retrying and keeps the shard as
+// unreconcilable, visible in its metrics and its log, not pending any more.
+TEST_F(ShardFaultTest, ReportOfAShardTheLedgerCompactedMakesItUnreconcilable) {
+  std::ofstream(ledger_.dataDir() + ".toml") << "shard_retention_ms = 1000\n";
+  ASSERT_NO_FATAL_FAILURE(startShardLedger({.shard_ttl_ms = 2'000}));
+  FaultProxy& proxy = addProxy();
+  proxy.dropRepliesAfter(0, UINT64_MAX, [](std::span<const uint8_t> payload) {
+    Result<wire::Response> response = wire::decodeResponse(payload);
+    if (!response.isOk()) return false;
+    const auto* reply = std::get_if<ShardReply>(&response.value().body);
+    return reply != nullptr &&
+           std::any_of(reply->shards.begin(), reply->shards.end(),
+                       [](const ShardLedgerView& v) { return v.state == ShardState::kReconciled; });
+  });
+  // The first shard is closed 1 s before its expiry (refresh_before_expiry_ms) and reported.
+  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
+  std::string shard_id;
+  ASSERT_TRUE(waitFor([&] {
+    for (const ShardLedgerView& v : ledgerShards(gatewayName(0))) {
+      if (v.state == ShardState::kReconciled && v.reported) shard_id = v.grant.shard_id;
+    }
+    return !shard_id.empty();
+  })) << "no shard reconciled";
+  EXPECT_EQ(metric(0, "tally_agent_shard_reports_total", {{"result", "RECONCILED"}}), 0.0)
+      << "the answer reached the agent";
+  agents_[0]->kill9();
+  // Every shard reconciled unheard by now (usually just the first) is compacted.
+  std::set<std::string> unheard;
+  for (const ShardLedgerView& v : ledgerShards(gatewayName(0))) {
+    if (v.state == ShardState::kReconciled) unheard.insert(v.grant.shard_id);
+  }
+  ASSERT_TRUE(unheard.contains(shard_id));
+  ASSERT_TRUE(waitFor([&] {
+    return std::none_of(unheard.begin(), unheard.end(),
+                        [&](const std::string& id) { return ledgerShard(id).has_value(); });
+  })) << "not compacted after shard_retention_ms";
+  proxy.clearFaults();
+
+  ASSERT_NO_FATAL_FAILURE(startShardAgent(0, proxy.address()));
+  // (A report still in flight at the kill may have reconciled one more shard since.)
+  const double expected = static_cast<double>(unheard.size());
+  ASSERT_TRUE(waitFor([&] {
+    return metric(0, "tally_agent_shards", {{"condition", "unreconcilable"}}) >= expected;
+  })) << metricsText(0);
+  EXPECT_EQ(metric(0, "tally_agent_shard_events_total", {{"event", "unreconcilable"}}),
+            metric(0, "tally_agent_shards", {{"condition", "unreconcilable"}}));
+  EXPECT_EQ(metric(0, "tally_agent_shard_reports_total", {{"result", "refused"}}), 0.0);
+  const std::string log = agents_[0]->log();
+  for (const std::string& id : unheard) {
+    EXPECT_NE(log.find("event=shard_unreconcilable shard_id=" + id), std::string::npos) << log;
+    EXPECT_NE(ledger_.log().find("event=shard_report_refused shard=" + id), std::string::npos);
+  }
+  ASSERT_NO_FATAL_FAILURE(checkShardInvariants());
 }
 
 // The ledger's answer to the agent's first shard issue request is lost: the shard was carved, the

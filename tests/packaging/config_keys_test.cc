@@ -182,10 +182,32 @@ TEST(ShippedConfig, LedgerParsesAsShippedAndUncommentedAndStaysOnLoopback) {
   EXPECT_EQ(all.metrics_port, defaults.metrics_port);
   EXPECT_EQ(all.frame_bytes_max, defaults.frame_bytes_max);
   EXPECT_EQ(all.retention_ms, defaults.retention_ms);
+  EXPECT_EQ(all.shard_retention_ms, defaults.shard_retention_ms);
   EXPECT_EQ(all.receipt_bytes_max, defaults.receipt_bytes_max);
   EXPECT_EQ(all.tick_interval_ms, defaults.tick_interval_ms);
   EXPECT_EQ(all.checkpoint_log_rows, defaults.checkpoint_log_rows);
   EXPECT_EQ(all.log_level, defaults.log_level);
+}
+
+// shard_retention_ms: its own key, a day by default (not the receipts' 15-minute window), read
+// and range-checked with an error naming the key.
+TEST(LedgerConfigKeys, ShardRetentionIsReadAndRangeChecked) {
+  TempDir dir;
+  const ledger::LedgerConfig defaults;
+  EXPECT_EQ(defaults.shard_retention_ms, 24ull * 3600 * 1000);
+  EXPECT_GT(defaults.shard_retention_ms, defaults.retention_ms);
+  ledger::LedgerConfig config;
+  ASSERT_TRUE(
+      ledger::applyConfigFile(writeTemp(dir, "l.toml", "shard_retention_ms = 5000\n"), &config)
+          .isOk());
+  EXPECT_EQ(config.shard_retention_ms, 5'000u);
+  EXPECT_EQ(config.retention_ms, defaults.retention_ms);
+  for (const char* bad : {"shard_retention_ms = 999\n", "shard_retention_ms = 31536000001\n",
+                          "shard_retention_ms = -1\n", "shard_retention_ms = \"1d\"\n"}) {
+    const Status status = ledger::applyConfigFile(writeTemp(dir, "l.toml", bad), &config);
+    EXPECT_FALSE(status.isOk()) << bad;
+    EXPECT_NE(status.message().find("shard_retention_ms"), std::string::npos) << status.message();
+  }
 }
 
 }  // namespace

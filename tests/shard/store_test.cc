@@ -238,11 +238,47 @@ TEST_F(ShardStoreTest, ForgottenShardsAndReservationsAreDeleted) {
                        .reported = true,
                        .last_reported = book_->findShard("shard-1")->account.balances()};
   (void)book_->onLedgerAnswer("shard-1", view, kNowMs);
-  (void)book_->tick(kNowMs + limits::kRetentionMsDefault);
+  (void)book_->tick(kNowMs + limits::kShardRetentionMsDefault);
   commit();
   boot();
   EXPECT_EQ(book_->shardCount(), 0u);
   EXPECT_EQ(book_->reservationCount(), 0u);
+}
+
+// An unreconcilable shard (the ledger has no record of it) survives restarts as such: never
+// reported again. A shards table written before the column existed gains it, every row "no".
+TEST_F(ShardStoreTest, AnUnreconcilableShardStaysSoAcrossARestartAndOlderTablesGainTheColumn) {
+  boot();
+  ASSERT_EQ(book_->addShard(grant("shard-1"), kNowMs), ShardAddCode::kOk);
+  ASSERT_EQ(book_->addShard(grant("shard-2"), kNowMs), ShardAddCode::kOk);
+  ASSERT_TRUE(book_->close("shard-1", ShardCloseReason::kReconnect, kNowMs));
+  commit();
+  // As a build before the column wrote the table.
+  ASSERT_EQ(sqlite3_exec(outbox_->connection(), "ALTER TABLE shards DROP COLUMN unreconcilable",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  boot();
+  ASSERT_EQ(book_->shardCount(), 2u);
+  EXPECT_EQ(book_->findShard("shard-1")->record.unreconcilable, ShardUnreconcilable::kNo);
+  EXPECT_EQ(book_->shardsNeedingReport(), (std::vector<std::string>{"shard-1", "shard-2"}));
+  ASSERT_TRUE(
+      book_->markUnreconcilable("shard-1", ShardUnreconcilable::kForgotten, kNowMs + 1'000));
+  commit();
+  boot();
+  const ShardBook::Shard* shard = book_->findShard("shard-1");
+  ASSERT_NE(shard, nullptr);
+  EXPECT_EQ(shard->record.unreconcilable, ShardUnreconcilable::kForgotten);
+  EXPECT_EQ(shard->record.final_at_ms, kNowMs + 1'000);
+  EXPECT_EQ(book_->shardsNeedingReport(), std::vector<std::string>{"shard-2"});
+  // A value no build wrote is corruption.
+  ASSERT_EQ(sqlite3_exec(outbox_->connection(), "UPDATE shards SET unreconcilable = 9", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  book_ = std::make_unique<ShardBook>(
+      ShardBookOptions{.gateway_id = ourKey(), .boot_epoch = boot_epoch_, .crypto = &crypto_});
+  Result<ShardRestoreReport> damaged = shards_->restore(book_.get(), kNowMs);
+  ASSERT_FALSE(damaged.isOk());
+  EXPECT_EQ(damaged.status().code(), StatusCode::kCorruption);
 }
 
 // A failed commit's changes are retried merged with later ones (agent/shard_keeper.cc): a row
@@ -267,7 +303,7 @@ TEST_F(ShardStoreTest, MergedChangesNamingAForgottenShardDeleteIt) {
                        .reported = true,
                        .last_reported = book_->findShard("shard-1")->account.balances()};
   (void)book_->onLedgerAnswer("shard-1", view, kNowMs);
-  (void)book_->tick(kNowMs + limits::kRetentionMsDefault);
+  (void)book_->tick(kNowMs + limits::kShardRetentionMsDefault);
   ASSERT_EQ(book_->shardCount(), 0u);
   const ShardBookChanges later = book_->takeChanges();
   unsaved.shards_deleted = later.shards_deleted;
