@@ -44,7 +44,8 @@ Receipt receiptOf(const Reservation& r, Units refunded) {
                  .debt_units = r.debt_units,
                  .policy_generation = r.policy_generation,
                  .expires_at_ms = r.expires_at_ms,
-                 .limiting_dimension = r.state == ReservationState::kRejected
+                 // A rejected reserve, or a refused extend (its reservation stays STARTED).
+                 .limiting_dimension = r.limiting_dimension != LimitingDimension::kNone
                                            ? limitingDimensionName(r.limiting_dimension)
                                            : "",
                  .retry_after_ms = r.retry_after_ms};

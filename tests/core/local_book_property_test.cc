@@ -319,8 +319,12 @@ class Harness {
     if (!seen_[index].known) return;
     const Reservation* stored = book_->find(request.reservation_id);
     RC_ASSERT(stored != nullptr);
-    const bool same = stored->request_digest == request.request_digest &&
-                      stored->reserved_units == request.units &&
+    // An extend (only ever of a started reservation) grows the record past the units its
+    // reserve asked for: that reserve again is still the same request (lifecycle::sameRequest).
+    const bool same_units =
+        stored->reserved_units == request.units ||
+        (!stored->operation_id.empty() && request.units < stored->reserved_units);
+    const bool same = stored->request_digest == request.request_digest && same_units &&
                       stored->priority == request.priority &&
                       stored->requested_generation == request.policy_generation;
     if (same) {
