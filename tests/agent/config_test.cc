@@ -2,10 +2,10 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <map>
 #include <string>
 
+#include "tests/agent/config_text.h"
 #include "tests/support/temp_dir.h"
 
 namespace tally::agent {
@@ -13,11 +13,7 @@ namespace {
 
 using testing::TempDir;
 
-Status applyText(const TempDir& dir, const std::string& text, AgentConfig* config) {
-  const std::string path = dir.file("agent.toml");
-  std::ofstream(path, std::ios::trunc) << text;
-  return applyConfigFile(path, config);
-}
+using test_support::applyText;
 
 TEST(AgentConfigTest, EmergencyDefaults) {
   const AgentConfig config;

@@ -3,10 +3,10 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <string>
 
 #include "agent/config.h"
+#include "tests/agent/config_text.h"
 #include "tests/support/temp_dir.h"
 
 namespace tally::agent {
@@ -14,11 +14,7 @@ namespace {
 
 using testing::TempDir;
 
-Status applyText(const TempDir& dir, const std::string& text, AgentConfig* config) {
-  const std::string path = dir.file("agent.toml");
-  std::ofstream(path, std::ios::trunc) << text;
-  return applyConfigFile(path, config);
-}
+using test_support::applyText;
 
 TEST(AgentHttpConfigTest, TheHttpSocketSitsBesideTheNativeOneByDefault) {
   AgentConfig config;

@@ -12,36 +12,16 @@
 #include "ctl/render.h"
 #include "shard/identity.h"
 #include "tally/version.h"
+#include "tests/ctl/ctl_test_support.h"
 #include "wire/digest.h"
 
 namespace tally::ctl {
 namespace {
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
-
-Invocation invocation(std::vector<std::string_view> args) {
-  Result<Invocation> inv = parseArgs(args);
-  EXPECT_TRUE(inv.isOk()) << inv.status().toString();
-  return inv.isOk() ? inv.value() : Invocation{};
-}
-
-// A transport that records the request and answers with `answer`.
-struct FakePeer {
-  std::optional<wire::RequestBody> request;
-  Result<wire::Response> answer = Status::unavailable("connection refused");
-
-  CallFn fn() {
-    return [this](const wire::RequestBody& body) {
-      request = body;
-      return answer;
-    };
-  }
-};
-
-CommandOutput run(FakePeer& peer, std::vector<std::string_view> args) {
-  return runCommand(invocation(args), peer.fn());
-}
+using test_support::FakePeer;
+using test_support::invocation;
+using test_support::kRfc8032PublicKey;
+using test_support::run;
 
 Reservation receipt(ReservationState state) {
   return Reservation{.reservation_id = "r-1",
@@ -497,10 +477,8 @@ TEST(CommandsTest, HelpAndVersionNeedNoPeer) {
 
 // --- Gateways and emergency shards ------------------------------------------------------------
 
-const char kKey[] = "11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=";  // RFC 8032 test 1
-
 PublicKey rfcKey() {
-  Result<PublicKey> key = identity::decodePublicKey(kKey);
+  Result<PublicKey> key = identity::decodePublicKey(kRfc8032PublicKey);
   EXPECT_TRUE(key.isOk());
   return key.value();
 }
@@ -542,8 +520,9 @@ wire::Response shardAnswer(ShardReply reply) {
 TEST(CommandsTest, GatewayAndShardCommandsSendTheirRequests) {
   FakePeer peer;
   peer.answer = wire::Response{.request_id = 1, .body = GatewayReply{}};
-  EXPECT_EQ(run(peer, {"gateway", "enroll", "--id", "gw-1", "--public-key", kKey}).exit_code,
-            kExitOk);
+  EXPECT_EQ(
+      run(peer, {"gateway", "enroll", "--id", "gw-1", "--public-key", kRfc8032PublicKey}).exit_code,
+      kExitOk);
   const auto& enroll = std::get<wire::EnrollGatewayRequest>(*peer.request);
   EXPECT_EQ(enroll.gateway_name, "gw-1");
   EXPECT_EQ(enroll.public_key, rfcKey());
@@ -583,12 +562,12 @@ TEST(CommandsTest, GatewayListJsonAndText) {
   EXPECT_EQ(
       out.out,
       std::string(R"({"code":"OK","duplicate":false,"gateways":[{"gatewayId":"gw-eu-1",)") +
-          R"("publicKey":")" + kKey +
+          R"("publicKey":")" + kRfc8032PublicKey +
           R"(","enabled":false,"enrolledAt":"2026-07-19T14:00:00Z","enrolledAtMs":1784469600000}]})" +
           "\n");
   out = run(peer, {"gateway", "list"});
-  EXPECT_EQ(out.out,
-            std::string("gw-eu-1  ") + kKey + "  DISABLED  enrolled 2026-07-19T14:00:00Z\n");
+  EXPECT_EQ(out.out, std::string("gw-eu-1  ") + kRfc8032PublicKey +
+                         "  DISABLED  enrolled 2026-07-19T14:00:00Z\n");
   peer.answer = wire::Response{.request_id = 1, .body = GatewayReply{}};
   EXPECT_EQ(run(peer, {"gateway", "list"}).out, "no gateways\n");
 }
@@ -603,7 +582,7 @@ TEST(CommandsTest, ShardListJsonHasContractFields) {
            R"("permissionDenied":false)",
            R"("shards":[{"shardId":"shard-17")",
            R"("gatewayId":"gw-eu-1")",
-           std::string(R"("publicKey":")") + kKey + "\"",
+           std::string(R"("publicKey":")") + kRfc8032PublicKey + "\"",
            R"("subject":"tenant-7")",
            R"("route":"chat.generate")",
            R"("policyGeneration":3)",
@@ -692,7 +671,7 @@ TEST(CommandsTest, ShardAndGatewayRepliesMapToExitCodes) {
   peer.answer = wire::Response{
       .request_id = 1,
       .body = GatewayReply{.code = ReplyCode::kIdempotencyConflict, .message = "other key"}};
-  out = run(peer, {"gateway", "enroll", "--id", "gw", "--public-key", kKey});
+  out = run(peer, {"gateway", "enroll", "--id", "gw", "--public-key", kRfc8032PublicKey});
   EXPECT_EQ(out.exit_code, kExitConflict);
   EXPECT_CONTAINS(out.out, "IDEMPOTENCY_CONFLICT: other key");
   peer.answer = wire::Response{.request_id = 1, .body = GatewayReply{.code = ReplyCode::kNotFound}};

@@ -1,43 +1,19 @@
 // tallyctl audit --period EPOCH / --periods: arguments, the request sent, JSON and text.
 #include <gtest/gtest.h>
 
-#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "ctl/args.h"
 #include "ctl/commands.h"
+#include "tests/ctl/ctl_test_support.h"
 
 namespace tally::ctl {
 namespace {
 
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
-
-struct FakePeer {
-  std::optional<wire::RequestBody> request;
-  Result<wire::Response> answer = Status::unavailable("connection refused");
-
-  CallFn fn() {
-    return [this](const wire::RequestBody& body) {
-      request = body;
-      return answer;
-    };
-  }
-};
-
-CommandOutput run(FakePeer& peer, std::vector<std::string_view> args) {
-  Result<Invocation> inv = parseArgs(args);
-  EXPECT_TRUE(inv.isOk()) << inv.status().toString();
-  return runCommand(inv.isOk() ? inv.value() : Invocation{}, peer.fn());
-}
-
-std::string usageError(std::vector<std::string_view> args) {
-  Result<Invocation> inv = parseArgs(args);
-  EXPECT_FALSE(inv.isOk());
-  return inv.isOk() ? "" : inv.status().message();
-}
+using test_support::FakePeer;
+using test_support::run;
+using test_support::usageError;
 
 PeriodSnapshot sampleSnapshot(bool conserved) {
   return PeriodSnapshot{

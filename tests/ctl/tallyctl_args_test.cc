@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "ctl/args.h"
+#include "tests/ctl/ctl_test_support.h"
 #include "wire/digest.h"
 
 namespace tally::ctl {
@@ -18,19 +19,8 @@ Invocation ok(std::vector<std::string_view> args) {
   return inv.isOk() ? inv.value() : Invocation{};
 }
 
-// The usage error for `args`, which must not parse.
-std::string usageError(std::vector<std::string_view> args) {
-  Result<Invocation> inv = parse(args);
-  std::string joined;
-  for (std::string_view a : args) joined += std::string(a) + " ";
-  EXPECT_FALSE(inv.isOk()) << joined;
-  if (inv.isOk()) return "";
-  EXPECT_EQ(inv.status().code(), StatusCode::kInvalidArgument);
-  return inv.status().message();
-}
-
-#define EXPECT_CONTAINS(haystack, needle) \
-  EXPECT_NE(std::string(haystack).find(needle), std::string::npos) << (haystack)
+using test_support::kRfc8032PublicKey;
+using test_support::usageError;
 
 const std::string kHex(64, 'a');
 
@@ -316,10 +306,8 @@ TEST(TallyctlArgsTest, DoubleDashEndsFlags) {
 
 // --- Gateways and emergency shards ------------------------------------------------------------
 
-const std::string kKey = "11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=";  // RFC 8032 test 1
-
 TEST(TallyctlArgsTest, GatewayCommands) {
-  Invocation inv = ok({"gateway", "enroll", "--id", "gw-eu-1", "--public-key", kKey});
+  Invocation inv = ok({"gateway", "enroll", "--id", "gw-eu-1", "--public-key", kRfc8032PublicKey});
   EXPECT_EQ(inv.command, Command::kGatewayEnroll);
   EXPECT_EQ(inv.gateway_name, "gw-eu-1");
   ASSERT_TRUE(inv.public_key.has_value());
@@ -337,14 +325,16 @@ TEST(TallyctlArgsTest, GatewayUsageErrors) {
   EXPECT_CONTAINS(usageError({"gateway"}), "needs a subcommand");
   EXPECT_CONTAINS(usageError({"gateway", "remove", "--id", "g"}), "unknown gateway subcommand");
   EXPECT_CONTAINS(usageError({"gateway", "enroll", "--id", "gw"}), "needs --public-key");
-  EXPECT_CONTAINS(usageError({"gateway", "enroll", "--public-key", kKey}), "needs --id");
+  EXPECT_CONTAINS(usageError({"gateway", "enroll", "--public-key", kRfc8032PublicKey}),
+                  "needs --id");
   EXPECT_CONTAINS(usageError({"gateway", "enroll", "--id", "gw", "--public-key", "abc"}),
                   "--public-key: public key");
+  EXPECT_CONTAINS(usageError({"gateway", "enroll", "--id", "gw", "--public-key", kRfc8032PublicKey,
+                              "--public-key", kRfc8032PublicKey}),
+                  "--public-key given twice");
   EXPECT_CONTAINS(
-      usageError({"gateway", "enroll", "--id", "gw", "--public-key", kKey, "--public-key", kKey}),
-      "--public-key given twice");
-  EXPECT_CONTAINS(usageError({"gateway", "enroll", "--id", "gw one", "--public-key", kKey}),
-                  "--id: gateway name");
+      usageError({"gateway", "enroll", "--id", "gw one", "--public-key", kRfc8032PublicKey}),
+      "--id: gateway name");
   EXPECT_CONTAINS(usageError({"gateway", "disable", "--id", std::string(129, 'g')}),
                   "--id: gateway name");
   EXPECT_CONTAINS(usageError({"gateway", "disable"}), "needs --id");

@@ -92,6 +92,10 @@ struct AgentAnswer {
   wire::ErrorReply error;
 };
 std::string describe(const AgentAnswer& answer);
+// An error answer of code UNAVAILABLE (the agent could not reach the ledger, or is stopping).
+inline bool isUnavailable(const AgentAnswer& answer) {
+  return answer.is_error && answer.error.code == wire::ErrorCode::kUnavailable;
+}
 Result<AgentAnswer> agentAnswerOf(Result<wire::Response> response);
 Result<AgentAnswer> callAgent(client::BlockingClient& client, const wire::RequestBody& body,
                               uint64_t timeout_ms = kAgentCallTimeoutMs);

@@ -24,10 +24,6 @@ const char* const kRoute = "chat";
 
 uint64_t nowMs() { return wallNowMs(); }
 
-bool isUnavailable(const AgentAnswer& answer) {
-  return answer.is_error && answer.error.code == wire::ErrorCode::kUnavailable;
-}
-
 class AgentShardTest : public AgentFleetTest {
  protected:
   // The ledger's public key (its identity, created on first use) and a started ledger with an

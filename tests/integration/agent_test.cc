@@ -33,9 +33,6 @@ bool isQueued(const AgentAnswer& answer) {
 bool isOk(const AgentAnswer& answer) {
   return !answer.is_error && answer.reply.code == ReplyCode::kOk;
 }
-bool isUnavailable(const AgentAnswer& answer) {
-  return answer.is_error && answer.error.code == wire::ErrorCode::kUnavailable;
-}
 // The reserve answer while the ledger is unreachable: REJECTED "ledger-unavailable" with a
 // Retry-After, or (the answer to that very reserve was lost) a retryable kUnavailable.
 bool isPartitionRejection(const AgentAnswer& answer) {

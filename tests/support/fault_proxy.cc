@@ -64,6 +64,11 @@ int connectLoopback(uint16_t port) {
   return fd;
 }
 
+}  // namespace
+
+// Named, not anonymous: FaultProxy::Connection (external linkage) holds them as fields.
+namespace fault_proxy_internal {
+
 // Bytes waiting to be written to one socket.
 struct Outgoing {
   std::vector<uint8_t> bytes;
@@ -129,7 +134,10 @@ struct FrameCutter {
   }
 };
 
-}  // namespace
+}  // namespace fault_proxy_internal
+
+using fault_proxy_internal::FrameCutter;
+using fault_proxy_internal::Outgoing;
 
 struct FaultProxy::Connection {
   int client_fd = -1;

@@ -16,15 +16,11 @@
 #include <utility>
 
 namespace tally::testing {
-namespace {
-
-uint64_t nowMs() {
+uint64_t monotonicNowMs() {
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1'000'000;
 }
-
-}  // namespace
 
 std::string binaryPath(const std::string& name) {
   // TALLY_BIN_DIR in the environment runs the same tests against another build (e.g. asan).
@@ -78,10 +74,10 @@ Process::~Process() {
 
 int Process::waitReady(uint64_t timeout_ms) {
   if (ready_read_fd_ < 0) return -1;
-  const uint64_t deadline = nowMs() + timeout_ms;
+  const uint64_t deadline = monotonicNowMs() + timeout_ms;
   std::string line;
   while (line.find('\n') == std::string::npos) {
-    const uint64_t now = nowMs();
+    const uint64_t now = monotonicNowMs();
     if (now >= deadline) return -1;
     pollfd pfd{.fd = ready_read_fd_, .events = POLLIN, .revents = 0};
     const int rc = ::poll(&pfd, 1, static_cast<int>(deadline - now));
@@ -107,10 +103,10 @@ int Process::waitExit(uint64_t timeout_ms) {
   // A pidfd becomes readable when the process exits: wait for that event with the deadline.
   const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
   if (pidfd < 0) return -1;
-  const uint64_t deadline = nowMs() + timeout_ms;
+  const uint64_t deadline = monotonicNowMs() + timeout_ms;
   int result = -1;
   while (true) {
-    const uint64_t now = nowMs();
+    const uint64_t now = monotonicNowMs();
     if (now >= deadline) break;
     pollfd pfd{.fd = pidfd, .events = POLLIN, .revents = 0};
     const int rc = ::poll(&pfd, 1, static_cast<int>(deadline - now));

@@ -52,4 +52,7 @@ class Process {
 // the TALLY_BIN_DIR environment variable, when set, overrides it.
 std::string binaryPath(const std::string& name);
 
+// CLOCK_MONOTONIC in ms: the tests' deadlines (never the daemons' clocks).
+uint64_t monotonicNowMs();
+
 }  // namespace tally::testing

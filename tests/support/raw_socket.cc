@@ -6,7 +6,6 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,19 +13,15 @@
 #include <climits>
 #include <cstring>
 
+#include "tests/support/process.h"
+
 namespace tally::testing {
 namespace {
-
-uint64_t nowMs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1'000'000;
-}
 
 // Waits for `events` until `deadline_ms`; false on timeout.
 bool waitFor(int fd, short events, uint64_t deadline_ms) {
   for (;;) {
-    const uint64_t now = nowMs();
+    const uint64_t now = monotonicNowMs();
     if (now >= deadline_ms) return false;
     pollfd pfd{.fd = fd, .events = events, .revents = 0};
     const int rc =
@@ -67,7 +62,7 @@ std::unique_ptr<RawSocket> RawSocket::connect(const std::string& host, uint16_t 
       *error = std::string("connect: ") + std::strerror(errno);
       return nullptr;
     }
-    if (!waitFor(fd, POLLOUT, nowMs() + timeout_ms)) {
+    if (!waitFor(fd, POLLOUT, monotonicNowMs() + timeout_ms)) {
       *error = "connect timed out";
       return nullptr;
     }
@@ -102,7 +97,7 @@ std::unique_ptr<RawSocket> RawSocket::connectUnix(const std::string& path, uint6
       *error = std::string("connect ") + path + ": " + std::strerror(errno);
       return nullptr;
     }
-    if (!waitFor(fd, POLLOUT, nowMs() + timeout_ms)) {
+    if (!waitFor(fd, POLLOUT, monotonicNowMs() + timeout_ms)) {
       *error = "connect timed out";
       return nullptr;
     }
@@ -117,7 +112,7 @@ bool RawSocket::sendAll(std::span<const uint8_t> bytes, uint64_t timeout_ms) {
 }
 
 RawSocket::Send RawSocket::send(std::span<const uint8_t>* bytes, uint64_t timeout_ms) {
-  const uint64_t deadline = nowMs() + timeout_ms;
+  const uint64_t deadline = monotonicNowMs() + timeout_ms;
   while (!bytes->empty()) {
     const ssize_t n = ::send(fd_, bytes->data(), bytes->size(), MSG_NOSIGNAL);
     if (n > 0) {
@@ -135,7 +130,7 @@ RawSocket::Send RawSocket::send(std::span<const uint8_t>* bytes, uint64_t timeou
 }
 
 bool RawSocket::waitWritable(uint64_t timeout_ms) {
-  return waitFor(fd_, POLLOUT, nowMs() + timeout_ms);
+  return waitFor(fd_, POLLOUT, monotonicNowMs() + timeout_ms);
 }
 
 void RawSocket::shutdownWrite() { (void)::shutdown(fd_, SHUT_WR); }
@@ -168,7 +163,7 @@ int64_t RawSocket::fill(uint64_t deadline_ms) {
 
 RawSocket::Read RawSocket::readFrame(std::vector<uint8_t>* payload, uint64_t timeout_ms,
                                      uint64_t frame_bytes_max) {
-  const uint64_t deadline = nowMs() + timeout_ms;
+  const uint64_t deadline = monotonicNowMs() + timeout_ms;
   for (;;) {
     if (buffer_.size() >= 4) {
       const uint64_t length = uint64_t{buffer_[0]} | uint64_t{buffer_[1]} << 8 |
