@@ -70,7 +70,7 @@ int PostgresServer::run(const std::string& tool, const std::vector<std::string>&
   return status;
 }
 
-Result<std::unique_ptr<PostgresServer>> PostgresServer::start(PostgresServerOptions options) {
+Result<std::unique_ptr<PostgresServer>> PostgresServer::prepare() {
   const std::string bin_dir = findBinDir();
   if (bin_dir.empty()) {
     return Status::notFound("PostgreSQL is not installed (no /usr/lib/postgresql/*/bin/initdb)");
@@ -78,62 +78,124 @@ Result<std::unique_ptr<PostgresServer>> PostgresServer::start(PostgresServerOpti
   char pattern[] = "/tmp/tally-pg-XXXXXX";
   if (::mkdtemp(pattern) == nullptr) return Status::ioError("mkdtemp failed");
   auto server = std::unique_ptr<PostgresServer>(new PostgresServer(pattern, bin_dir));
-  const std::string& dir = server->dir_;
-  const std::string log_path = dir + "/setup.log";
   if (::geteuid() == 0) {
     const passwd* user = ::getpwnam("postgres");
     if (user == nullptr) user = ::getpwnam("nobody");
     if (user == nullptr) return Status::notFound("running as root, and no postgres user");
     server->run_as_ = user->pw_name;
-    if (::chown(dir.c_str(), user->pw_uid, user->pw_gid) != 0) {
-      return Status::ioError("chown " + dir + " failed");
+    if (::chown(server->dir_.c_str(), user->pw_uid, user->pw_gid) != 0) {
+      return Status::ioError("chown " + server->dir_ + " failed");
     }
   }
-  const std::string data = dir + "/data";
-  if (server->run(
-          "initdb",
-          {"-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync"},
-          true, log_path, kToolTimeoutMs) != 0) {
+  return server;
+}
+
+Result<std::unique_ptr<PostgresServer>> PostgresServer::start(PostgresServerOptions options) {
+  Result<std::unique_ptr<PostgresServer>> prepared = prepare();
+  if (!prepared.isOk()) return prepared.status();
+  std::unique_ptr<PostgresServer> server = std::move(prepared).value();
+  const std::string log_path = server->dir_ + "/setup.log";
+  if (server->run("initdb",
+                  {"-D", server->dir_ + "/data", "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                   "--locale=C", "--no-sync"},
+                  true, log_path, kToolTimeoutMs) != 0) {
     return Status::unavailable("initdb failed:\n" + readFile(log_path));
   }
+  std::string extra;
+  if (!options.synchronous_standby_names.empty()) {
+    extra = "synchronous_standby_names = '" + options.synchronous_standby_names + "'\n";
+  }
+  if (Status started = server->configureAndStart(options, extra); !started.isOk()) return started;
+  return server;
+}
+
+Result<std::unique_ptr<PostgresServer>> PostgresServer::startStandby(
+    const PostgresServer& primary, const std::string& application_name,
+    PostgresServerOptions options) {
+  Result<std::unique_ptr<PostgresServer>> prepared = prepare();
+  if (!prepared.isOk()) return prepared.status();
+  std::unique_ptr<PostgresServer> server = std::move(prepared).value();
+  const std::string log_path = server->dir_ + "/setup.log";
+  // initdb --auth=trust allows `local replication all`: the base backup and the WAL stream use
+  // the primary's socket as the superuser.
+  if (server->run("pg_basebackup",
+                  {"-D", server->dir_ + "/data", "-h", primary.dir_, "-p", kPort, "-U", "postgres",
+                   "-X", "stream", "-c", "fast", "--no-sync"},
+                  true, log_path, kToolTimeoutMs) != 0) {
+    return Status::unavailable("pg_basebackup failed:\n" + readFile(log_path));
+  }
+  {
+    std::ofstream signal_file(server->dir_ + "/data/standby.signal");
+    if (!signal_file) return Status::ioError("cannot write standby.signal");
+  }
+  // Appended after the primary's copied settings, so these win: its own socket, no synchronous
+  // standby of its own (a promoted server would otherwise wait for one forever).
+  options.synchronous_standby_names.clear();
+  const std::string standby_conf =
+      "synchronous_standby_names = ''\nprimary_conninfo = 'host=" + primary.dir_ +
+      " port=" + kPort + " user=postgres application_name=" + application_name + "'\n";
+  if (Status started = server->configureAndStart(options, standby_conf); !started.isOk()) {
+    return started;
+  }
+  return server;
+}
+
+Status PostgresServer::configureAndStart(const PostgresServerOptions& options,
+                                         const std::string& extra_conf) {
+  const std::string data = dir_ + "/data";
+  const std::string log_path = dir_ + "/setup.log";
   // Unix socket in our directory only; small, quiet, and (optionally) without fsync.
   {
     std::ofstream conf(data + "/postgresql.conf", std::ios::app);
     conf << "listen_addresses = ''\n"
-         << "unix_socket_directories = '" << dir << "'\n"
+         << "unix_socket_directories = '" << dir_ << "'\n"
          << "port = " << kPort << "\n"
          << "max_connections = 30\n"
          << "shared_buffers = 32MB\n"
          << "fsync = " << (options.fsync ? "on" : "off") << "\n"
          << "synchronous_commit = off\n"  // the server default: the ledger turns it on itself
-         << "log_min_messages = warning\n";
+         << "log_min_messages = warning\n"
+         << extra_conf;
     if (!conf) return Status::ioError("cannot write " + data + "/postgresql.conf");
   }
-  const std::string server_log = dir + "/server.log";
+  const std::string server_log = dir_ + "/server.log";
   const std::string timeout_s =
       std::to_string(std::max<uint64_t>(1, options.start_timeout_ms / 1000));
   // pg_ctl -w returns once the server accepts connections (or fails, or times out).
-  const int started =
-      server->run("pg_ctl", {"-D", data, "-l", server_log, "-w", "-t", timeout_s, "start"}, true,
-                  log_path, options.start_timeout_ms + 5'000);
+  const int started = run("pg_ctl", {"-D", data, "-l", server_log, "-w", "-t", timeout_s, "start"},
+                          true, log_path, options.start_timeout_ms + 5'000);
   // The postmaster's pid, from the first line of postmaster.pid (present once it runs).
   {
     std::ifstream pid_file(data + "/postmaster.pid");
     long pid = -1;
     if (pid_file >> pid && pid > 0) {
-      server->pid_ = static_cast<pid_t>(pid);
-      server->running_ = true;
+      pid_ = static_cast<pid_t>(pid);
+      running_ = true;
     }
   }
-  if (started != 0 || !server->running_) {
+  if (started != 0 || !running_) {
     return Status::unavailable("pg_ctl start failed:\n" + readFile(log_path) + "\n" +
                                readFile(server_log));
   }
-  if (server->run("pg_isready", {"-h", dir, "-p", kPort, "-t", "10"}, false, log_path, 15'000) !=
-      0) {
+  if (run("pg_isready", {"-h", dir_, "-p", kPort, "-t", "10"}, false, log_path, 15'000) != 0) {
     return Status::unavailable("pg_isready: not ready:\n" + readFile(log_path));
   }
-  return server;
+  return Status::ok();
+}
+
+void PostgresServer::kill9() {
+  if (!running_) return;
+  running_ = false;
+  if (pid_ > 0) ::kill(pid_, SIGKILL);
+}
+
+Status PostgresServer::promote() {
+  const std::string log_path = dir_ + "/setup.log";
+  if (run("pg_ctl", {"-D", dir_ + "/data", "-w", "-t", "30", "promote"}, true, log_path, 35'000) !=
+      0) {
+    return Status::unavailable("pg_ctl promote failed:\n" + readFile(log_path));
+  }
+  return Status::ok();
 }
 
 Status PostgresServer::stop() {

@@ -28,6 +28,9 @@ struct PostgresServerOptions {
   // not what they test); the commit path still waits for the WAL write either way.
   bool fsync = true;
   uint64_t start_timeout_ms = 60'000;
+  // A primary's `synchronous_standby_names` (e.g. "standby1"): every commit then waits until
+  // that standby has flushed it. Empty: no synchronous standby.
+  std::string synchronous_standby_names;
 };
 
 class PostgresServer {
@@ -35,6 +38,12 @@ class PostgresServer {
   // initdb, configure, start, wait until it accepts connections. kUnavailable with the server's
   // log when any step fails or times out; kNotFound when PostgreSQL is not installed.
   static Result<std::unique_ptr<PostgresServer>> start(PostgresServerOptions options = {});
+  // A streaming-replication standby of `primary` (pg_basebackup over its socket, then started
+  // in standby mode, connecting as `application_name`), ready once it accepts read-only
+  // connections. It has no synchronous standby of its own, so it commits alone once promoted.
+  static Result<std::unique_ptr<PostgresServer>> startStandby(const PostgresServer& primary,
+                                                              const std::string& application_name,
+                                                              PostgresServerOptions options = {});
   ~PostgresServer();
   PostgresServer(const PostgresServer&) = delete;
   PostgresServer& operator=(const PostgresServer&) = delete;
@@ -47,6 +56,10 @@ class PostgresServer {
   Result<std::string> psql(const std::string& dbname, const std::string& sql);
   // Stops the server (fast shutdown), bounded; the destructor does it if not done before.
   [[nodiscard]] Status stop();
+  // SIGKILL of the postmaster (its backends exit once they see it gone): the host dying.
+  void kill9();
+  // pg_ctl promote -w: a standby becomes a primary (what Patroni does on failover).
+  [[nodiscard]] Status promote();
 
   pid_t pid() const { return pid_; }
   const std::string& socketDir() const { return dir_; }
@@ -54,6 +67,11 @@ class PostgresServer {
 
  private:
   PostgresServer(std::string dir, std::string bin_dir);
+  // A fresh directory for a cluster, owned by the server's user when running as root.
+  static Result<std::unique_ptr<PostgresServer>> prepare();
+  // Appends our settings to DATA/postgresql.conf, starts the server, waits until it is ready.
+  [[nodiscard]] Status configureAndStart(const PostgresServerOptions& options,
+                                         const std::string& extra_conf);
   // Runs BIN_DIR/`tool` `args` (as the server's user when `as_server_user`), output appended
   // to `log_path`; its exit status, or -1 on timeout.
   int run(const std::string& tool, const std::vector<std::string>& args, bool as_server_user,
