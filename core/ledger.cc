@@ -416,25 +416,34 @@ ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms)
   return lifecycle::admitted(&record->reservation, &holder, now_ms);
 }
 
-ReservationReply Ledger::start(const StartRequest& request, uint64_t now_ms) {
+template <typename Rule>
+ReservationReply Ledger::applyToReservation(const std::string& reservation_id, uint64_t now_ms,
+                                            Rule rule) {
   now_ms = advance(now_ms);
-  Record* record = lookup(request.reservation_id);
+  Record* record = lookup(reservation_id);
   AccountHolder holder(this, record);
-  return lifecycle::start(record == nullptr ? nullptr : &record->reservation, request, &holder,
-                          now_ms);
+  return rule(record == nullptr ? nullptr : &record->reservation, &holder, now_ms);
+}
+
+ReservationReply Ledger::start(const StartRequest& request, uint64_t now_ms) {
+  return applyToReservation(request.reservation_id, now_ms,
+                            [&](Reservation* reservation, AccountHolder* holder, uint64_t now) {
+                              return lifecycle::start(reservation, request, holder, now);
+                            });
 }
 
 ReservationReply Ledger::release(const ReleaseRequest& request, uint64_t now_ms) {
-  now_ms = advance(now_ms);
-  Record* record = lookup(request.reservation_id);
-  AccountHolder holder(this, record);
-  ReservationReply reply = lifecycle::release(record == nullptr ? nullptr : &record->reservation,
-                                              request, &holder, now_ms);
+  ReservationReply reply =
+      applyToReservation(request.reservation_id, now_ms,
+                         [&](Reservation* reservation, AccountHolder* holder, uint64_t now) {
+                           return lifecycle::release(reservation, request, holder, now);
+                         });
 #ifdef TALLY_TEST_FAULTS
   if (faults_.double_refund_release && reply.duplicate &&
       reply.receipt.state == ReservationState::kReleased) {
     // Deliberately wrong: returns the units a second time (when `reserved` still has them,
     // which leaves `reserved` short of what live reservations hold).
+    Record* record = lookup(request.reservation_id);
     (void)accountOf(record->reservation)->account.release(record->reservation.reserved_units);
     reply.refunded_units = record->reservation.reserved_units;
   }
@@ -443,14 +452,15 @@ ReservationReply Ledger::release(const ReleaseRequest& request, uint64_t now_ms)
 }
 
 ReservationReply Ledger::markUnknown(const MarkUnknownRequest& request, uint64_t now_ms) {
-  now_ms = advance(now_ms);
-  Record* record = lookup(request.reservation_id);
-  AccountHolder holder(this, record);
-  ReservationReply reply = lifecycle::markUnknown(
-      record == nullptr ? nullptr : &record->reservation, request, &holder, now_ms);
+  ReservationReply reply =
+      applyToReservation(request.reservation_id, now_ms,
+                         [&](Reservation* reservation, AccountHolder* holder, uint64_t now) {
+                           return lifecycle::markUnknown(reservation, request, holder, now);
+                         });
 #ifdef TALLY_TEST_FAULTS
   if (faults_.refund_usage_unknown && reply.code == ReplyCode::kOk && !reply.duplicate) {
     // Deliberately wrong: "a timeout is a refund".
+    Record* record = lookup(request.reservation_id);
     (void)accountOf(record->reservation)->account.release(record->reservation.reserved_units);
     reply.refunded_units = record->reservation.reserved_units;
   }
@@ -469,19 +479,18 @@ ReservationReply Ledger::reportOperation(const ReportOperationRequest& request, 
 ReservationReply Ledger::applyReceipt(const std::string& reservation_id,
                                       const std::string& operation_id, Units actual_units,
                                       uint64_t now_ms) {
-  now_ms = advance(now_ms);
-  Record* record = lookup(reservation_id);
-  AccountHolder holder(this, record);
-  return lifecycle::receipt(record == nullptr ? nullptr : &record->reservation, reservation_id,
-                            operation_id, actual_units, &holder, now_ms);
+  return applyToReservation(reservation_id, now_ms,
+                            [&](Reservation* reservation, AccountHolder* holder, uint64_t now) {
+                              return lifecycle::receipt(reservation, reservation_id, operation_id,
+                                                        actual_units, holder, now);
+                            });
 }
 
 ReservationReply Ledger::extend(const ExtendRequest& request, uint64_t now_ms) {
-  now_ms = advance(now_ms);
-  Record* record = lookup(request.reservation_id);
-  AccountHolder holder(this, record);
-  return lifecycle::extend(record == nullptr ? nullptr : &record->reservation, request, &holder,
-                           now_ms);
+  return applyToReservation(request.reservation_id, now_ms,
+                            [&](Reservation* reservation, AccountHolder* holder, uint64_t now) {
+                              return lifecycle::extend(reservation, request, holder, now);
+                            });
 }
 
 ReservationReply Ledger::query(const QueryRequest& request) const {

@@ -263,6 +263,12 @@ class Ledger {
   void touched(Record* record);
   ReservationReply reject(const ReserveRequest& request, uint64_t id_hash, Generation generation,
                           LimitingDimension dimension, int64_t retry_after_ms, uint64_t now_ms);
+  // Every request on an existing reservation: the clock advanced, the record looked up, its
+  // account as the holder, then `rule(reservation or nullptr, holder, now_ms)`: a lifecycle::
+  // function. Defined (and only instantiated) in ledger.cc.
+  template <typename Rule>
+  ReservationReply applyToReservation(const std::string& reservation_id, uint64_t now_ms,
+                                      Rule rule);
   // settle and reportOperation share this: an operation receipt with actual units.
   ReservationReply applyReceipt(const std::string& reservation_id, const std::string& operation_id,
                                 Units actual_units, uint64_t now_ms);
