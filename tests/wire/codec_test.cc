@@ -394,7 +394,8 @@ TEST(CodecResponse, HealthAndErrorRoundTrip) {
   for (ErrorCode code :
        {ErrorCode::kUnspecified, ErrorCode::kMalformedFrame, ErrorCode::kFrameTooLarge,
         ErrorCode::kUnknownMessage, ErrorCode::kInvalidArgument, ErrorCode::kUnavailable,
-        ErrorCode::kInternal, ErrorCode::kPermissionDenied, ErrorCode::kNotFound}) {
+        ErrorCode::kInternal, ErrorCode::kPermissionDenied, ErrorCode::kNotFound,
+        ErrorCode::kNotPrimary}) {
     Response error =
         responseRoundTrip({.request_id = 7, .body = ErrorReply{.code = code, .message = "m"}});
     EXPECT_EQ(bodyAs<ErrorReply>(error).code, code) << errorCodeName(code);
