@@ -1,4 +1,5 @@
 #include "agent/config.h"
+#include "central-client/ledger_addresses.h"
 
 #include <toml++/toml.h>
 
@@ -13,14 +14,26 @@ namespace tally::agent {
 namespace {
 
 // The keys of the file: top level, then the [health] and [emergency] tables.
-const std::vector<std::string> kTopKeys = {
-    "socket",           "socket_mode",        "allowed_uids",
-    "allowed_gids",     "metrics_listen",     "request_timeout_ms",
-    "health",           "outbox_entries_max", "policy_refresh_ms",
-    "drain_timeout_ms", "frame_bytes_max",    "log_level",
-    "gateway_name",     "identity_file",      "ledger_public_keys",
-    "emergency",        "http_socket",        "http_listen",
-    "scheduling"};
+const std::vector<std::string> kTopKeys = {"socket",
+                                           "socket_mode",
+                                           "allowed_uids",
+                                           "allowed_gids",
+                                           "metrics_listen",
+                                           "request_timeout_ms",
+                                           "health",
+                                           "outbox_entries_max",
+                                           "policy_refresh_ms",
+                                           "drain_timeout_ms",
+                                           "frame_bytes_max",
+                                           "log_level",
+                                           "gateway_name",
+                                           "identity_file",
+                                           "ledger_public_keys",
+                                           "emergency",
+                                           "http_socket",
+                                           "http_listen",
+                                           "scheduling",
+                                           "ledger"};
 const std::vector<std::string> kHealthKeys = {"failures_to_degrade", "failures_to_partition",
                                               "slow_request_us", "partition_after_ms",
                                               "successes_to_recover"};
@@ -200,6 +213,46 @@ Status parseHostPort(const std::string& text, std::string* host, uint16_t* port)
   return tally::parseHostPort(text, "address", "port", host, port);
 }
 
+Status applyLedgerAddresses(const std::string& text, AgentConfig* config) {
+  config->ledger_also.clear();
+  if (text.find(',') == std::string::npos) {
+    return parseHostPort(text, &config->ledger_host, &config->ledger_port);
+  }
+  Result<std::vector<client::Endpoint>> parsed = client::parseLedgerAddresses(text);
+  if (!parsed.isOk()) return parsed.status();
+  std::vector<client::Endpoint>& addresses = parsed.value();
+  config->ledger_host = addresses.front().host;
+  config->ledger_port = addresses.front().port;
+  config->ledger_also.assign(addresses.begin() + 1, addresses.end());
+  return Status::ok();
+}
+
+// `ledger = "H:P"`, `ledger = "H:P,H:P"` or `ledger = ["H:P", "H:P"]`.
+static Status readLedgerAddresses(const toml::table& table, const std::string& path,
+                                  AgentConfig* config) {
+  const toml::node* node = table.get("ledger");
+  if (node == nullptr) return Status::ok();
+  std::string text;
+  if (const auto single = node->value<std::string>(); node->is_string() && single) {
+    text = *single;
+  } else if (const toml::array* list = node->as_array(); list != nullptr && !list->empty()) {
+    for (const toml::node& item : *list) {
+      const auto address = item.value<std::string>();
+      if (!item.is_string() || !address) {
+        return configKeyError(path, "ledger", "must be \"HOST:PORT\" or a list of them");
+      }
+      text += (text.empty() ? "" : ",") + *address;
+    }
+  } else {
+    return configKeyError(path, "ledger", "must be \"HOST:PORT\" or a list of them");
+  }
+  if (Status s = applyLedgerAddresses(text, config); !s.isOk()) {
+    return configKeyError(path, "ledger", s.message());
+  }
+  config->ledger_configured = true;
+  return Status::ok();
+}
+
 Status applyMetricsListen(const std::string& text, AgentConfig* config) {
   if (text.empty()) {
     config->metrics_enabled = false;
@@ -318,6 +371,7 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
     return s;
   }
   if (Status s = readEmergency(table, path, &config->emergency); !s.isOk()) return s;
+  if (Status s = readLedgerAddresses(table, path, config); !s.isOk()) return s;
   if (Status s = readScheduling(table, path, &config->scheduling); !s.isOk()) return s;
   if (Status s = readMode(table, path, &config->socket_mode); !s.isOk()) return s;
   if (table.contains("allowed_uids") || table.contains("allowed_gids")) {
