@@ -717,7 +717,7 @@ TEST(CodecValidation, RejectsEnumValuesBeyondTheSchema) {
   {
     capnp::MallocMessageBuilder message;
     message.initRoot<schema::ErrorReply>().setCode(
-        static_cast<schema::ErrorCode>(9));  // 8 is notFound
+        static_cast<schema::ErrorCode>(10));  // 9 is notPrimary
     expectInvalidArgumentNaming(toCore(message.getRoot<schema::ErrorReply>().asReader()).status(),
                                 "code");
   }
