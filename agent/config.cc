@@ -14,26 +14,14 @@ namespace tally::agent {
 namespace {
 
 // The keys of the file: top level, then the [health] and [emergency] tables.
-const std::vector<std::string> kTopKeys = {"socket",
-                                           "socket_mode",
-                                           "allowed_uids",
-                                           "allowed_gids",
-                                           "metrics_listen",
-                                           "request_timeout_ms",
-                                           "health",
-                                           "outbox_entries_max",
-                                           "policy_refresh_ms",
-                                           "drain_timeout_ms",
-                                           "frame_bytes_max",
-                                           "log_level",
-                                           "gateway_name",
-                                           "identity_file",
-                                           "ledger_public_keys",
-                                           "emergency",
-                                           "http_socket",
-                                           "http_listen",
-                                           "scheduling",
-                                           "ledger"};
+const std::vector<std::string> kTopKeys = {
+    "socket",           "socket_mode",        "allowed_uids",
+    "allowed_gids",     "metrics_listen",     "request_timeout_ms",
+    "health",           "outbox_entries_max", "policy_refresh_ms",
+    "drain_timeout_ms", "frame_bytes_max",    "log_level",
+    "gateway_name",     "identity_file",      "ledger_public_keys",
+    "emergency",        "http_socket",        "http_listen",
+    "scheduling"};
 const std::vector<std::string> kHealthKeys = {"failures_to_degrade", "failures_to_partition",
                                               "slow_request_us", "partition_after_ms",
                                               "successes_to_recover"};
@@ -297,6 +285,9 @@ Status applyHttpListen(const std::string& text, AgentConfig* config) {
 const std::vector<std::string> kHttpTimeoutKeys = {"http_header_timeout_ms", "http_idle_timeout_ms",
                                                    "http_linger_ms"};
 
+// The ledger's addresses (applyLedgerAddresses), also --ledger.
+const std::vector<std::string> kLedgerKeys = {"ledger"};
+
 const std::vector<std::string>& configKeys() {
   static const std::vector<std::string> kKeys = [] {
     std::vector<std::string> keys;
@@ -307,6 +298,7 @@ const std::vector<std::string>& configKeys() {
     for (const std::string& key : kSchedulingKeys) keys.push_back("scheduling." + key);
     for (const std::string& key : kHealthKeys) keys.push_back("health." + key);
     keys.insert(keys.end(), kHttpTimeoutKeys.begin(), kHttpTimeoutKeys.end());
+    keys.insert(keys.end(), kLedgerKeys.begin(), kLedgerKeys.end());
     return keys;
   }();
   return kKeys;
@@ -316,6 +308,7 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
   static const std::set<std::string> kKnown = [] {
     std::set<std::string> known(kTopKeys.begin(), kTopKeys.end());
     known.insert(kHttpTimeoutKeys.begin(), kHttpTimeoutKeys.end());
+    known.insert(kLedgerKeys.begin(), kLedgerKeys.end());
     return known;
   }();
   Result<toml::table> read = readConfigTable(path, kKnown);
