@@ -121,6 +121,8 @@ GaugeSnapshot AgentService::gauges() const {
                          .usage_unknown_oldest_age_ms = core_.usageUnknown().oldestAgeMs(now_ms),
                          .boot_epoch = boot_epoch_,
                          .local_reservations = core_.local().size()};
+  snapshot.ledger_address = link_->currentAddress();
+  snapshot.ledger_not_primary_answers = link_->stats().not_primary_answers;
   for (const FairRouteView& route : core_.fair().routes()) {
     snapshot.fair_routes.push_back(FairRouteGauges{.route = route.route,
                                                    .started_max = route.started_max,

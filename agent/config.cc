@@ -1,4 +1,5 @@
 #include "agent/config.h"
+#include "central-client/ledger_addresses.h"
 
 #include <toml++/toml.h>
 
@@ -200,6 +201,46 @@ Status parseHostPort(const std::string& text, std::string* host, uint16_t* port)
   return tally::parseHostPort(text, "address", "port", host, port);
 }
 
+Status applyLedgerAddresses(const std::string& text, AgentConfig* config) {
+  config->ledger_also.clear();
+  if (text.find(',') == std::string::npos) {
+    return parseHostPort(text, &config->ledger_host, &config->ledger_port);
+  }
+  Result<std::vector<client::Endpoint>> parsed = client::parseLedgerAddresses(text);
+  if (!parsed.isOk()) return parsed.status();
+  std::vector<client::Endpoint>& addresses = parsed.value();
+  config->ledger_host = addresses.front().host;
+  config->ledger_port = addresses.front().port;
+  config->ledger_also.assign(addresses.begin() + 1, addresses.end());
+  return Status::ok();
+}
+
+// `ledger = "H:P"`, `ledger = "H:P,H:P"` or `ledger = ["H:P", "H:P"]`.
+static Status readLedgerAddresses(const toml::table& table, const std::string& path,
+                                  AgentConfig* config) {
+  const toml::node* node = table.get("ledger");
+  if (node == nullptr) return Status::ok();
+  std::string text;
+  if (const auto single = node->value<std::string>(); node->is_string() && single) {
+    text = *single;
+  } else if (const toml::array* list = node->as_array(); list != nullptr && !list->empty()) {
+    for (const toml::node& item : *list) {
+      const auto address = item.value<std::string>();
+      if (!item.is_string() || !address) {
+        return configKeyError(path, "ledger", "must be \"HOST:PORT\" or a list of them");
+      }
+      text += (text.empty() ? "" : ",") + *address;
+    }
+  } else {
+    return configKeyError(path, "ledger", "must be \"HOST:PORT\" or a list of them");
+  }
+  if (Status s = applyLedgerAddresses(text, config); !s.isOk()) {
+    return configKeyError(path, "ledger", s.message());
+  }
+  config->ledger_configured = true;
+  return Status::ok();
+}
+
 Status applyMetricsListen(const std::string& text, AgentConfig* config) {
   if (text.empty()) {
     config->metrics_enabled = false;
@@ -244,6 +285,9 @@ Status applyHttpListen(const std::string& text, AgentConfig* config) {
 const std::vector<std::string> kHttpTimeoutKeys = {"http_header_timeout_ms", "http_idle_timeout_ms",
                                                    "http_linger_ms"};
 
+// The ledger's addresses (applyLedgerAddresses), also --ledger.
+const std::vector<std::string> kLedgerKeys = {"ledger"};
+
 const std::vector<std::string>& configKeys() {
   static const std::vector<std::string> kKeys = [] {
     std::vector<std::string> keys;
@@ -254,6 +298,7 @@ const std::vector<std::string>& configKeys() {
     for (const std::string& key : kSchedulingKeys) keys.push_back("scheduling." + key);
     for (const std::string& key : kHealthKeys) keys.push_back("health." + key);
     keys.insert(keys.end(), kHttpTimeoutKeys.begin(), kHttpTimeoutKeys.end());
+    keys.insert(keys.end(), kLedgerKeys.begin(), kLedgerKeys.end());
     return keys;
   }();
   return kKeys;
@@ -263,6 +308,7 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
   static const std::set<std::string> kKnown = [] {
     std::set<std::string> known(kTopKeys.begin(), kTopKeys.end());
     known.insert(kHttpTimeoutKeys.begin(), kHttpTimeoutKeys.end());
+    known.insert(kLedgerKeys.begin(), kLedgerKeys.end());
     return known;
   }();
   Result<toml::table> read = readConfigTable(path, kKnown);
@@ -318,6 +364,7 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
     return s;
   }
   if (Status s = readEmergency(table, path, &config->emergency); !s.isOk()) return s;
+  if (Status s = readLedgerAddresses(table, path, config); !s.isOk()) return s;
   if (Status s = readScheduling(table, path, &config->scheduling); !s.isOk()) return s;
   if (Status s = readMode(table, path, &config->socket_mode); !s.isOk()) return s;
   if (table.contains("allowed_uids") || table.contains("allowed_gids")) {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "central-client/blocking_client.h"
 #include "core/fair_scheduler.h"
 #include "core/limits.h"
 #include "core/link_health.h"
@@ -77,6 +78,10 @@ struct AgentConfig {
   std::string data_dir;
   std::string ledger_host = "127.0.0.1";
   uint16_t ledger_port = 7411;
+  // The ledger's other addresses (`--ledger H:P,H:P`, config `ledger`): its standbys, tried
+  // after ledger_host:ledger_port (central-client/ledger_addresses.h).
+  std::vector<client::Endpoint> ledger_also;
+  bool ledger_configured = false;  // the file's `ledger` key was given
   std::string socket_path = kDefaultSocketPath;
   uint32_t socket_mode = 0660;
   std::vector<uint32_t> allowed_uids;  // empty after parsing means: the defaults
@@ -121,6 +126,10 @@ Status applyHttpListen(const std::string& text, AgentConfig* config);
 
 // "HOST:PORT" with a numeric port (0 allowed: pick a free one).
 Status parseHostPort(const std::string& text, std::string* host, uint16_t* port);
+
+// `--ledger` / `ledger`: "HOST:PORT" (parsed as always) or "HOST:PORT,HOST:PORT,...": the first
+// into ledger_host/ledger_port, the others into ledger_also.
+Status applyLedgerAddresses(const std::string& text, AgentConfig* config);
 // metrics_listen: "" disables, otherwise HOST:PORT.
 Status applyMetricsListen(const std::string& text, AgentConfig* config);
 Status applyConfigFile(const std::string& path, AgentConfig* config);

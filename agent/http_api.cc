@@ -246,7 +246,8 @@ int statusOf(wire::ErrorCode code) {
     case wire::ErrorCode::kFrameTooLarge: return 413;
     case wire::ErrorCode::kUnknownMessage:
     case wire::ErrorCode::kNotFound: return 404;
-    case wire::ErrorCode::kUnavailable: return 503;
+    case wire::ErrorCode::kUnavailable:
+    case wire::ErrorCode::kNotPrimary: return 503;
     case wire::ErrorCode::kPermissionDenied: return 403;
     case wire::ErrorCode::kUnspecified:
     case wire::ErrorCode::kInternal: return 500;

@@ -56,6 +56,8 @@ constexpr const char* kUsage =
     "partition, reserve is rejected with retry-after, start fails retryably (UNAVAILABLE), and\n"
     "settle/release/mark-unknown/report are written to the durable outbox in DIR/agent.db\n"
     "(answered QUEUED) and delivered in order once the ledger is back.\n"
+    "--ledger HOST:PORT,HOST:PORT: the ledger and its standbys (or the config's ledger key):\n"
+    "tried in turn, moving to the primary a standby names (NOT_PRIMARY, docs/AGENT.md).\n"
     "--metrics HOST:PORT: Prometheus endpoint (default 127.0.0.1:9464; \"\" disables).\n"
     "--http-socket PATH: HTTP/1.1 + JSON on a second Unix socket (docs/protocol.md \"HTTP\"),\n"
     "same mode and peer checks (default: the socket's path with -http before .sock,\n"
@@ -160,11 +162,11 @@ int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
     }
     return kExitOk;
   }
-  if (ledger.empty()) {
+  if (ledger.empty() && !config->ledger_configured) {
     std::fprintf(stderr, "tally-agent: --ledger HOST:PORT is required\n%s", kUsage);
     return kExitUsage;
   }
-  if (Status s = parseHostPort(ledger, &config->ledger_host, &config->ledger_port); !s.isOk()) {
+  if (Status s = ledger.empty() ? Status::ok() : applyLedgerAddresses(ledger, config); !s.isOk()) {
     std::fprintf(stderr, "tally-agent: --ledger: %s\n", s.message().c_str());
     return kExitUsage;
   }
@@ -272,6 +274,16 @@ Result<std::vector<PublicKey>> trustedLedgerKeys(const AgentConfig& config) {
 
 // How long after drain_timeout_ms the gateway server still waits for the answers the service
 // gives at that deadline before it closes connections regardless.
+// "H:P" or "H:P,H:P" (its standbys), for the ready line.
+std::string ledgerAddressesOf(const AgentConfig& config) {
+  std::vector<client::Endpoint> addresses{client::Endpoint{.kind = client::Endpoint::Kind::kTcp,
+                                                           .host = config.ledger_host,
+                                                           .port = config.ledger_port}};
+  addresses.insert(addresses.end(), config.ledger_also.begin(), config.ledger_also.end());
+  return config.ledger_also.empty() ? config.ledger_host + ":" + std::to_string(config.ledger_port)
+                                    : client::ledgerAddressesName(addresses);
+}
+
 constexpr uint64_t kGatewayDrainGraceMs = 1'000;
 
 // The daemon's parts, in construction order; destroyed after the loop ran dry.
@@ -284,6 +296,7 @@ struct Daemon {
         link(loop,
              central::LedgerLinkOptions{.host = config.ledger_host,
                                         .port = config.ledger_port,
+                                        .also = config.ledger_also,
                                         .request_timeout_ms = config.request_timeout_ms,
                                         .frame_bytes_max = config.frame_bytes_max,
                                         .health = config.health},
@@ -504,7 +517,7 @@ int run(const AgentConfig& config) {
            {"http", config.http_tcp_enabled
                         ? config.http_tcp_host + ":" + std::to_string(daemon.http_server.tcpPort())
                         : std::string("disabled")},
-           {"ledger", config.ledger_host + ":" + std::to_string(config.ledger_port)},
+           {"ledger", ledgerAddressesOf(config)},
            {"metrics", config.metrics_enabled
                            ? config.metrics_host + ":" + std::to_string(metrics_port)
                            : std::string("disabled")},

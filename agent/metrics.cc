@@ -145,6 +145,15 @@ std::string AgentMetrics::render(const GaugeSnapshot& g) const {
          std::string("state=\"") + linkHealthName(shown) + "\",connected=\"" +
              (g.connected ? "true" : "false") + "\"",
          std::to_string(static_cast<int>(shown)));
+  if (!g.ledger_address.empty()) {
+    header(&out, "tally_agent_ledger_address", "gauge",
+           "1 for the ledger address the link uses now (of --ledger's list).");
+    sample(&out, "tally_agent_ledger_address", "address=\"" + g.ledger_address + "\"", "1");
+    header(&out, "tally_agent_ledger_not_primary_total", "counter",
+           "NOT_PRIMARY answers (a standby) that moved the link to another address.");
+    sample(&out, "tally_agent_ledger_not_primary_total", "",
+           std::to_string(g.ledger_not_primary_answers));
+  }
   header(&out, "tally_agent_outbox_depth", "gauge", "Operations queued in the durable outbox.");
   sample(&out, "tally_agent_outbox_depth", "", std::to_string(g.outbox_depth));
   header(&out, "tally_agent_outbox_oldest_age_seconds", "gauge",

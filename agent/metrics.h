@@ -66,6 +66,10 @@ struct GaugeSnapshot {
   uint64_t shard_available_units = 0;
   uint64_t shard_oldest_unreconciled_age_ms = 0;
   std::vector<FairRouteGauges> fair_routes;  // by route
+  // The ledger address the link uses now (of `--ledger H:P,H:P`), and the NOT_PRIMARY answers
+  // that moved it (central-client/ledger_addresses.h). Empty: not shown.
+  std::string ledger_address;
+  uint64_t ledger_not_primary_answers = 0;
 };
 
 class AgentMetrics {

@@ -60,6 +60,17 @@ uint64_t seedFromTime() { return uv_hrtime() ^ 0x9e3779b97f4a7c15ull; }
 
 std::string uvError(const char* what, int rc) { return std::string(what) + ": " + uv_strerror(rc); }
 
+std::vector<client::Endpoint> addressesOf(const LedgerLinkOptions& options) {
+  std::vector<client::Endpoint> addresses{client::Endpoint{
+      .kind = client::Endpoint::Kind::kTcp, .host = options.host, .port = options.port}};
+  for (const client::Endpoint& more : options.also) {
+    if (std::find(addresses.begin(), addresses.end(), more) == addresses.end()) {
+      addresses.push_back(more);
+    }
+  }
+  return addresses;
+}
+
 }  // namespace
 
 LedgerLink::LedgerLink(uv_loop_t* loop, LedgerLinkOptions options, Logger* logger)
@@ -68,7 +79,8 @@ LedgerLink::LedgerLink(uv_loop_t* loop, LedgerLinkOptions options, Logger* logge
       logger_(logger),
       monitor_(options_.health, uv_now(loop)),
       reported_health_(monitor_.state()),
-      rng_(options_.seed != 0 ? options_.seed : seedFromTime()) {
+      rng_(options_.seed != 0 ? options_.seed : seedFromTime()),
+      rotation_(addressesOf(options_), /*follow_unlisted=*/true) {
   for (uv_handle_t* handle :
        {reinterpret_cast<uv_handle_t*>(&health_timer_),
         reinterpret_cast<uv_handle_t*>(&deadline_timer_),
@@ -160,7 +172,8 @@ Status LedgerLink::start() {
   uv_update_time(loop_);
   monitor_ = LinkHealthMonitor(options_.health, nowMs());
   logger_->info("ledger_link_starting",
-                {{"ledger", options_.host + ":" + std::to_string(options_.port)}});
+                {{"ledger", currentAddress()},
+                 {"addresses", client::ledgerAddressesName(addressesOf(options_))}});
   beginConnect();
   return Status::ok();
 }
@@ -209,8 +222,9 @@ void LedgerLink::beginConnect() {
   sockaddr_storage address{};
   auto* in4 = reinterpret_cast<sockaddr_in*>(&address);
   auto* in6 = reinterpret_cast<sockaddr_in6*>(&address);
-  if (uv_ip4_addr(options_.host.c_str(), options_.port, in4) == 0 ||
-      uv_ip6_addr(options_.host.c_str(), options_.port, in6) == 0) {
+  const client::Endpoint target = rotation_.current();
+  if (uv_ip4_addr(target.host.c_str(), target.port, in4) == 0 ||
+      uv_ip6_addr(target.host.c_str(), target.port, in6) == 0) {
     connectTo(reinterpret_cast<const sockaddr*>(&address));
     return;
   }
@@ -218,9 +232,9 @@ void LedgerLink::beginConnect() {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  const std::string port = std::to_string(options_.port);
+  const std::string port = std::to_string(target.port);
   state_ = State::kResolving;
-  if (int rc = uv_getaddrinfo(loop_, &resolve_req_, onResolved, options_.host.c_str(), port.c_str(),
+  if (int rc = uv_getaddrinfo(loop_, &resolve_req_, onResolved, target.host.c_str(), port.c_str(),
                               &hints);
       rc != 0) {
     connectFailed(uvError("resolve host", rc));
@@ -289,11 +303,10 @@ void LedgerLink::onConnect(Connection* connection, const Status& status) {
   state_ = State::kConnected;
   connection->stream_.startReading();  // a failure is reported as a lost connection
   if (connection != connection_.get()) return;
-  backoff_attempt_ = 0;
+  if (!since_not_primary_) backoff_attempt_ = 0;  // a standby again: keep backing off
   ++stats_.connects;
   logger_->info("ledger_link_connected",
-                {{"ledger", options_.host + ":" + std::to_string(options_.port)},
-                 {"connection", connection->id()}});
+                {{"ledger", currentAddress()}, {"connection", connection->id()}});
   if (on_connected_) on_connected_();
 }
 
@@ -311,10 +324,10 @@ void LedgerLink::connectFailed(const std::string& error) {
   if (connection_ != nullptr) closeConnection();
   ++stats_.connect_failures;
   monitor_.onFailure(nowMs());
-  logger_->warn("ledger_link_connect_failed",
-                {{"ledger", options_.host + ":" + std::to_string(options_.port)},
-                 {"error", error},
-                 {"attempt", backoff_attempt_ + 1}});
+  logger_->warn(
+      "ledger_link_connect_failed",
+      {{"ledger", currentAddress()}, {"error", error}, {"attempt", backoff_attempt_ + 1}});
+  rotation_.onUnreachable();
   noteHealth();
   scheduleReconnect();
 }
@@ -360,9 +373,30 @@ void LedgerLink::dropConnection(const std::string& reason) {
       "ledger_link_lost",
       {{"connection", id}, {"reason", reason}, {"pending_failed", uint64_t{pending_.size()}}});
   noteHealth();
+  rotation_.onUnreachable();
   // Reconnecting first: callbacks run with the link already not connected.
   scheduleReconnect();
   failAllPending("connection to the ledger lost (" + reason + "); the outcome is unknown");
+}
+
+void LedgerLink::notPrimary(const std::string& message) {
+  if (connection_ == nullptr) return;
+  const std::string from = currentAddress();
+  closeConnection();
+  ++stats_.not_primary_answers;
+  since_not_primary_ = true;
+  monitor_.onFailure(nowMs());  // a standby is not the ledger: never a healthy link
+  rotation_.onNotPrimary(message);
+  logger_->warn("ledger_link_not_primary", {{"ledger", from},
+                                            {"message", message},
+                                            {"next", currentAddress()},
+                                            {"pending_failed", uint64_t{pending_.size()}}});
+  noteHealth();
+  scheduleReconnect();
+  // Nothing was applied there, but the request is not resent here: the agent retries it with
+  // the same ids, as after any unknown outcome.
+  failAllPending("the ledger at " + from + " is not the primary (" + message +
+                 "); the outcome is unknown");
 }
 
 void LedgerLink::failAllPending(const std::string& reason) {
@@ -392,10 +426,8 @@ void LedgerLink::call(wire::RequestBody body, std::function<void(LinkResult)> do
   }
   if (state_ != State::kConnected) {
     ++stats_.failed_not_connected;
-    defer(
-        std::move(done),
-        LinkResult{.status = Status::unavailable("not connected to the ledger at " + options_.host +
-                                                 ":" + std::to_string(options_.port))});
+    defer(std::move(done), LinkResult{.status = Status::unavailable(
+                                          "not connected to the ledger at " + currentAddress())});
     return;
   }
   if (pending_.size() >= options_.requests_in_flight_max) {
@@ -446,6 +478,14 @@ bool LedgerLink::onFrame(Connection* connection, const wire::Frame& frame) {
     protocolError("answer under request id " + std::to_string(id) + ", which was never sent" +
                   detail);
     return false;
+  }
+  if (std::string message; client::isNotPrimary(response, &message)) {
+    notPrimary(message);
+    return false;
+  }
+  if (since_not_primary_) {  // a primary at last: the next reconnect starts from the first step
+    since_not_primary_ = false;
+    backoff_attempt_ = 0;
   }
   auto it = pending_.find(id);
   if (it == pending_.end()) {

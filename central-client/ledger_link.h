@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "central-client/ledger_addresses.h"
 #include "common/log.h"
 #include "core/limits.h"
 #include "core/link_health.h"
@@ -49,6 +50,10 @@ namespace tally::central {
 struct LedgerLinkOptions {
   std::string host = "127.0.0.1";  // an IPv4/IPv6 literal, or a name resolved at each connect
   uint16_t port = 7411;
+  // More addresses of the same ledger (its standbys: `--ledger H:P,H:P`), tried after host:port
+  // in turn (client::AddressRotation): at a failed connect or a lost connection the next one,
+  // at a NOT_PRIMARY answer the primary it names.
+  std::vector<client::Endpoint> also;
   uint64_t request_timeout_ms = 2'000;  // a request unanswered this long fails (outcome unknown)
   uint64_t connect_timeout_ms = 1'000;
   uint64_t reconnect_backoff_initial_ms = 50;
@@ -82,6 +87,7 @@ struct LedgerLinkStats {
   uint64_t connect_failures = 0;
   uint64_t connections_lost = 0;
   uint64_t protocol_errors = 0;
+  uint64_t not_primary_answers = 0;  // answers NOT_PRIMARY (a standby): the link moved on
 };
 
 class LedgerLink {
@@ -110,6 +116,8 @@ class LedgerLink {
   void setOnConnected(std::function<void()> callback) { on_connected_ = std::move(callback); }
 
   size_t inFlight() const { return pending_.size(); }
+  // The address the link uses now (or tries next), "HOST:PORT".
+  std::string currentAddress() const { return client::endpointName(rotation_.current()); }
   const LedgerLinkStats& stats() const { return stats_; }
 
   class Connection;
@@ -147,6 +155,9 @@ class LedgerLink {
   // Handles one answer; false when the connection is gone or the link is stopping.
   bool onFrame(Connection* connection, const wire::Frame& frame);
   void protocolError(const std::string& error);
+  // The current address answered NOT_PRIMARY: no answer on this connection is the ledger's;
+  // every pending request fails (kUnavailable, outcome unknown) and the link moves on.
+  void notPrimary(const std::string& message);
   // Closes the current connection and fails every pending request with kUnavailable `reason`.
   void dropConnection(const std::string& reason);
   void closeConnection();
@@ -192,6 +203,9 @@ class LedgerLink {
   std::vector<std::unique_ptr<Connection>> closing_;  // freed by their close callbacks
   uint64_t next_connection_id_ = 1;
   uint32_t backoff_attempt_ = 0;
+  client::AddressRotation rotation_;
+  bool since_not_primary_ =
+      false;  // no answer from a primary since a NOT_PRIMARY: keep backing off
 
   uint64_t next_request_id_ = 1;
   // By request id. Ids grow with loop time and the timeout is one constant, so the first entry

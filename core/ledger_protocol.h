@@ -94,8 +94,16 @@ enum class ErrorCode : uint8_t {
   kInternal,
   kPermissionDenied,  // agent: the peer's credentials are not allowed
   kNotFound,          // ledger: e.g. no closed accounting period covers the epoch asked for
+  kNotPrimary,        // ledger: a standby (or a deposed primary); the message names the primary
 };
 const char* errorCodeName(ErrorCode code);
+
+// The message of a kNotPrimary answer: "not the primary; the primary is HOST:PORT" when the
+// answering ledger knows the primary's address (the lease's), else "not the primary; the
+// primary is not known". An empty address, or one with port 0, is not known.
+std::string notPrimaryMessage(const std::string& primary_address);
+// The HOST:PORT such a message names, or "" if it names none (any other text).
+std::string primaryNamedIn(const std::string& not_primary_message);
 
 struct ErrorReply {
   ErrorCode code = ErrorCode::kUnspecified;

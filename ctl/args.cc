@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "central-client/ledger_addresses.h"
 #include "core/limits.h"
 #include "shard/identity.h"
 #include "wire/codec.h"
@@ -335,10 +336,11 @@ Status applyGlobals(const Scanned& scanned, Invocation* inv) {
     if (!endpoint.isOk()) return usage("--agent: " + endpoint.status().message());
     inv->endpoint = std::move(endpoint).value();
   } else {
-    Result<client::Endpoint> endpoint =
-        client::parseTcpEndpoint(scanned.ledger ? *scanned.ledger : std::string(kDefaultLedger));
-    if (!endpoint.isOk()) return usage("--ledger: " + endpoint.status().message());
-    inv->endpoint = std::move(endpoint).value();
+    Result<std::vector<client::Endpoint>> ledgers = client::parseLedgerAddresses(
+        scanned.ledger ? *scanned.ledger : std::string(kDefaultLedger));
+    if (!ledgers.isOk()) return usage("--ledger: " + ledgers.status().message());
+    inv->ledgers = std::move(ledgers).value();
+    inv->endpoint = inv->ledgers.front();
   }
   if (scanned.timeout_ms) {
     return parseNumber("--timeout-ms", *scanned.timeout_ms, 1, kTimeoutMsMax, &inv->timeout_ms);
@@ -553,7 +555,10 @@ Gateways and emergency shards (ledger only; an agent refuses these):
                                   units stay retired for ever
 
 Global flags (before or after the command):
-  --ledger HOST:PORT  the ledger to talk to (default 127.0.0.1:7411; [IPv6]:PORT works)
+  --ledger HOST:PORT  the ledger to talk to (default 127.0.0.1:7411; [IPv6]:PORT works); a
+                      list HOST:PORT,HOST:PORT (a primary and its standbys) is tried in turn,
+                      moving on at a refused connect or a NOT_PRIMARY answer (exit 6 if no
+                      address is the primary: the message names the primary)
   --agent SOCKET      talk to a tally-agent on this Unix socket instead
   --json              print exactly one JSON object on stdout, whatever the outcome
                       (usage errors included); it may stand anywhere on the line

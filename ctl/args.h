@@ -50,6 +50,8 @@ const char* commandName(Command command);
 
 struct Invocation {
   client::Endpoint endpoint;  // --ledger (default kDefaultLedger) or --agent
+  // --ledger HOST:PORT,HOST:PORT: every address (endpoint is the first); empty with --agent.
+  std::vector<client::Endpoint> ledgers;
   bool json = false;
   uint64_t timeout_ms = kDefaultTimeoutMs;
   Command command = Command::kHelp;

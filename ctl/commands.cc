@@ -44,7 +44,8 @@ int exitCodeForStatus(StatusCode code) {
 int exitCodeForError(wire::ErrorCode code) {
   switch (code) {
     case wire::ErrorCode::kInvalidArgument: return kExitUsage;
-    case wire::ErrorCode::kUnavailable: return kExitUnavailable;
+    case wire::ErrorCode::kUnavailable:
+    case wire::ErrorCode::kNotPrimary: return kExitUnavailable;  // no primary among the addresses
     case wire::ErrorCode::kNotFound: return kExitNotFound;
     default: return kExitProtocol;
   }

@@ -355,6 +355,7 @@ const char* errorCodeConstant(wire::ErrorCode code) {
     case wire::ErrorCode::kInternal: return "INTERNAL";
     case wire::ErrorCode::kPermissionDenied: return "PERMISSION_DENIED";
     case wire::ErrorCode::kNotFound: return "NOT_FOUND";
+    case wire::ErrorCode::kNotPrimary: return "NOT_PRIMARY";
   }
   return "UNKNOWN_ERROR";
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "central-client/blocking_client.h"
+#include "central-client/ledger_addresses.h"
 #include "ctl/args.h"
 #include "ctl/commands.h"
 
@@ -37,6 +38,9 @@ int main(int argc, char** argv) {
   // One connection per invocation, opened only once the request is known to be valid. The
   // timeout covers connecting and the call together.
   const ctl::CallFn call = [&invocation](const wire::RequestBody& body) -> Result<wire::Response> {
+    if (!invocation.ledgers.empty()) {
+      return client::callThePrimary(invocation.ledgers, body, invocation.timeout_ms);
+    }
     const auto started = std::chrono::steady_clock::now();
     Result<std::unique_ptr<client::BlockingClient>> connection =
         client::BlockingClient::connect(invocation.endpoint, invocation.timeout_ms);

@@ -12,9 +12,13 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
+#include <utility>
 
 #include "common/daemon_args.h"
 #include "common/fd_limit.h"
@@ -31,6 +35,7 @@
 #include "ledger/restore.h"
 #include "ledger/server.h"
 #include "ledger/sqlite_store.h"
+#include "ledger/standby_server.h"
 #include "net/metrics_server.h"
 #include "shard/crypto.h"
 #include "shard/identity.h"
@@ -69,7 +74,8 @@ constexpr const char* kUsage =
     "check, repair and backup are for the SQLite store only.\n"
     "--lease-ms MS (postgres): the writer's lease in tally.lease (default 3000); every commit\n"
     "is fenced by its epoch. --standby (postgres): when another ledger holds the lease, wait\n"
-    "for it to lapse (not listening), then take over; without it such a start is refused.\n"
+    "for it to lapse, meanwhile answering every request on --listen with NOT_PRIMARY naming\n"
+    "the primary, then take over on the same socket; without it such a start is refused.\n"
     "--metrics HOST:PORT: Prometheus endpoint, GET /metrics (default 127.0.0.1:9465; port 0\n"
     "picks one; \"\" disables).\n"
     "--ready-fd FD: write \"ready PORT METRICS_PORT\\n\" to FD once serving (METRICS_PORT 0 when\n"
@@ -297,21 +303,16 @@ std::string leaseHolder() {
   return std::string(host) + ":" + std::to_string(::getpid()) + ":" + std::to_string(wallClockMs());
 }
 
-Result<OpenedStore> openStore(const LedgerConfig& config, Logger* logger) {
+// `listen` is the address the lease names (the bound one: a port 0 is resolved before);
+// `on_standby` is called at each poll while a standby waits for the lease (on this thread).
+Result<OpenedStore> openStore(const LedgerConfig& config, const std::string& listen,
+                              std::function<void(const LeaseState&)> on_standby, Logger* logger) {
   if (config.store == "postgres") {
-    const std::string listen = config.listen_host + ":" + std::to_string(config.listen_port);
     PostgresStoreOptions options{.lease_ms = config.lease_ms,
                                  .holder = leaseHolder(),
                                  .address = listen,
-                                 .standby = config.standby};
-    options.on_standby = [logger, &config](const LeaseState& held) {
-      logger->info("standby", {{"data_dir", config.data_dir},
-                               {"epoch", held.epoch},
-                               {"holder", held.holder},
-                               {"primary", held.address},
-                               {"lapses_in_ms", held.expires_in_ms},
-                               {"action", "not listening; taking over once the lease lapses"}});
-    };
+                                 .standby = config.standby,
+                                 .on_standby = std::move(on_standby)};
     Result<std::unique_ptr<PostgresStore>> opened =
         PostgresStore::open(config.data_dir, config.postgres_conninfo, options);
     if (!opened.isOk()) return opened.status();
@@ -338,18 +339,161 @@ Result<OpenedStore> openStore(const LedgerConfig& config, Logger* logger) {
                      .log_stats = [raw](Logger* logger) { logSqliteStoreStats(*raw, logger); }};
 }
 
+// A standby (postgres, --standby): listens on `*listen_fd` (adopted) and answers every request
+// with NOT_PRIMARY naming the lease's address (ledger/standby_server.h), serves a standby's
+// /metrics and tells systemd READY=1, while another thread waits for the lease in
+// PostgresStore::open. Once it is taken (or the open failed) every handle is closed and the
+// listening socket is handed back in *listen_fd, still listening, with the metrics port bound in
+// *metrics_port. SIGTERM meanwhile ends the process (nothing to drain).
+Result<OpenedStore> waitAsStandby(const LedgerConfig& config, const std::string& listen,
+                                  int* listen_fd, uint16_t* metrics_port, Logger* logger) {
+  uv_loop_t loop;
+  if (int rc = uv_loop_init(&loop); rc != 0) {
+    ::close(*listen_fd);
+    *listen_fd = -1;
+    return Status::ioError(std::string("uv_loop_init: ") + uv_strerror(rc));
+  }
+  StandbyServer standby(
+      &loop, logger,
+      StandbyServerOptions{.listen_fd = std::exchange(*listen_fd, -1),
+                           .stream = {.frame_bytes_max = config.frame_bytes_max}});
+  Status status = standby.start();
+  struct Shared {
+    std::mutex mutex;
+    std::optional<LeaseState> lease;  // the latest poll's, not yet seen by the loop
+    std::optional<Result<OpenedStore>> opened;
+  } shared;
+  net::MetricsServer metrics(&loop, logger, config.metrics_host, config.metrics_port,
+                             [&standby] { return renderStandbyMetrics(standby); });
+  if (status.isOk() && config.metrics_enabled) status = metrics.start();
+  SdWatchdog watchdog(&loop, sdWatchdogIntervalMs(), [logger](const std::string& error) {
+    logger->warn("sd_notify_failed", {{"error", error}});
+  });
+  struct Context {
+    Shared* shared;
+    StandbyServer* standby;
+    net::MetricsServer* metrics;
+    SdWatchdog* watchdog;
+    const LedgerConfig* config;
+    const std::string* listen;
+    Logger* logger;
+    bool told = false;
+    int handed_fd = -1;
+    uint16_t metrics_port = 0;
+  } context{&shared, &standby, &metrics, &watchdog, &config, &listen, logger};
+  uv_async_t async{};
+  (void)uv_async_init(&loop, &async, [](uv_async_t* handle) {
+    auto* c = static_cast<Context*>(handle->data);
+    std::optional<LeaseState> lease;
+    bool done = false;
+    {
+      std::lock_guard<std::mutex> lock(c->shared->mutex);
+      lease = std::exchange(c->shared->lease, std::nullopt);
+      done = c->shared->opened.has_value();
+    }
+    if (lease.has_value()) {
+      c->standby->setPrimary(lease->address);
+      if (!c->told) {
+        c->told = true;
+        c->logger->info("standby",
+                        {{"data_dir", c->config->data_dir},
+                         {"listen", *c->listen},
+                         {"epoch", lease->epoch},
+                         {"holder", lease->holder},
+                         {"primary", lease->address},
+                         {"lapses_in_ms", lease->expires_in_ms},
+                         {"action", "answering NOT_PRIMARY; taking over once the lease lapses"}});
+        if (Status s = sdNotify("READY=1\nSTATUS=standby: answering NOT_PRIMARY"); !s.isOk()) {
+          c->logger->warn("sd_notify_failed", {{"error", s.toString()}});
+        }
+        (void)c->watchdog->start();
+      }
+    }
+    if (!done) return;
+    c->metrics_port = c->config->metrics_enabled ? c->metrics->port() : 0;
+    c->handed_fd = c->standby->handOver();
+    if (c->config->metrics_enabled) c->metrics->stop();
+    c->watchdog->stop();
+    uv_close(reinterpret_cast<uv_handle_t*>(handle), nullptr);
+  });
+  async.data = &context;
+  if (!status.isOk()) {
+    standby.stop();
+    if (config.metrics_enabled) metrics.stop();
+    uv_close(reinterpret_cast<uv_handle_t*>(&async), nullptr);
+    uv_run(&loop, UV_RUN_DEFAULT);
+    (void)uv_loop_close(&loop);
+    return status;
+  }
+  std::thread opener([&config, &listen, &shared, &async, logger] {
+    Result<OpenedStore> opened = openStore(
+        config, listen,
+        [&shared, &async](const LeaseState& held) {
+          {
+            std::lock_guard<std::mutex> lock(shared.mutex);
+            shared.lease = held;
+          }
+          (void)uv_async_send(&async);
+        },
+        logger);
+    {
+      std::lock_guard<std::mutex> lock(shared.mutex);
+      shared.opened.emplace(std::move(opened));
+    }
+    (void)uv_async_send(&async);
+  });
+  uv_run(&loop, UV_RUN_DEFAULT);
+  opener.join();
+  (void)uv_loop_close(&loop);
+  *listen_fd = context.handed_fd;
+  *metrics_port = context.metrics_port;
+  if (shared.opened->isOk() && context.handed_fd < 0) {
+    return Status::ioError("standby: the listening socket could not be handed over");
+  }
+  return std::move(*shared.opened);
+}
+
 struct Signals {
   uv_signal_t term{};
   uv_signal_t interrupt{};
 };
 
-int run(const LedgerConfig& config) {
+// The postgres store binds its listening socket before it takes the lease, so that the lease
+// names the bound port (port 0 in tests) and a standby can listen while it waits. Returns
+// kExitOk, or kExitStartup (logged).
+int bindBeforeTheLease(LedgerConfig* config, int* listen_fd, std::string* listen, Logger* logger) {
+  *listen = config->listen_host + ":" + std::to_string(config->listen_port);
+  if (config->store != "postgres") return kExitOk;
+  uint16_t bound_port = 0;
+  Result<int> bound = bindListeningSocket(config->listen_host, config->listen_port, &bound_port);
+  if (!bound.isOk()) {
+    logger->error("listen_failed", {{"error", bound.status().toString()}});
+    return kExitStartup;
+  }
+  *listen_fd = bound.value();
+  *listen = config->listen_host + ":" + std::to_string(bound_port);
+  return kExitOk;
+}
+
+int run(LedgerConfig config) {
   Logger logger("ledger", parseLogLevel(config.log_level));
   ::signal(SIGPIPE, SIG_IGN);
   logFdLimit(raiseFdLimit(), &logger);  // every connection is a descriptor
 
-  Result<OpenedStore> opened = openStore(config, &logger);
+  int listen_fd = -1;
+  std::string listen;
+  if (int rc = bindBeforeTheLease(&config, &listen_fd, &listen, &logger); rc != kExitOk) return rc;
+  uint16_t standby_metrics_port = 0;
+  Result<OpenedStore> opened =
+      config.store == "postgres" && config.standby
+          ? waitAsStandby(config, listen, &listen_fd, &standby_metrics_port, &logger)
+          : openStore(config, listen, nullptr, &logger);
+  // The metrics port the standby served on (port 0 picked one) stays the primary's.
+  if (config.metrics_enabled && standby_metrics_port != 0) {
+    config.metrics_port = standby_metrics_port;
+  }
   if (!opened.isOk()) {
+    if (listen_fd >= 0) ::close(listen_fd);
     logger.error("store_open_failed", {{"data_dir", config.data_dir},
                                        {"store", config.store},
                                        {"error", opened.status().toString()}});
@@ -444,6 +588,7 @@ int run(const LedgerConfig& config) {
   Server server(&loop, &ledger, store.get(), &clock, &logger,
                 ServerOptions{.listen_host = config.listen_host,
                               .listen_port = config.listen_port,
+                              .listen_fd = listen_fd,
                               .stream = {.frame_bytes_max = config.frame_bytes_max},
                               .tick_interval_ms = config.tick_interval_ms,
                               .on_stopped = close_signals,

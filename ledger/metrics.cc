@@ -166,6 +166,9 @@ std::string LedgerMetrics::render(const LedgerGauges& g) const {
   promSample(&out, "tally_ledger_store_bytes", "", count(g.store_bytes));
   promHeader(&out, "tally_ledger_connections", "gauge", "Client connections open.");
   promSample(&out, "tally_ledger_connections", "", count(g.connections));
+  promHeader(&out, "tally_ledger_standby", "gauge",
+             "1 while a standby (answering NOT_PRIMARY; ledger/standby_server.h), 0 serving.");
+  promSample(&out, "tally_ledger_standby", "", "0");
   return out;
 }
 

@@ -139,7 +139,6 @@ Status PostgresStore::acquireLease() {
   // at once) gets a short grace before the start is refused.
   const auto refuse_at =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(kRefuseGraceMs);
-  bool told = false;
   for (;;) {
     Result<pg::Rows> taken = connection_->query(
         schema::kAcquireLease,
@@ -157,8 +156,7 @@ Status PostgresStore::acquireLease() {
           " is in use: another tally-ledger holds its writer lock (the lease: " +
           describeLease(held.value()) + ")");
     }
-    if (options_.standby && !told && options_.on_standby) options_.on_standby(held.value());
-    told = options_.standby;
+    if (options_.standby && options_.on_standby) options_.on_standby(held.value());
     std::this_thread::sleep_for(std::chrono::milliseconds(poll_ms));  // polling, not syncing
   }
 }

@@ -69,7 +69,8 @@ struct PostgresStoreOptions {
   std::string holder;
   std::string address;
   // When the lease is held by another live ledger: wait for it (poll every lease_ms / 5, at
-  // least 10 ms), calling on_standby once with its holder, instead of refusing.
+  // least 10 ms), calling on_standby at every poll with the lease as read (its holder and
+  // address: a standby answers with it), instead of refusing. Called on the thread that opens.
   bool standby = false;
   std::function<void(const LeaseState&)> on_standby;
 };

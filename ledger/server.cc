@@ -82,7 +82,12 @@ Status Server::start() {
   }
   ++open_handles_;
   listener_open_ = true;
-  if (int rc = uv_tcp_bind(&listener_, reinterpret_cast<const sockaddr*>(&address), 0); rc != 0) {
+  if (options_.listen_fd >= 0) {
+    if (int rc = uv_tcp_open(&listener_, options_.listen_fd); rc != 0) {
+      return Status::ioError(std::string("uv_tcp_open: ") + uv_strerror(rc));
+    }
+  } else if (int rc = uv_tcp_bind(&listener_, reinterpret_cast<const sockaddr*>(&address), 0);
+             rc != 0) {
     return Status::ioError("bind " + options_.listen_host + ":" +
                            std::to_string(options_.listen_port) + ": " + uv_strerror(rc));
   }

@@ -46,6 +46,9 @@ namespace tally::ledger {
 struct ServerOptions {
   std::string listen_host = "127.0.0.1";
   uint16_t listen_port = 7411;  // 0: pick a free port (see port())
+  // A bound, listening socket to serve on instead of binding listen_host:listen_port (the
+  // postgres store's, bound before the lease is taken; a standby's at takeover). Adopted.
+  int listen_fd = -1;
   // Per connection: frame size, and the replies (count, bytes) a client may be owed before it
   // is neither read nor served until it takes them (net/framed_stream.h).
   net::StreamLimits stream;

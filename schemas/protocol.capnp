@@ -331,6 +331,7 @@ enum ErrorCode {
   internal @6;
   permissionDenied @7;             # agent: the peer's uid/gid is not allowed
   notFound @8;                     # ledger: e.g. no closed accounting period covers that epoch
+  notPrimary @9;                   # ledger: a standby or deposed primary; message names the primary
 }
 
 struct ErrorReply {

@@ -96,6 +96,7 @@ std::optional<ErrorCode> enumToCore(schema::ErrorCode value) {
     case W::INTERNAL: return ErrorCode::kInternal;
     case W::PERMISSION_DENIED: return ErrorCode::kPermissionDenied;
     case W::NOT_FOUND: return ErrorCode::kNotFound;
+    case W::NOT_PRIMARY: return ErrorCode::kNotPrimary;
   }
   return std::nullopt;  // a raw value beyond the schema
 }
@@ -205,6 +206,7 @@ schema::ErrorCode enumFromCore(ErrorCode value) {
     case ErrorCode::kInternal: return W::INTERNAL;
     case ErrorCode::kPermissionDenied: return W::PERMISSION_DENIED;
     case ErrorCode::kNotFound: return W::NOT_FOUND;
+    case ErrorCode::kNotPrimary: return W::NOT_PRIMARY;
   }
   TALLY_UNREACHABLE();
 }

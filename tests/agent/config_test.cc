@@ -52,6 +52,43 @@ TEST(AgentConfigTest, ReadsIdentityKeysAndTheEmergencySection) {
   EXPECT_EQ(config.emergency.accounts_max, 9u);
 }
 
+// `ledger`: one address (parsed as --ledger always was), a comma list or a TOML list: a
+// primary and its standbys (docs/scale-out.md).
+TEST(AgentConfigTest, ReadsTheLedgerAddressOrAListOfThem) {
+  TempDir dir;
+  AgentConfig one;
+  ASSERT_TRUE(applyText(dir, "ledger = \"10.0.0.5:7411\"\n", &one).isOk());
+  EXPECT_TRUE(one.ledger_configured);
+  EXPECT_EQ(one.ledger_host, "10.0.0.5");
+  EXPECT_EQ(one.ledger_port, 7411);
+  EXPECT_TRUE(one.ledger_also.empty());
+  for (const char* text : {"ledger = [\"10.0.0.5:7411\", \"10.0.0.6:7412\"]\n",
+                           "ledger = \"10.0.0.5:7411,10.0.0.6:7412\"\n"}) {
+    AgentConfig list;
+    const Status status = applyText(dir, text, &list);
+    ASSERT_TRUE(status.isOk()) << text << status.toString();
+    EXPECT_EQ(list.ledger_host, "10.0.0.5");
+    EXPECT_EQ(list.ledger_port, 7411);
+    ASSERT_EQ(list.ledger_also.size(), 1u) << text;
+    EXPECT_EQ(list.ledger_also[0].host, "10.0.0.6");
+    EXPECT_EQ(list.ledger_also[0].port, 7412);
+  }
+  // The flag's form replaces the file's list.
+  AgentConfig replaced;
+  ASSERT_TRUE(applyText(dir, "ledger = [\"a:1\", \"b:2\"]\n", &replaced).isOk());
+  ASSERT_TRUE(applyLedgerAddresses("c:3", &replaced).isOk());
+  EXPECT_EQ(replaced.ledger_host, "c");
+  EXPECT_TRUE(replaced.ledger_also.empty());
+  for (const char* bad :
+       {"ledger = 7411\n", "ledger = []\n", "ledger = [1]\n", "ledger = \"a:1,,b:2\"\n",
+        "ledger = [\"a:1\", \"a:1\"]\n", "ledger = \"nohost\"\n"}) {
+    AgentConfig config;
+    const Status status = applyText(dir, bad, &config);
+    EXPECT_FALSE(status.isOk()) << bad;
+    EXPECT_NE(status.message().find("'ledger'"), std::string::npos) << bad << status.toString();
+  }
+}
+
 TEST(AgentConfigTest, RefusesMalformedEmergencySettingsNamingTheKey) {
   TempDir dir;
   const std::pair<const char*, const char*> cases[] = {

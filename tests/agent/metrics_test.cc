@@ -42,6 +42,17 @@ TEST(AgentMetrics, RendersCountersHistogramsAndGauges) {
   EXPECT_NE(text.find("tally_agent_boot_epoch 9\n"), std::string::npos);
 }
 
+TEST(AgentMetrics, ShowsTheCurrentLedgerAddress) {
+  AgentMetrics metrics;
+  EXPECT_EQ(metrics.render(GaugeSnapshot{}).find("tally_agent_ledger_address"), std::string::npos);
+  const std::string text = metrics.render(
+      GaugeSnapshot{.ledger_address = "10.0.0.6:7411", .ledger_not_primary_answers = 3});
+  EXPECT_NE(text.find("tally_agent_ledger_address{address=\"10.0.0.6:7411\"} 1\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("tally_agent_ledger_not_primary_total 3\n"), std::string::npos) << text;
+}
+
 TEST(AgentMetrics, NotConnectedShowsPartitioned) {
   AgentMetrics metrics;
   const std::string text = metrics.render(GaugeSnapshot{.connected = false});

@@ -119,6 +119,7 @@ class FakeLedger {
   size_t accepted() const { return connections_.size(); }
   std::vector<Received>& requests() { return requests_; }
   bool auto_answer = false;
+  std::string not_primary;  // when set: a standby, answering every request NOT_PRIMARY with it
 
  private:
   struct Conn {
@@ -184,7 +185,13 @@ class FakeLedger {
           received.tag = query->reservation_id;
         }
         c->fake->requests_.push_back(received);
-        if (c->fake->auto_answer) c->fake->answer(received);
+        if (!c->fake->not_primary.empty()) {
+          c->fake->answerWith(received.request_id,
+                              wire::ErrorReply{.code = wire::ErrorCode::kNotPrimary,
+                                               .message = c->fake->not_primary});
+        } else if (c->fake->auto_answer) {
+          c->fake->answer(received);
+        }
       }
     };
     ASSERT_EQ(uv_read_start(reinterpret_cast<uv_stream_t*>(&raw->tcp), on_alloc, on_read), 0);
@@ -215,12 +222,14 @@ class LedgerLinkTest : public ::testing::Test {
     bool closed = link_ == nullptr;
     if (link_ != nullptr) link_->stop([&] { closed = true; });
     if (fake_ != nullptr) fake_->close();
+    if (primary_ != nullptr) primary_->close();
     EXPECT_TRUE(runUntil([&] { return closed; }));
     // Whatever is left (fake connections closing) runs dry.
     for (int i = 0; i < 100 && uv_run(&loop_, UV_RUN_NOWAIT) != 0; ++i) {
     }
     link_.reset();
     fake_.reset();
+    primary_.reset();
     EXPECT_EQ(uv_loop_close(&loop_), 0) << "a handle was left open";
   }
 
@@ -286,6 +295,7 @@ class LedgerLinkTest : public ::testing::Test {
   uv_loop_t loop_{};
   Logger logger_{"ledger_link_test", LogLevel::kDebug};
   std::unique_ptr<FakeLedger> fake_;
+  std::unique_ptr<FakeLedger> primary_;  // a second fake: the primary, when fake_ is a standby
   std::unique_ptr<LedgerLink> link_;
   int connects_ = 0;
   std::vector<std::pair<LinkHealth, LinkHealth>> transitions_;
@@ -567,6 +577,58 @@ TEST_F(LedgerLinkTest, HostNamesAreResolved) {
 }
 
 // --- Against a real tally-ledger ----------------------------------------------------------------
+
+// Several addresses (central-client/ledger_addresses.h): the first is a standby answering
+// NOT_PRIMARY and naming the primary. The call it answered fails as an unknown outcome (never
+// a decision), the link is not healthy through it, and it moves to the primary it names.
+TEST_F(LedgerLinkTest, NotPrimaryIsNeverAnAnswerAndTheLinkMovesToTheNamedPrimary) {
+  startFake();
+  primary_ = std::make_unique<FakeLedger>(&loop_);
+  ASSERT_TRUE(primary_->listen(0));
+  primary_->auto_answer = true;
+  fake_->not_primary = notPrimaryMessage("127.0.0.1:" + std::to_string(primary_->port()));
+  LedgerLinkOptions o = options(fake_->port());
+  // The primary is not in the list: the standby's answer is the only way to it.
+  startLink(o);
+  ASSERT_TRUE(runUntil([&] { return link_->connected(); }));
+  const size_t first = callTagged("q-1");
+  ASSERT_TRUE(runUntil([&] { return results_[first].has_value(); }));
+  EXPECT_EQ(results_[first]->status.code(), StatusCode::kUnavailable) << echoed(*results_[first]);
+  EXPECT_NE(results_[first]->status.message().find("not the primary"), std::string::npos)
+      << echoed(*results_[first]);
+  EXPECT_NE(results_[first]->status.message().find("outcome is unknown"), std::string::npos);
+  EXPECT_EQ(link_->stats().not_primary_answers, 1u);
+  EXPECT_EQ(link_->stats().answered, 0u) << "a NOT_PRIMARY answer is no answer";
+  EXPECT_EQ(link_->monitor().consecutiveFailures(), 1u);
+  EXPECT_EQ(link_->currentAddress(), "127.0.0.1:" + std::to_string(primary_->port()));
+  ASSERT_TRUE(runUntil([&] { return link_->connected(); }));
+  const size_t second = callTagged("q-1");  // the agent's retry: the same id
+  ASSERT_TRUE(runUntil([&] { return results_[second].has_value(); }));
+  EXPECT_EQ(echoed(*results_[second]), "q-1");
+  EXPECT_EQ(fake_->requests().size(), 1u);
+  EXPECT_EQ(primary_->requests().size(), 1u);
+}
+
+// A refused connect moves to the next address of the list.
+TEST_F(LedgerLinkTest, ARefusedAddressMovesToTheNextOfTheList) {
+  // A port nobody listens on: bound, then closed.
+  startFake();
+  const uint16_t refused_port = fake_->port();
+  fake_->close();
+  ASSERT_TRUE(runUntil([&] { return fake_->idle(); }));
+  primary_ = std::make_unique<FakeLedger>(&loop_);
+  ASSERT_TRUE(primary_->listen(0));
+  primary_->auto_answer = true;
+  LedgerLinkOptions o = options(refused_port);
+  o.also = {client::Endpoint{.host = "127.0.0.1", .port = primary_->port()}};
+  startLink(o);
+  ASSERT_TRUE(runUntil([&] { return link_->connected(); }));
+  EXPECT_GE(link_->stats().connect_failures, 1u);
+  EXPECT_EQ(link_->currentAddress(), "127.0.0.1:" + std::to_string(primary_->port()));
+  const size_t call = callTagged("q-2");
+  ASSERT_TRUE(runUntil([&] { return results_[call].has_value(); }));
+  EXPECT_EQ(echoed(*results_[call]), "q-2");
+}
 
 class RealLedger {
  public:

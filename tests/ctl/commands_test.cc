@@ -316,6 +316,15 @@ TEST(CommandsTest, PeerErrorsAndWrongAnswers) {
   peer.answer =
       wire::Response{.request_id = 1, .body = wire::ErrorReply{.code = wire::ErrorCode::kInternal}};
   EXPECT_EQ(run(peer, {"health"}).exit_code, kExitProtocol);
+  // No address was the primary: unavailable (6), the message naming the primary.
+  peer.answer = wire::Response{
+      .request_id = 1,
+      .body = wire::ErrorReply{.code = wire::ErrorCode::kNotPrimary,
+                               .message = "not the primary; the primary is 10.0.0.5:7411"}};
+  const CommandOutput not_primary = run(peer, {"health"});
+  EXPECT_EQ(not_primary.exit_code, kExitUnavailable);
+  EXPECT_CONTAINS(not_primary.out + not_primary.err, "NOT_PRIMARY");
+  EXPECT_CONTAINS(not_primary.out + not_primary.err, "the primary is 10.0.0.5:7411");
   // A reservation reply to an audit request.
   peer.answer = reservationAnswer(ReplyCode::kOk, receipt(ReservationState::kReserved));
   EXPECT_EQ(run(peer, {"audit"}).exit_code, kExitProtocol);

@@ -51,6 +51,15 @@ TEST(TallyctlArgsTest, GlobalFlags) {
   EXPECT_TRUE(inv.json);
   EXPECT_EQ(inv.endpoint.host, "::1");
   EXPECT_EQ(inv.reservation_id, "r1");
+
+  // A primary and its standbys: every address, the first as the endpoint.
+  inv = ok({"--ledger", "10.0.0.6:7411,10.0.0.5:7411", "health"});
+  ASSERT_EQ(inv.ledgers.size(), 2u);
+  EXPECT_EQ(inv.endpoint.host, "10.0.0.6");
+  EXPECT_EQ(inv.ledgers[1].host, "10.0.0.5");
+  EXPECT_EQ(ok({"health"}).ledgers.size(), 1u);
+  EXPECT_TRUE(ok({"--agent", "/run/tally/agent.sock", "health"}).ledgers.empty());
+  EXPECT_CONTAINS(usageError({"--ledger", "a:1,,b:2", "health"}), "--ledger");
 }
 
 TEST(TallyctlArgsTest, PolicyCommands) {

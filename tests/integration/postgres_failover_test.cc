@@ -1,7 +1,8 @@
 // Ledger failover on the PostgreSQL store (docs/scale-out.md): a standby waits for the writer's
-// lease and takes over when it lapses; a deposed primary (SIGSTOPped past its lease, then
-// SIGCONT) commits nothing more and exits 75 saying so. Every wait is bounded and polls
-// observable state (the ready pipe, the log, the exit status).
+// lease, answering NOT_PRIMARY (naming the primary) meanwhile, and takes over when it lapses;
+// agents and tallyctl given several addresses find the primary; a deposed primary (SIGSTOPped
+// past its lease, then SIGCONT) commits nothing more and exits 75 saying so. Every wait is
+// bounded and polls observable state (the ready pipe, the log, the exit status, answers).
 
 #include <signal.h>
 
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/ledger_protocol.h"
 #include "tests/integration/cycle_load.h"
 #include "tests/integration/ledger_harness.h"
 #include "tests/integration/postgres_environment.h"
@@ -25,6 +27,7 @@ namespace {
 using std::chrono::steady_clock;
 
 constexpr int kExitDeposed = 75;
+constexpr int kCtlExitUnavailable = 6;  // tallyctl: no address is the primary
 
 int64_t msSince(steady_clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(steady_clock::now() - start).count();
@@ -40,6 +43,10 @@ class PostgresFailoverTest : public ::testing::Test {
         std::cout << "---- tally-ledger " << i << " log ----\n"
                   << ledgers_[i]->log() << "---- end of log ----" << std::endl;
       }
+      for (size_t i = 0; i < agents_.size(); ++i) {
+        std::cout << "---- tally-agent " << i << " log ----\n"
+                  << agents_[i]->log() << "---- end of log ----" << std::endl;
+      }
     }
   }
 
@@ -54,6 +61,71 @@ class PostgresFailoverTest : public ::testing::Test {
     ledgers_.push_back(std::make_unique<Process>(binaryPath("tally-ledger"), std::move(args),
                                                  dir_.file(name + ".log")));
     return ledgers_.back().get();
+  }
+
+  // A tally-agent on its own data dir and socket, given `ledgers` ("H:P" or "H:P,H:P").
+  Process* spawnAgent(const std::string& ledgers) {
+    const std::string name = "agent" + std::to_string(agents_.size());
+    agent_sockets_.push_back(dir_.file(name + ".sock"));
+    std::vector<std::string> args{
+        "--data-dir",          dir_.file(name), "--ledger",    ledgers,         "--socket",
+        agent_sockets_.back(), "--metrics",     "127.0.0.1:0", "--http-socket", ""};
+    agents_.push_back(std::make_unique<Process>(binaryPath("tally-agent"), std::move(args),
+                                                dir_.file(name + ".log")));
+    return agents_.back().get();
+  }
+
+  // Reserves `id` through agent `index` until the ledger's grant comes back, within
+  // `timeout_ms`: the same id every time (a retry is never a second reservation), polling the
+  // agent's answer (it is unavailable or refuses while it looks for the primary).
+  bool reserveThroughAgent(size_t index, const std::string& id, uint64_t timeout_ms,
+                           const std::string& subject = "tenant-1") {
+    const steady_clock::time_point deadline =
+        steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    std::string last = "no answer";
+    while (steady_clock::now() < deadline) {
+      Result<client::Endpoint> endpoint = client::unixEndpoint(agent_sockets_[index]);
+      if (!endpoint.isOk()) return false;
+      Result<std::unique_ptr<client::BlockingClient>> connected =
+          client::BlockingClient::connect(endpoint.value(), kCallTimeoutMs);
+      if (connected.isOk()) {
+        Result<wire::Response> answer =
+            connected.value()->call(makeReserve({.id = id, .subject = subject}), kCallTimeoutMs);
+        if (answer.isOk()) {
+          if (const auto* reply = std::get_if<ReservationReply>(&answer.value().body);
+              reply != nullptr && reply->code == ReplyCode::kOk) {
+            return true;
+          }
+          last = wire::describe(answer.value().body);
+        } else {
+          last = answer.status().toString();
+        }
+      } else {
+        last = connected.status().toString();
+      }
+      pauseMs(20);  // polling the agent's answer, not synchronising
+    }
+    ADD_FAILURE() << "reserve " << id << " through agent " << index << ": " << last;
+    return false;
+  }
+
+  // tallyctl `args`: its exit code, its output (stdout and stderr) in *output.
+  int tallyctl(const std::vector<std::string>& args, std::string* output) {
+    const std::string log = dir_.file("tallyctl" + std::to_string(++tallyctl_calls_) + ".log");
+    Process ctl(binaryPath("tallyctl"), args, log, /*ready_fd=*/false);
+    const int code = ctl.waitExit(kExitTimeoutMs);
+    *output = ctl.log();
+    return code;
+  }
+
+  // The port a standby answers on: its event=standby line's listen=HOST:PORT.
+  static int standbyPortOf(const Process& standby) {
+    const std::string log = standby.log();
+    const size_t line = log.find("event=standby");
+    const size_t listen = log.find(" listen=", line == std::string::npos ? 0 : line);
+    if (line == std::string::npos || listen == std::string::npos) return -1;
+    const size_t colon = log.find(':', listen);
+    return std::atoi(log.c_str() + colon + 1);
   }
 
   static client::Endpoint endpointOf(int port) {
@@ -86,6 +158,9 @@ class PostgresFailoverTest : public ::testing::Test {
   TempDir dir_;
   std::string conninfo_;
   std::vector<std::unique_ptr<Process>> ledgers_;
+  std::vector<std::unique_ptr<Process>> agents_;
+  std::vector<std::string> agent_sockets_;
+  int tallyctl_calls_ = 0;
 };
 
 // kill -9 of the primary under load: the standby takes over within a bounded time and serves
@@ -98,13 +173,30 @@ TEST_F(PostgresFailoverTest, KillNineOfThePrimaryUnderLoadTheStandbyTakesOverLos
   ASSERT_GT(primary_port, 0) << primary->log();
   Process* standby = spawn(kLeaseMs, /*standby=*/true);
   ASSERT_TRUE(waitForLog(*standby, "event=standby", kReadyTimeoutMs)) << standby->log();
-  EXPECT_NE(standby->log().find("primary=127.0.0.1:0"), std::string::npos) << standby->log();
+  // The lease names the port the primary bound (it listens on port 0).
+  EXPECT_NE(standby->log().find("primary=127.0.0.1:" + std::to_string(primary_port)),
+            std::string::npos)
+      << standby->log();
+  const int standby_port = standbyPortOf(*standby);
+  ASSERT_GT(standby_port, 0) << standby->log();
   {
     std::unique_ptr<client::BlockingClient> client = connectTo(primary_port);
     ASSERT_NE(client, nullptr);
+    // The agent's own subject, so that the load's sums stay the load's.
     TALLY_ASSIGN_OR_FAIL(PolicyReply published,
-                         publishPolicy(*client, {makeBudget({.burst = kBurst})}));
+                         publishPolicy(*client, {makeBudget({.burst = kBurst}),
+                                                 makeBudget({.subject = "tenant-agent"})}));
     ASSERT_EQ(published.code, ReplyCode::kOk);
+  }
+  // An agent that knows both addresses, the primary first: its grants before the kill must be
+  // on the new primary, and it must find the new primary by itself.
+  Process* agent = spawnAgent("127.0.0.1:" + std::to_string(primary_port) +
+                              ",127.0.0.1:" + std::to_string(standby_port));
+  ASSERT_GE(agent->waitReady(kReadyTimeoutMs), 0) << agent->log();
+  constexpr int kAgentReserves = 10;
+  for (int i = 0; i < kAgentReserves; ++i) {
+    ASSERT_TRUE(
+        reserveThroughAgent(0, "agent-before-" + std::to_string(i), 30'000, "tenant-agent"));
   }
 
   CycleLoad load(endpointOf(primary_port),
@@ -117,8 +209,9 @@ TEST_F(PostgresFailoverTest, KillNineOfThePrimaryUnderLoadTheStandbyTakesOverLos
   load.join();
   EXPECT_TRUE(load.unexpected().empty());
 
-  const int standby_port = standby->waitReady(kLeaseMs + kReadyTimeoutMs);
-  ASSERT_GT(standby_port, 0) << standby->log();
+  ASSERT_EQ(standby->waitReady(kLeaseMs + kReadyTimeoutMs), standby_port)
+      << "the new primary serves on the socket it answered NOT_PRIMARY on\n"
+      << standby->log();
   const int64_t takeover_ms = msSince(killed_at);
   std::cout << "[ failover ] the standby served " << takeover_ms
             << " ms after kill -9 of the primary (lease " << kLeaseMs << " ms)" << std::endl;
@@ -139,6 +232,78 @@ TEST_F(PostgresFailoverTest, KillNineOfThePrimaryUnderLoadTheStandbyTakesOverLos
   EXPECT_EQ(sum.spent, summary.spent) << describe(audit);
   EXPECT_EQ(sum.available + sum.reserved + sum.spent, kBurst) << describe(audit);
   EXPECT_NE(standby->log().find("event=lease_taken epoch=2"), std::string::npos) << standby->log();
+
+  // The agent's grants from before the kill are there; it moved to the new primary by itself.
+  for (int i = 0; i < kAgentReserves; ++i) {
+    TALLY_ASSIGN_OR_FAIL(
+        ReservationReply found,
+        callReservation(*client,
+                        QueryRequest{.reservation_id = "agent-before-" + std::to_string(i)}));
+    EXPECT_EQ(found.code, ReplyCode::kOk) << describe(found);
+  }
+  const steady_clock::time_point moved_from = steady_clock::now();
+  ASSERT_TRUE(reserveThroughAgent(0, "agent-after", 30'000, "tenant-agent"));
+  std::cout << "[ failover ] the agent's reserve was granted by the new primary "
+            << msSince(moved_from) << " ms after the takeover" << std::endl;
+  EXPECT_NE(agent->log().find("event=ledger_link_connected ledger=127.0.0.1:" +
+                              std::to_string(standby_port)),
+            std::string::npos)
+      << agent->log();
+}
+
+// A standby listens while it waits and answers every request NOT_PRIMARY, naming the primary:
+// it applies nothing. tallyctl pointed at it alone prints that and exits 6; given the standby
+// first and the primary second, tallyctl and an agent find the primary and are served.
+TEST_F(PostgresFailoverTest, AStandbyAnswersNotPrimaryNamingThePrimaryAndClientsMoveOn) {
+  constexpr uint64_t kLeaseMs = 1'000;
+  Process* primary = spawn(kLeaseMs, /*standby=*/false);
+  const int primary_port = primary->waitReady(kReadyTimeoutMs);
+  ASSERT_GT(primary_port, 0) << primary->log();
+  Process* standby = spawn(kLeaseMs, /*standby=*/true);
+  ASSERT_TRUE(waitForLog(*standby, "event=standby", kReadyTimeoutMs)) << standby->log();
+  const int standby_port = standbyPortOf(*standby);
+  ASSERT_GT(standby_port, 0) << standby->log();
+  const std::string primary_address = "127.0.0.1:" + std::to_string(primary_port);
+  const std::string standby_address = "127.0.0.1:" + std::to_string(standby_port);
+  {
+    std::unique_ptr<client::BlockingClient> client = connectTo(primary_port);
+    ASSERT_NE(client, nullptr);
+    TALLY_ASSIGN_OR_FAIL(PolicyReply published,
+                         publishPolicy(*client, {makeBudget({.burst = 1000})}));
+    ASSERT_EQ(published.code, ReplyCode::kOk);
+  }
+
+  // Every request, a reserve too, is answered NOT_PRIMARY under its own id, naming the primary.
+  std::unique_ptr<client::BlockingClient> to_standby = connectTo(standby_port);
+  ASSERT_NE(to_standby, nullptr);
+  for (const wire::RequestBody& body :
+       {wire::RequestBody{HealthRequest{}}, wire::RequestBody{makeReserve({.id = "r-standby"})}}) {
+    TALLY_ASSIGN_OR_FAIL(wire::Response answer, to_standby->call(body, kCallTimeoutMs));
+    const auto* error = std::get_if<wire::ErrorReply>(&answer.body);
+    ASSERT_NE(error, nullptr) << wire::describe(answer.body);
+    EXPECT_EQ(error->code, wire::ErrorCode::kNotPrimary);
+    EXPECT_EQ(error->message, "not the primary; the primary is " + primary_address);
+  }
+
+  std::string output;
+  EXPECT_EQ(tallyctl({"--ledger", standby_address, "health"}, &output), kCtlExitUnavailable)
+      << output;
+  EXPECT_NE(output.find("NOT_PRIMARY"), std::string::npos) << output;
+  EXPECT_NE(output.find("the primary is " + primary_address), std::string::npos) << output;
+  EXPECT_EQ(tallyctl({"--ledger", standby_address + "," + primary_address, "health"}, &output), 0)
+      << output;
+
+  Process* agent = spawnAgent(standby_address + "," + primary_address);
+  ASSERT_GE(agent->waitReady(kReadyTimeoutMs), 0) << agent->log();
+  ASSERT_TRUE(reserveThroughAgent(0, "r-agent", 30'000));
+  EXPECT_NE(agent->log().find("event=ledger_link_not_primary"), std::string::npos) << agent->log();
+
+  // The reserve the standby answered was applied nowhere; the agent's is on the primary.
+  const std::string db = conninfo_.substr(conninfo_.rfind("dbname=") + 7);
+  Result<std::string> rows =
+      sharedPostgres().psql(db, "SELECT id FROM tally.reservations ORDER BY id");
+  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
+  EXPECT_EQ(rows.value(), "r-agent\n");
 }
 
 // The zombie: the primary is frozen past its lease, the standby takes over, and a request sent

@@ -394,7 +394,8 @@ TEST(CodecResponse, HealthAndErrorRoundTrip) {
   for (ErrorCode code :
        {ErrorCode::kUnspecified, ErrorCode::kMalformedFrame, ErrorCode::kFrameTooLarge,
         ErrorCode::kUnknownMessage, ErrorCode::kInvalidArgument, ErrorCode::kUnavailable,
-        ErrorCode::kInternal, ErrorCode::kPermissionDenied, ErrorCode::kNotFound}) {
+        ErrorCode::kInternal, ErrorCode::kPermissionDenied, ErrorCode::kNotFound,
+        ErrorCode::kNotPrimary}) {
     Response error =
         responseRoundTrip({.request_id = 7, .body = ErrorReply{.code = code, .message = "m"}});
     EXPECT_EQ(bodyAs<ErrorReply>(error).code, code) << errorCodeName(code);
@@ -716,7 +717,7 @@ TEST(CodecValidation, RejectsEnumValuesBeyondTheSchema) {
   {
     capnp::MallocMessageBuilder message;
     message.initRoot<schema::ErrorReply>().setCode(
-        static_cast<schema::ErrorCode>(9));  // 8 is notFound
+        static_cast<schema::ErrorCode>(10));  // 9 is notPrimary
     expectInvalidArgumentNaming(toCore(message.getRoot<schema::ErrorReply>().asReader()).status(),
                                 "code");
   }
