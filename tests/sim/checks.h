@@ -189,6 +189,15 @@ class Checker {
   void checkPeriods(const Ledger& live, const Ledger& rebuilt, uint64_t now_ms);
   uint64_t periods_checked_ = 0;
 
+  // The last book afterAgentStep checked, by gateway: an unchanged one (same boot epoch, same
+  // book, same ShardBook::version) passes again without a look.
+  struct BookSeen {
+    uint64_t boot_epoch = 0;
+    const ShardBook* book = nullptr;
+    uint64_t version = 0;
+  };
+  std::map<std::string, BookSeen, std::less<>> books_seen_;
+
   std::map<std::string, Fact> facts_;           // acknowledged, by reservation id
   std::vector<std::string> fresh_facts_;        // acknowledged since the last check
   std::map<std::string, uint64_t> admissions_;  // fresh admissions committed, by id
