@@ -23,11 +23,6 @@ constexpr uint64_t kWriteOffAfterMs = 30'000;
 constexpr uint64_t kAgentTimerMs = 5'000;
 constexpr uint64_t kPumpIntervalMs = 100;
 constexpr uint64_t kMaintainIntervalMs = 250;
-// At the end: a round runs this long after its next event, so that what falls due within it
-// (deliveries of the healed network, timers) is handled in one round, checked once, instead of
-// one round each. Events are late by at most this much: as a longer network delay or a timer
-// that fires a little late.
-constexpr uint64_t kFinishRoundMs = 50;
 
 struct AgentTimers {
   uint64_t pump_at_ms = 0;
@@ -537,7 +532,7 @@ class Run {
       if (!written_off) next = std::min(next, shards_done_at);
       if (!agents_idle || now() < shards_done_at) next = std::min(next, now() + kAgentTimerMs);
       if (close.has_value()) next = std::min(next, *close);
-      clock_.advance(next > now() ? next - now() + kFinishRoundMs : 1);
+      clock_.advance(next > now() ? next - now() : 1);
     }
     if (node_.up() && !checker_.failed()) {
       checker_.atEnd(node_.ledger(), now());
