@@ -232,6 +232,22 @@ class Ledger {
     receipts_.forEach(fn);
   }
 
+  // The live table alone (non-terminal reservations, and terminal ones until the tick after
+  // their final image was taken), then the receipts alone: together what forEachReservation
+  // visits, in the same order.
+  template <typename F>
+  void forEachLiveReservation(F&& fn) const {
+    reservations_.forEach([&fn](const auto& record) { fn(record.reservation); });
+  }
+  template <typename F>
+  void forEachReceipt(F&& fn) const {
+    receipts_.forEach(fn);
+  }
+  // Changes whenever a receipt enters or leaves the archive (ReceiptArchive::version): while it
+  // stays the same, forEachReceipt visits the same receipts, unchanged (read-only bookkeeping
+  // for checks that cache what the receipts contribute).
+  uint64_t receiptsVersion() const { return receipts_.version(); }
+
   // What changed since the last take (either form): every reservation upserted or deleted and
   // every account whose durable state changed.
   LedgerChanges takeChanges();

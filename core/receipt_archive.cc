@@ -268,6 +268,7 @@ void ReceiptArchive::eraseAt(uint64_t hole) {
   --counts_by_state_[header[19]];
   --by_tag_[tagOf(index_[hole])]->live;
   --size_;
+  ++version_;
   // Backward-shift deletion, as in ReservationTable::erase.
   const uint64_t mask = index_.size() - 1;
   for (uint64_t position = (hole + 1) & mask; index_[position] != 0;
@@ -333,6 +334,7 @@ bool ReceiptArchive::add(const Reservation& reservation, uint64_t hash, uint64_t
   ++segment->live;
   ++counts_by_state_[header[19]];
   ++size_;
+  ++version_;
 
   const uint64_t mask = index_.size() - 1;
   uint64_t position = hash & mask;

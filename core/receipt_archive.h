@@ -65,6 +65,10 @@ class ReceiptArchive {
   uint64_t compact(uint64_t now_ms, uint64_t items_max, std::vector<std::string>* forgotten);
 
   size_t size() const { return size_; }
+  // Changes whenever a receipt is added or forgotten (taken back or compacted): while it stays
+  // the same, forEach visits the same receipts, unchanged, in the same order. Read-only
+  // bookkeeping for checks that cache what the receipts contribute (the simulator's).
+  uint64_t version() const { return version_; }
   // Bytes held: chunks and index (what receipt_bytes_max bounds).
   uint64_t bytes() const;
   uint64_t countOf(ReservationState state) const {
@@ -142,6 +146,7 @@ class ReceiptArchive {
   std::vector<uint16_t> free_tags_;
   std::vector<uint64_t> index_;  // 0: empty; else entryOf(...); size a power of two
   size_t size_ = 0;
+  uint64_t version_ = 0;
   uint64_t chunk_count_ = 0;
   std::array<uint64_t, kReservationStateCount> counts_by_state_{};
   std::string scratch_;  // add()'s encoding, reused

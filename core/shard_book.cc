@@ -73,6 +73,7 @@ ShardBook::ShardBook(ShardBookOptions options) : options_(options) {
 // --- lookups -------------------------------------------------------------------------------------
 
 ShardBook::Shard* ShardBook::lookupShard(const std::string& shard_id) {
+  ++version_;  // the caller may change what it finds
   auto it = shards_.find(shard_id);
   return it == shards_.end() ? nullptr : &it->second;
 }
@@ -83,6 +84,7 @@ const ShardBook::Shard* ShardBook::findShard(const std::string& shard_id) const 
 }
 
 Reservation* ShardBook::lookup(const std::string& reservation_id) {
+  ++version_;  // the caller may change what it finds
   auto it = reservations_.find(reservation_id);
   return it == reservations_.end() ? nullptr : &it->second;
 }
@@ -123,10 +125,12 @@ bool ShardBook::isUsable(const Shard& shard, uint64_t now_ms) const {
 }
 
 void ShardBook::indexOpen(const std::string& shard_id, const ShardGrant& grant) {
+  ++version_;
   open_by_account_[{grant.subject, grant.route}].insert(shard_id);
 }
 
 void ShardBook::unindexOpen(const std::string& shard_id, const ShardGrant& grant) {
+  ++version_;
   auto it = open_by_account_.find({grant.subject, grant.route});
   if (it == open_by_account_.end()) return;
   it->second.erase(shard_id);
@@ -222,6 +226,7 @@ std::vector<std::string> ShardBook::audit() const {
 }
 
 void ShardBook::touchReservation(const std::string& id) {
+  ++version_;
   reservations_changed_.insert(id);
   reservations_deleted_.erase(id);
 }
@@ -244,6 +249,7 @@ ShardBookChanges ShardBook::takeChanges() {
 // --- boot ----------------------------------------------------------------------------------------
 
 void ShardBook::restoreFence(const SubjectRoute& subject_route, uint64_t fence) {
+  ++version_;
   uint64_t& highest = fences_[subject_route];
   highest = std::max(highest, fence);
 }
@@ -268,6 +274,7 @@ Status ShardBook::restoreShard(StoredShard stored) {
     return Status::corruption("shard '" + stored.shard_id + "' is unreconcilable but open");
   }
   if (!stored.closed) indexOpen(stored.shard_id, stored.record.grant);
+  ++version_;
   shards_.emplace(stored.shard_id, Shard{.record = std::move(stored.record),
                                          .account = account,
                                          .reservation_ids = {},
@@ -297,11 +304,13 @@ Status ShardBook::restoreReservation(const Reservation& reservation) {
   if (holdsUnits(reservation.state)) {
     shard->held_units = saturatingAdd(shard->held_units, reservation.reserved_units);
   }
+  ++version_;
   reservations_.emplace(id, reservation);
   return Status::ok();
 }
 
 Result<ShardRestoreReport> ShardBook::finishRestore(uint64_t now_ms) {
+  ++version_;
   ShardRestoreReport report;
   for (auto& [id, shard] : shards_) {
     if (shard.held_units != shard.account.balances().local_reserved) {
@@ -409,6 +418,7 @@ bool ShardBook::close(const std::string& shard_id, ShardCloseReason reason, uint
 }
 
 std::vector<std::string> ShardBook::closeForReconnect(uint64_t now_ms, uint64_t refresh_before_ms) {
+  ++version_;
   std::vector<std::string> closed;
   for (auto& [id, shard] : shards_) {
     if (shard.account.closed()) continue;

@@ -264,6 +264,11 @@ class ShardBook {
 
   // Every shard conserves and holds exactly its reservations' units; empty when sound.
   std::vector<std::string> audit() const;
+  // Moves on every call that may have changed a shard, a reservation or the open index (every
+  // mutable lookup, insert, erase and change mark): while it stays the same, audit() and
+  // forEachShard() see the same book. Read-only bookkeeping for a checker (the simulator's)
+  // that looks again only at a changed book.
+  uint64_t version() const { return version_; }
 
   ShardBookChanges takeChanges();
 #ifdef TALLY_TEST_FAULTS
@@ -291,7 +296,10 @@ class ShardBook {
   // The open shards of a subject/route (ids, sorted).
   std::vector<std::string> openShardsOf(const SubjectRoute& subject_route) const;
   void checkShard(const Shard& shard) const;
-  void touchShard(const std::string& shard_id) { shards_changed_.insert(shard_id); }
+  void touchShard(const std::string& shard_id) {
+    ++version_;
+    shards_changed_.insert(shard_id);
+  }
   void touchReservation(const std::string& id);
 
   ShardBookOptions options_;
@@ -310,6 +318,7 @@ class ShardBook {
   std::set<std::string> reservations_changed_;
   std::set<std::string> reservations_deleted_;
   std::set<SubjectRoute> fences_changed_;
+  uint64_t version_ = 0;
 };
 
 }  // namespace tally

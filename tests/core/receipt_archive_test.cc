@@ -100,6 +100,34 @@ TEST(ReceiptArchiveTest, FindsTakesAndCountsReceipts) {
   EXPECT_EQ(ids, (std::vector<std::string>{"b", "a"}));
 }
 
+// The version the simulator's checker caches by: it moves on every add, take and compaction
+// that forgets something, and on nothing else (find, contains, a take or compact that finds
+// nothing, forEach).
+TEST(ReceiptArchiveTest, VersionMovesExactlyWhenTheReceiptsChange) {
+  ReceiptArchive archive(1'000);
+  uint64_t version = archive.version();
+  auto moved = [&] {
+    const bool changed = archive.version() != version;
+    version = archive.version();
+    return changed;
+  };
+  ASSERT_TRUE(add(&archive, receipt("a"), 5'100));
+  EXPECT_TRUE(moved());
+  ASSERT_TRUE(add(&archive, receipt("b"), 9'000));
+  EXPECT_TRUE(moved());
+  EXPECT_TRUE(archive.find("a", hashOf("a")).has_value());
+  EXPECT_TRUE(archive.contains("b", hashOf("b")));
+  EXPECT_FALSE(archive.take("c", hashOf("c")).has_value());
+  archive.forEach([](const Reservation&) {});
+  std::vector<std::string> forgotten;
+  EXPECT_EQ(archive.compact(5'099, 100, &forgotten), 0u);
+  EXPECT_FALSE(moved());
+  EXPECT_TRUE(archive.take("b", hashOf("b")).has_value());
+  EXPECT_TRUE(moved());
+  EXPECT_EQ(archive.compact(5'100, 100, &forgotten), 1u);
+  EXPECT_TRUE(moved());
+}
+
 TEST(ReceiptArchiveTest, CompactsEachReceiptAtItsMomentOrWithinOneBucketAfter) {
   ReceiptArchive archive(1'000);
   ASSERT_TRUE(add(&archive, receipt("early"), 5'100));

@@ -155,6 +155,42 @@ TEST_F(ShardBookTest, AHigherFenceClosesLowerFencedShards) {
 
 // --- admission -----------------------------------------------------------------------------------
 
+// The version the simulator's checker skips an unchanged book by: every change moves it;
+// questions, audits and a tick with nothing due do not.
+TEST_F(ShardBookTest, VersionMovesOnEveryChangeAndOnlyThen) {
+  ShardBook book(options());
+  uint64_t version = book.version();
+  auto moved = [&] {
+    const bool changed = book.version() != version;
+    version = book.version();
+    return changed;
+  };
+  ASSERT_EQ(book.addShard(grant("s-1", 100), kNowMs), ShardAddCode::kOk);
+  EXPECT_TRUE(moved());
+  ASSERT_TRUE(book.reserve(reserveOf("r-1", 10), kNowMs).has_value());
+  EXPECT_TRUE(moved());
+  ASSERT_EQ(book.start({.reservation_id = "r-1", .operation_id = "op-1"}, kNowMs).code,
+            ReplyCode::kOk);
+  EXPECT_TRUE(moved());
+  expectSound(book);
+  (void)book.query({.reservation_id = "r-1"});
+  (void)book.shardsNeedingReport();
+  (void)book.findShard("s-1");
+  book.forEachShard([](const std::string&, const ShardBook::Shard&) {});
+  (void)book.takeChanges();
+  (void)book.tick(kNowMs + 1);  // nothing due
+  EXPECT_FALSE(moved());
+  ASSERT_EQ(
+      book.settle({.reservation_id = "r-1", .operation_id = "op-1", .actual_units = 4}, kNowMs + 2)
+          .code,
+      ReplyCode::kOk);
+  EXPECT_TRUE(moved());
+  EXPECT_TRUE(book.close("s-1", ShardCloseReason::kRevoked, kNowMs + 3));
+  EXPECT_TRUE(moved());
+  (void)book.tick(kNowMs + kShardTtlMs + 1);  // expired: nothing left to close
+  expectSound(book);
+}
+
 TEST_F(ShardBookTest, NeverAdmitsPastTheAllocation) {
   ShardBook book(options());
   ASSERT_EQ(book.addShard(grant("s-1", 100), kNowMs), ShardAddCode::kOk);

@@ -147,6 +147,7 @@ void Checker::onAcknowledged(const std::string& reservation_id, const Reservatio
     }
   }
   fresh_facts_.push_back(reservation_id);
+  fact.archived_ok = 0;  // to be compared with its receipt again
   fact.state = receipt.state;
   fact.reserved_units = receipt.reserved_units;
   fact.created_at_ms = receipt.created_at_ms;
@@ -209,7 +210,7 @@ void Checker::beforeTick(const Ledger& ledger, uint64_t now_ms, uint64_t retenti
                 .sums = {.consumed = view.spent_units + view.debt_units, .debt = view.debt_units}};
     }
   }
-  ledger.forEachReservation([&](const Reservation& r) {
+  auto visit = [&](const Reservation& r) {
     if (isTerminal(r.state)) {
       horizon_.closed_ms_min = std::min(horizon_.closed_ms_min, r.closed_at_ms);
     }
@@ -221,7 +222,12 @@ void Checker::beforeTick(const Ledger& ledger, uint64_t now_ms, uint64_t retenti
                 .sums = {.consumed = consumedBy(r), .debt = r.debt_units},
                 .created_at_ms = r.created_at_ms};
     }
-  });
+  };
+  ledger.forEachLiveReservation(visit);
+  // Every receipt is terminal: the archive needs a visit only if its earliest close is due.
+  refreshArchive(ledger);
+  horizon_.closed_ms_min = std::min(horizon_.closed_ms_min, archive_.closed_ms_min);
+  if (saturatingAdd(archive_.closed_ms_min, retention_ms) <= now_ms) ledger.forEachReceipt(visit);
 }
 
 void Checker::onCompacted(const std::vector<Reservation>& deleted) {
@@ -245,6 +251,39 @@ void Checker::onCompacted(const std::vector<Reservation>& deleted) {
   }
 }
 
+void Checker::refreshArchive(const Ledger& ledger) {
+  if (archive_.serial != 0 && archive_.ledger == &ledger &&
+      archive_.version == ledger.receiptsVersion() && archive_.receipts == ledger.receiptCount()) {
+    return;
+  }
+  archive_ = ArchiveCache{.ledger = &ledger,
+                          .version = ledger.receiptsVersion(),
+                          .serial = ++archive_serial_,
+                          .receipts = ledger.receiptCount()};
+  ledger.forEachReceipt([&](const Reservation& r) {
+    archive_.closed_ms_min = std::min(archive_.closed_ms_min, r.closed_at_ms);
+    if (r.state != S::kRejected) {
+      const std::string_view id = r.reservation_id;
+      auto [job, inserted] =
+          archive_.jobs.try_emplace(std::string(id.substr(0, id.find("-r"))), id);
+      if (!inserted && job->second != id) {
+        archive_.failures.emplace_back(
+            Check::kSecondReservation,
+            "one job holds two reservations: " + job->second + " and " + r.reservation_id);
+      }
+    }
+    Sums& account = archive_.sums[ledger.accounts().find(r.subject, r.route, r.policy_generation)];
+    account.consumed += consumedBy(r);
+    account.debt += r.debt_units;
+    if ((r.state == S::kUsageUnknown || r.closed_by_hard_limit) && r.refunded_units > 0) {
+      archive_.failures.emplace_back(Check::kUnknownTreatedAsUnconsumed,
+                                     r.reservation_id + " refunded " +
+                                         std::to_string(r.refunded_units) + " while " +
+                                         reservationStateName(r.state));
+    }
+  });
+}
+
 void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
   const AuditReport audit = ledger.audit(now_ms);
   if (!audit.conserved) {
@@ -252,31 +291,44 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
          audit.violations.empty() ? "audit not conserved" : audit.violations.front(), now_ms);
   }
 
-  // Sums by account entry (entries never move), jobs by views into the ledger's own strings:
-  // this runs after every step. A gateway names a job's reservation "g<gateway>-j<job>"; a retry
-  // under a new id (a bug the can-fail test injects) appends "-r<n>".
-  // Jobs by copies of the ids: a receipt is decoded into a scratch copy that the next one
-  // overwrites (the ids are short: no allocation).
+  // The live table is scanned at every call; what the receipts of the archive contribute (their
+  // sums, jobs, earliest close and failures) is kept in archive_ while the archive is unchanged.
+  // Sums by account entry (entries never move), jobs by views into the ledger's own strings
+  // (the live table's records stay put during the scan): this runs after every step. A gateway
+  // names a job's reservation "g<gateway>-j<job>"; a retry under a new id (a bug the can-fail
+  // test injects) appends "-r<n>".
+  refreshArchive(ledger);
   std::unordered_map<const AccountEntry*, Sums> sums;
-  std::unordered_map<std::string, std::string> debited_by_job;
-  // Each acknowledged fact is checked against its reservation as the scan meets it (one
-  // decode of a receipt, not two); the failures are reported after the sums, by id, as a
-  // lookup of each fact would report them.
+  std::unordered_map<std::string_view, std::string_view> debited_by_job;
+  // Each acknowledged fact is checked against its reservation as the scan meets it; the
+  // failures are reported after the sums, by id, as a lookup of each fact would report them.
   std::map<std::string, std::string> fact_failures;
   size_t facts_met = 0;
+  size_t unknown_met = 0;  // unknown_since_ms_ entries the scan met USAGE_UNKNOWN
   ++facts_pass_;
   horizon_.saw(now_ms);
-  ledger.forEachReservation([&](const Reservation& r) {
+  horizon_.closed_ms_min = archive_.closed_ms_min;
+  ledger.forEachLiveReservation([&](const Reservation& r) {
     if (isTerminal(r.state)) {
       horizon_.closed_ms_min = std::min(horizon_.closed_ms_min, r.closed_at_ms);
     }
     if (r.state != S::kRejected) {
       const std::string_view id = r.reservation_id;
-      auto [job, inserted] =
-          debited_by_job.try_emplace(std::string(id.substr(0, id.find("-r"))), r.reservation_id);
+      const std::string_view job_id = id.substr(0, id.find("-r"));
+      auto [job, inserted] = debited_by_job.try_emplace(job_id, id);
       if (!inserted && job->second != id) {
         fail(Check::kSecondReservation,
-             "one job holds two reservations: " + job->second + " and " + r.reservation_id, now_ms);
+             "one job holds two reservations: " + std::string(job->second) + " and " +
+                 r.reservation_id,
+             now_ms);
+      }
+      if (inserted && !archive_.jobs.empty()) {
+        if (auto receipt = archive_.jobs.find(job_id);
+            receipt != archive_.jobs.end() && receipt->second != id) {
+          fail(Check::kSecondReservation,
+               "one job holds two reservations: " + r.reservation_id + " and " + receipt->second,
+               now_ms);
+        }
       }
     }
     if (!facts_.empty()) {
@@ -299,6 +351,7 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
     }
     if (r.state == S::kUsageUnknown) {
       unknown_since_ms_.try_emplace(r.reservation_id, now_ms);
+      ++unknown_met;
     } else if (!unknown_since_ms_.empty() && isTerminal(r.state)) {
       if (auto it = unknown_since_ms_.find(r.reservation_id); it != unknown_since_ms_.end()) {
         convergence_ms_.push_back(std::max(r.closed_at_ms, it->second) - it->second);
@@ -306,6 +359,20 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
       }
     }
   });
+  for (const auto& [check, detail] : archive_.failures) fail(check, detail, now_ms);
+  // Sightings of USAGE_UNKNOWN whose reservation the live scan did not meet so: a receipt
+  // (every receipt is terminal) closes them.
+  if (unknown_since_ms_.size() > unknown_met) {
+    for (auto it = unknown_since_ms_.begin(); it != unknown_since_ms_.end();) {
+      const Reservation* r = ledger.findReservation(it->first);
+      if (r != nullptr && isTerminal(r->state)) {
+        convergence_ms_.push_back(std::max(r->closed_at_ms, it->second) - it->second);
+        it = unknown_since_ms_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
   // What shard reports charged: spent taken from the shard, and overspend as debt, both on the
   // shard's source account (its grant's subject, route and generation).
   for (const ShardLedgerView& view : audit.shards) {
@@ -332,8 +399,11 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
   }
   for (const AccountView& view : audit.accounts) {
     Sums expected;
-    if (auto it = sums.find(ledger.accounts().find(view.key)); it != sums.end()) {
-      expected = it->second;
+    const AccountEntry* entry = ledger.accounts().find(view.key);
+    if (auto it = sums.find(entry); it != sums.end()) expected = it->second;
+    if (auto it = archive_.sums.find(entry); it != archive_.sums.end()) {
+      expected.consumed += it->second.consumed;
+      expected.debt += it->second.debt;
     }
     if (!compacted_.empty()) {
       if (auto it = compacted_.find(view.key); it != compacted_.end()) {
@@ -353,11 +423,21 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
     }
   }
 
-  if (facts_met < facts_.size()) {  // facts whose reservation the scan did not meet
-    for (const auto& [id, fact] : facts_) {
-      if (fact.pass != facts_pass_ && !compacted_ids_.contains(id)) {
-        fact_failures.emplace(
-            id, id + " was acknowledged " + reservationStateName(fact.state) + " and is gone");
+  // Facts whose reservation the live scan did not meet: their receipt in the archive (compared
+  // once per fact and archive: a receipt never changes while archived), or gone.
+  if (facts_met < facts_.size()) {
+    for (auto& [id, fact] : facts_) {
+      if (fact.pass == facts_pass_ || fact.archived_ok == archive_.serial) continue;
+      const Reservation* r = ledger.findReservation(id);
+      if (r == nullptr) {
+        if (!compacted_ids_.contains(id)) {
+          fact_failures.emplace(
+              id, id + " was acknowledged " + reservationStateName(fact.state) + " and is gone");
+        }
+      } else if (std::optional<std::string> failure = factFailure(*r, fact)) {
+        fact_failures.emplace(id, std::move(*failure));
+      } else {
+        fact.archived_ok = archive_.serial;
       }
     }
   }
@@ -502,6 +582,15 @@ void Checker::atEnd(const Ledger& ledger, uint64_t now_ms) {
 
 void Checker::afterAgentStep(const std::string& gateway_name, uint64_t boot_epoch,
                              const ShardBook& book, uint64_t now_ms) {
+  // Both checks below are functions of the book and the boot epoch alone (and of what they
+  // recorded the last time): an unchanged book passes as it did.
+  BookSeen& seen_book = books_seen_[gateway_name];
+  const BookSeen now_book{.boot_epoch = boot_epoch, .book = &book, .version = book.version()};
+  if (seen_book.book == now_book.book && seen_book.boot_epoch == now_book.boot_epoch &&
+      seen_book.version == now_book.version) {
+    return;
+  }
+  seen_book = now_book;
   if (std::vector<std::string> violations = book.audit(); !violations.empty()) {
     fail(Check::kConservation, gateway_name + "'s shard book: " + violations.front(), now_ms);
   }

@@ -6,6 +6,9 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/ledger.h"
@@ -70,7 +73,11 @@ class Checker {
   void beforeTick(const Ledger& ledger, uint64_t now_ms, uint64_t retention_ms);
   // The ledger restarted from its durable rows: what the last look proved is void (a restore
   // brings back rows the live ledger had compacted before it crashed).
-  void onLedgerRestarted() { horizon_ = {}; }
+  // A new Ledger is checked from now on: what was kept about the last one's receipts too.
+  void onLedgerRestarted() {
+    horizon_ = {};
+    archive_ = {};
+  }
   // Reservations compacted by a durable commit (their consumption stays in the sums).
   void onCompacted(const std::vector<Reservation>& deleted);
   void fail(Check check, const std::string& detail, uint64_t now_ms);
@@ -125,6 +132,9 @@ class Checker {
     uint64_t created_at_ms = 0;  // which incarnation of the id (ids are reusable after
                                  // compaction)
     uint64_t pass = 0;           // the last afterStep whose scan met its reservation
+    // The archive (ArchiveCache::serial) in which its receipt was found to agree with it; 0
+    // when it changed since. A receipt never changes while archived.
+    uint64_t archived_ok = 0;
   };
   struct Sums {
     Units consumed = 0;
@@ -143,15 +153,50 @@ class Checker {
     bool nothingCompactable(uint64_t now_ms, uint64_t retention_ms) const;
   };
 
+  // Hashing by string_view for maps keyed by std::string (lookups with views, no copy).
+  struct ViewHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+  // What afterStep takes from the receipt archive, kept between calls: receipts never change
+  // while archived, so this is rebuilt only when the archive changed (Ledger::receiptsVersion)
+  // or the Ledger was replaced (onLedgerRestarted; `ledger` also tells two ledgers apart).
+  struct ArchiveCache {
+    const Ledger* ledger = nullptr;
+    uint64_t version = 0;
+    uint64_t serial = 0;  // numbers the rebuilds (never 0 once built)
+    size_t receipts = 0;
+    uint64_t closed_ms_min = ~uint64_t{0};
+    // By account entry (entries never move within one Ledger).
+    std::unordered_map<const AccountEntry*, Sums> sums;
+    // Gateway job → the first non-REJECTED receipt that debited it.
+    std::unordered_map<std::string, std::string, ViewHash, std::equal_to<>> jobs;
+    // Failures the receipts alone show (reported at every afterStep while they are kept).
+    std::vector<std::pair<Check, std::string>> failures;
+  };
+  // Brings archive_ up to date with `ledger`'s receipts.
+  void refreshArchive(const Ledger& ledger);
+
   Trace* trace_;
   std::vector<Finding> findings_;
   Horizon horizon_;
+  ArchiveCache archive_;
+  uint64_t archive_serial_ = 0;
   void checkFact(const Ledger& ledger, const std::string& id, const Fact& fact, uint64_t now_ms);
   // Why `r` contradicts what was acknowledged about it, if it does.
   static std::optional<std::string> factFailure(const Reservation& r, const Fact& fact);
   uint64_t facts_pass_ = 0;
   void checkPeriods(const Ledger& live, const Ledger& rebuilt, uint64_t now_ms);
   uint64_t periods_checked_ = 0;
+
+  // The last book afterAgentStep checked, by gateway: an unchanged one (same boot epoch, same
+  // book, same ShardBook::version) passes again without a look.
+  struct BookSeen {
+    uint64_t boot_epoch = 0;
+    const ShardBook* book = nullptr;
+    uint64_t version = 0;
+  };
+  std::map<std::string, BookSeen, std::less<>> books_seen_;
 
   std::map<std::string, Fact> facts_;           // acknowledged, by reservation id
   std::vector<std::string> fresh_facts_;        // acknowledged since the last check

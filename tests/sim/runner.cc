@@ -316,7 +316,8 @@ class Run {
       return;
     }
     std::vector<std::string> due;
-    node_.ledger().forEachReservation([&](const Reservation& r) {
+    // RESERVED ones are live (the archive holds only receipts of terminal ones).
+    node_.ledger().forEachLiveReservation([&](const Reservation& r) {
       if (r.state == ReservationState::kReserved && r.expires_at_ms <= now()) {
         due.push_back(r.reservation_id);
       }
@@ -582,8 +583,8 @@ class Run {
       if (r != nullptr && visit(*r)) ++found;
     }
     if (found == unknown) return earliest;
-    earliest.reset();
-    node_.ledger().forEachReservation([&](const Reservation& r) { (void)visit(r); });
+    earliest.reset();  // USAGE_UNKNOWN is never a receipt: the live table holds them all
+    node_.ledger().forEachLiveReservation([&](const Reservation& r) { (void)visit(r); });
     return earliest;
   }
 
