@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "core/limits.h"
 #include "core/status.h"
+#include "net/tls_session.h"
 #include "wire/codec.h"
 #include "wire/frame.h"
 
@@ -43,6 +45,9 @@ struct BlockingClientOptions {
   uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
   // Requests sent with send() whose responses were not received yet.
   uint64_t requests_in_flight_max = limits::kRequestsInFlightPerConnectionMax;
+  // Set: speak TLS through the session this makes (a client session with our key and the
+  // peer's pinned key); the handshake is part of connect(). Unset: plaintext.
+  std::function<Result<std::unique_ptr<net::TlsSession>>()> tls;
 };
 
 // BlockingClient owns one connected socket (closed in the destructor) and the frame decoder of
@@ -60,7 +65,10 @@ struct BlockingClientOptions {
 // Errors: kUnavailable for connect failures, timeouts and a closed peer; kCorruption for bytes
 // that are not valid frames or responses (after which the connection is unusable: every later
 // call returns the same error); kResourceExhausted when too many requests are in flight or a
-// request does not fit in one frame.
+// request does not fit in one frame. With TLS, a failed handshake or session (the peer refused
+// our key, we refused its key, a bad record) and a plaintext peer are kFailedPrecondition with a
+// message starting "TLS: " (a TLS 1.3 client learns that the server refused its key only at its
+// first read, so call() reports it); without TLS, a peer that answers with TLS is the same.
 class BlockingClient {
  public:
   // Connects within `timeout_ms` (name resolution included, except that getaddrinfo itself is
@@ -91,6 +99,10 @@ class BlockingClient {
   BlockingClient(int fd, Endpoint endpoint, BlockingClientOptions options);
 
   Status writeAll(const std::vector<uint8_t>& bytes, Deadline deadline);
+  Status sendRaw(const std::vector<uint8_t>& bytes, Deadline deadline);
+  // Hands what was received to the session (if any) and the frame decoder.
+  Status received(std::span<const uint8_t> bytes, std::vector<wire::Frame>* frames);
+  Status handshake(Deadline deadline);
   // Reads until at least one complete frame is buffered, or the deadline passes.
   Status fillFrames(Deadline deadline);
   // Decodes the next buffered frame, waiting for one if none is buffered.
@@ -107,6 +119,8 @@ class BlockingClient {
   std::deque<wire::Response> received_;  // responses to send()s that call() read first
   std::set<uint64_t> in_flight_;         // ids sent with send(), not yet received
   Status broken_;                        // set once the connection is unusable
+  std::unique_ptr<net::TlsSession> tls_;
+  bool first_bytes_ = true;  // nothing received yet
 };
 
 }  // namespace tally::client

@@ -11,17 +11,75 @@
 #include "central-client/blocking_client.h"
 #include "ctl/args.h"
 #include "ctl/commands.h"
+#include "net/tls_session.h"
+#include "shard/identity.h"
 
 namespace {
+
+using namespace tally;
 
 void write(std::FILE* stream, const std::string& text) {
   if (!text.empty()) std::fwrite(text.data(), 1, text.size(), stream);
 }
 
+// --ledger-key: a base64 public key, or a file holding one (first line) or a key pair.
+Result<PublicKey> ledgerKey(const std::string& text) {
+  if (Result<PublicKey> key = identity::decodePublicKey(text); key.isOk()) return key;
+  if (Result<identity::KeyPair> pair = identity::loadKeyPair(text); pair.isOk()) {
+    return pair.value().public_key;
+  }
+  std::FILE* file = std::fopen(text.c_str(), "r");
+  if (file == nullptr) {
+    return Status::invalidArgument("--ledger-key '" + text +
+                                   "' is neither a base64 public key nor a readable file");
+  }
+  char line[128] = {};
+  const bool read = std::fgets(line, sizeof(line), file) != nullptr;
+  std::fclose(file);
+  std::string trimmed = read ? line : "";
+  while (!trimmed.empty() && (trimmed.back() == '\n' || trimmed.back() == '\r')) trimmed.pop_back();
+  Result<PublicKey> key = identity::decodePublicKey(trimmed);
+  if (!key.isOk())
+    return Status::invalidArgument("--ledger-key " + text + ": " + key.status().message());
+  return key;
+}
+
+// The TLS sessions of the link to a ledger: the operator key, pinning the ledger's key. None
+// for --insecure or an agent's Unix socket.
+Result<client::BlockingClientOptions> clientOptions(const ctl::Invocation& inv) {
+  client::BlockingClientOptions options;
+  if (inv.insecure || inv.endpoint.kind != client::Endpoint::Kind::kTcp) return options;
+  if (inv.key_file.empty()) {
+    return Status::invalidArgument(
+        "the link to the ledger is TLS: give --key FILE (the ledger's DATA_DIR/operator.key), "
+        "or --insecure for a ledger started with --insecure");
+  }
+  Result<identity::KeyPair> key = identity::loadKeyPair(inv.key_file);
+  if (!key.isOk())
+    return Status::invalidArgument("--key " + inv.key_file + ": " + key.status().message());
+  std::string pin = inv.ledger_key;
+  if (pin.empty()) {
+    const size_t slash = inv.key_file.find_last_of('/');
+    pin = (slash == std::string::npos ? std::string(".") : inv.key_file.substr(0, slash)) +
+          "/ledger.key";
+  }
+  Result<PublicKey> ledger = ledgerKey(pin);
+  if (!ledger.isOk()) {
+    return Status::invalidArgument(ledger.status().message() +
+                                   (inv.ledger_key.empty() ? " (give --ledger-key)" : ""));
+  }
+  options.tls = [operator_key = key.value(), ledger_key = ledger.value()]() {
+    return net::TlsSession::create(net::TlsOptions{
+        .role = net::TlsRole::kClient,
+        .key = operator_key,
+        .accept_peer = [ledger_key](const PublicKey& peer) { return peer == ledger_key; }});
+  };
+  return options;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  using namespace tally;
   const std::vector<std::string_view> args(argv + 1, argv + argc);
   Result<ctl::Invocation> parsed = ctl::parseArgs(args);
   if (!parsed.isOk()) {
@@ -38,8 +96,10 @@ int main(int argc, char** argv) {
   // timeout covers connecting and the call together.
   const ctl::CallFn call = [&invocation](const wire::RequestBody& body) -> Result<wire::Response> {
     const auto started = std::chrono::steady_clock::now();
-    Result<std::unique_ptr<client::BlockingClient>> connection =
-        client::BlockingClient::connect(invocation.endpoint, invocation.timeout_ms);
+    Result<client::BlockingClientOptions> options = clientOptions(invocation);
+    if (!options.isOk()) return options.status();
+    Result<std::unique_ptr<client::BlockingClient>> connection = client::BlockingClient::connect(
+        invocation.endpoint, invocation.timeout_ms, options.value());
     if (!connection.isOk()) return connection.status();
     const auto spent_ms =
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
