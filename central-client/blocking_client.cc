@@ -192,7 +192,7 @@ Result<std::unique_ptr<BlockingClient>> BlockingClient::connect(const Endpoint& 
   }
   std::unique_ptr<BlockingClient> client(new BlockingClient(fd.value(), endpoint, options));
   if (client->options_.tls) {
-    Result<std::unique_ptr<net::TlsSession>> session = client->options_.tls();
+    Result<std::unique_ptr<LinkSession>> session = client->options_.tls();
     if (!session.isOk()) return session.status();
     client->tls_ = std::move(session).value();
     if (Status s = client->handshake(deadline); !s.isOk()) return s;

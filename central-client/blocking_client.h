@@ -5,14 +5,15 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/limits.h"
 #include "core/status.h"
-#include "net/tls_session.h"
 #include "wire/codec.h"
 #include "wire/frame.h"
 
@@ -40,6 +41,21 @@ Result<Endpoint> unixEndpoint(std::string_view path);
 // "HOST:PORT" or "unix:PATH", for messages.
 std::string endpointName(const Endpoint& endpoint);
 
+// A TLS session under the frames, as BlockingClient drives it: net::TlsSession's calls (tallyctl
+// adapts one). Abstract so that the C++ client library, which talks to agents, links no OpenSSL.
+class LinkSession {
+ public:
+  virtual ~LinkSession() = default;
+  [[nodiscard]] virtual Status start() = 0;
+  [[nodiscard]] virtual Status feed(std::span<const uint8_t> ciphertext) = 0;
+  [[nodiscard]] virtual Status write(std::span<const uint8_t> plaintext) = 0;
+  virtual std::vector<uint8_t> takeCiphertext() = 0;
+  virtual std::vector<uint8_t> takePlaintext() = 0;
+  virtual bool handshakeDone() const = 0;
+  virtual bool peerRefused() const = 0;                      // we refused the peer's key
+  virtual std::optional<std::string> peerAlert() const = 0;  // the peer's fatal alert
+};
+
 struct BlockingClientOptions {
   // Response frames announcing more bytes than this are refused (kCorruption).
   uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
@@ -47,7 +63,7 @@ struct BlockingClientOptions {
   uint64_t requests_in_flight_max = limits::kRequestsInFlightPerConnectionMax;
   // Set: speak TLS through the session this makes (a client session with our key and the
   // peer's pinned key); the handshake is part of connect(). Unset: plaintext.
-  std::function<Result<std::unique_ptr<net::TlsSession>>()> tls;
+  std::function<Result<std::unique_ptr<LinkSession>>()> tls;
 };
 
 // BlockingClient owns one connected socket (closed in the destructor) and the frame decoder of
@@ -119,7 +135,7 @@ class BlockingClient {
   std::deque<wire::Response> received_;  // responses to send()s that call() read first
   std::set<uint64_t> in_flight_;         // ids sent with send(), not yet received
   Status broken_;                        // set once the connection is unusable
-  std::unique_ptr<net::TlsSession> tls_;
+  std::unique_ptr<LinkSession> tls_;
   bool first_bytes_ = true;  // nothing received yet
 };
 

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +46,24 @@ Result<PublicKey> ledgerKey(const std::string& text) {
   return key;
 }
 
+// net::TlsSession as the blocking client drives it.
+class TlsLinkSession final : public client::LinkSession {
+ public:
+  explicit TlsLinkSession(std::unique_ptr<net::TlsSession> session)
+      : session_(std::move(session)) {}
+  Status start() override { return session_->start(); }
+  Status feed(std::span<const uint8_t> ciphertext) override { return session_->feed(ciphertext); }
+  Status write(std::span<const uint8_t> plaintext) override { return session_->write(plaintext); }
+  std::vector<uint8_t> takeCiphertext() override { return session_->takeCiphertext(); }
+  std::vector<uint8_t> takePlaintext() override { return session_->takePlaintext(); }
+  bool handshakeDone() const override { return session_->handshakeDone(); }
+  bool peerRefused() const override { return session_->peerRefused(); }
+  std::optional<std::string> peerAlert() const override { return session_->peerAlert(); }
+
+ private:
+  std::unique_ptr<net::TlsSession> session_;
+};
+
 // The TLS sessions of the link to a ledger: the operator key, pinning the ledger's key. None
 // for --insecure or an agent's Unix socket.
 Result<client::BlockingClientOptions> clientOptions(const ctl::Invocation& inv) {
@@ -68,11 +88,14 @@ Result<client::BlockingClientOptions> clientOptions(const ctl::Invocation& inv) 
     return Status::invalidArgument(ledger.status().message() +
                                    (inv.ledger_key.empty() ? " (give --ledger-key)" : ""));
   }
-  options.tls = [operator_key = key.value(), ledger_key = ledger.value()]() {
-    return net::TlsSession::create(net::TlsOptions{
+  options.tls = [operator_key = key.value(),
+                 ledger_key = ledger.value()]() -> Result<std::unique_ptr<client::LinkSession>> {
+    Result<std::unique_ptr<net::TlsSession>> session = net::TlsSession::create(net::TlsOptions{
         .role = net::TlsRole::kClient,
         .key = operator_key,
         .accept_peer = [ledger_key](const PublicKey& peer) { return peer == ledger_key; }});
+    if (!session.isOk()) return session.status();
+    return std::unique_ptr<client::LinkSession>(new TlsLinkSession(std::move(session).value()));
   };
   return options;
 }
