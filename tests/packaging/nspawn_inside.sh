@@ -60,7 +60,7 @@ ctl=(tallyctl --key /var/lib/tally-ledger/operator.key)
   fail "operator.key: $(stat -c '%U %a' /var/lib/tally-ledger/operator.key 2>&1)"
 "${ctl[@]}" policy publish "$policy" >/tally-test/ctl.log 2>&1 || fail "policy publish: $(cat /tally-test/ctl.log)"
 install -d -o tally -g tally -m 0750 /var/lib/tally-agent
-gateway=$(runuser -u tally -- tally-agent --data-dir /var/lib/tally-agent identity --json) ||
+gateway=$(setpriv --reuid tally --regid tally --init-groups tally-agent --data-dir /var/lib/tally-agent identity --json 2>&1) ||
   fail "tally-agent identity: $gateway"
 gateway_id=$(sed -n 's/.*"gatewayId":"\([^"]*\)".*/\1/p' <<<"$gateway")
 gateway_key=$(sed -n 's/.*"publicKey":"\([^"]*\)".*/\1/p' <<<"$gateway")
