@@ -14,14 +14,26 @@ namespace tally::agent {
 namespace {
 
 // The keys of the file: top level, then the [health] and [emergency] tables.
-const std::vector<std::string> kTopKeys = {
-    "socket",           "socket_mode",        "allowed_uids",
-    "allowed_gids",     "metrics_listen",     "request_timeout_ms",
-    "health",           "outbox_entries_max", "policy_refresh_ms",
-    "drain_timeout_ms", "frame_bytes_max",    "log_level",
-    "gateway_name",     "identity_file",      "ledger_public_keys",
-    "emergency",        "http_socket",        "http_listen",
-    "scheduling"};
+const std::vector<std::string> kTopKeys = {"socket",
+                                           "socket_mode",
+                                           "allowed_uids",
+                                           "allowed_gids",
+                                           "metrics_listen",
+                                           "request_timeout_ms",
+                                           "health",
+                                           "outbox_entries_max",
+                                           "policy_refresh_ms",
+                                           "drain_timeout_ms",
+                                           "frame_bytes_max",
+                                           "log_level",
+                                           "gateway_name",
+                                           "identity_file",
+                                           "ledger_public_keys",
+                                           "emergency",
+                                           "http_socket",
+                                           "http_listen",
+                                           "scheduling",
+                                           "insecure"};
 const std::vector<std::string> kHealthKeys = {"failures_to_degrade", "failures_to_partition",
                                               "slow_request_us", "partition_after_ms",
                                               "successes_to_recover"};
@@ -362,6 +374,12 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
   if (Status s = readStringList(table, path, "ledger_public_keys", &config->ledger_public_keys);
       !s.isOk()) {
     return s;
+  }
+  if (const toml::node* node = table.get("insecure")) {
+    const auto flag = node->value<bool>();
+    if (!node->is_boolean() || !flag)
+      return configKeyError(path, "insecure", "must be true or false");
+    config->insecure = *flag;
   }
   if (Status s = readEmergency(table, path, &config->emergency); !s.isOk()) return s;
   if (Status s = readLedgerAddresses(table, path, config); !s.isOk()) return s;

@@ -36,6 +36,7 @@
 //   gateway_name = "gw-eu-1"           # first start only: DIR/gateway.name keeps it after
 //   identity_file = "/var/lib/tally-agent/gateway.key"   # default DIR/gateway.key
 //   ledger_public_keys = ["BASE64", …] # ledger keys whose shard grants are trusted
+//   insecure = false                   # plaintext link to the ledger (demos and tests)
 //   [emergency]                        # emergency shards (docs/SHARDS.md)
 //   accounts = ["tenant-a chat.generate"]  # "subject route": shards kept on hand while healthy
 //   shards_on_hand = 1                 # usable shards kept per account
@@ -100,6 +101,9 @@ struct AgentConfig {
   std::string gateway_name;   // empty: the host name (used only when DIR/gateway.name is absent)
   std::string identity_file;  // empty: DIR/gateway.key
   std::vector<std::string> ledger_public_keys;  // base64; flags add to the file's
+  // Plaintext link to the ledger without authentication (`--insecure`, for demos and tests).
+  // Otherwise TLS 1.3 with gateway.key, pinning ledger_public_keys (required then).
+  bool insecure = false;
   EmergencyConfig emergency;
   SchedulingConfig scheduling;
   int ready_fd = -1;  // write "ready METRICS_PORT SOCKET\n" here once serving, then close it

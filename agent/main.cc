@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -28,6 +30,7 @@
 #include "common/sd_notify.h"
 #include "common/sd_watchdog.h"
 #include "common/wall_clock.h"
+#include "net/tls_session.h"
 #include "shard/crypto.h"
 #include "shard/identity.h"
 #include "shard/store.h"
@@ -46,7 +49,7 @@ constexpr const char* kUsage =
     "                   [--metrics HOST:PORT] [--ready-fd FD]\n"
     "                   [--log-level debug|info|warn|error]\n"
     "                   [--identity-file PATH] [--gateway-name NAME]\n"
-    "                   [--ledger-public-key BASE64]...\n"
+    "                   [--ledger-public-key BASE64]... [--insecure]\n"
     "       tally-agent --data-dir DIR [--identity-file PATH] [--gateway-name NAME]\n"
     "                   identity [--json]\n"
     "       tally-agent --version | --help\n"
@@ -72,6 +75,10 @@ constexpr const char* kUsage =
     "enforce-mode reserves are admitted from them (persisted in DIR/agent.db), and they are\n"
     "reported and reconciled when it is back. Grants are trusted only under --ledger-public-key\n"
     "(repeatable; or the config's ledger_public_keys).\n"
+    "The link to the ledger is TLS 1.3: the agent presents its gateway key (enrolled with\n"
+    "`tallyctl gateway enroll`) and accepts only a ledger key given with --ledger-public-key\n"
+    "(required). --insecure: plaintext without authentication, for a ledger started with\n"
+    "--insecure (local demos and tests); logged as a warning.\n"
     "identity: print (creating if absent) this gateway's name and public key, for\n"
     "`tallyctl gateway enroll`; --json prints {\"gatewayId\":NAME,\"publicKey\":BASE64}. The key "
     "is\n"
@@ -123,6 +130,9 @@ int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
     } else if (arg == "--ledger-public-key") {
       if ((v = args.value()) == nullptr) return kExitUsage;
       ledger_keys.push_back(v);
+      continue;
+    } else if (arg == "--insecure") {
+      config->insecure = true;
       continue;
     } else if (arg == "identity") {
       command->identity = true;
@@ -272,6 +282,33 @@ Result<std::vector<PublicKey>> trustedLedgerKeys(const AgentConfig& config) {
   return keys;
 }
 
+using LinkTls = std::function<Result<std::unique_ptr<net::TlsSession>>()>;
+
+// TLS on the link to the ledger: client sessions with the gateway key, pinning the configured
+// ledger keys; none with --insecure (logged loudly). kInvalidArgument without a ledger key.
+Result<LinkTls> linkTls(const AgentConfig& config, const identity::KeyPair& gateway_key,
+                        const std::vector<PublicKey>& ledger_keys, Logger* logger) {
+  if (config.insecure) {
+    logger->warn("insecure", {{"effect",
+                               "plaintext link to the ledger WITHOUT authentication; for demos "
+                               "and tests only"}});
+    return LinkTls();
+  }
+  if (ledger_keys.empty()) {
+    return Status::invalidArgument(
+        "the TLS link pins the ledger's key: give --ledger-public-key BASE64 (or the config's "
+        "ledger_public_keys; `tally-ledger identity` prints it), or --insecure for a plaintext "
+        "ledger");
+  }
+  const std::set<PublicKey> pinned(ledger_keys.begin(), ledger_keys.end());
+  return LinkTls([gateway_key, pinned]() {
+    return net::TlsSession::create(net::TlsOptions{
+        .role = net::TlsRole::kClient,
+        .key = gateway_key,
+        .accept_peer = [pinned](const PublicKey& key) { return pinned.contains(key); }});
+  });
+}
+
 // How long after drain_timeout_ms the gateway server still waits for the answers the service
 // gives at that deadline before it closes connections regardless.
 // "H:P" or "H:P,H:P" (its standbys), for the ready line.
@@ -290,7 +327,7 @@ constexpr uint64_t kGatewayDrainGraceMs = 1'000;
 struct Daemon {
   Daemon(uv_loop_t* loop, const AgentConfig& config, Logger* logger, OutboxStore* store,
          int inherited_fd, ShardStore* shard_store, const ShardCrypto* crypto, GatewaySigner signer,
-         uint64_t boot_epoch, uint64_t watchdog_interval_ms)
+         uint64_t boot_epoch, uint64_t watchdog_interval_ms, LinkTls link_tls)
       : config(config),
         logger(logger),
         link(loop,
@@ -299,7 +336,8 @@ struct Daemon {
                                         .also = config.ledger_also,
                                         .request_timeout_ms = config.request_timeout_ms,
                                         .frame_bytes_max = config.frame_bytes_max,
-                                        .health = config.health},
+                                        .health = config.health,
+                                        .tls = std::move(link_tls)},
              logger),
         keeper(loop, &link, shard_store, crypto, std::move(signer), &metrics, logger,
                emergencyOptions(config), boot_epoch, /*seed=*/0),
@@ -457,6 +495,11 @@ int run(const AgentConfig& config) {
     logger.warn("no_ledger_public_keys",
                 {{"effect", "no shard grant verifies: emergency shards are never used"}});
   }
+  Result<LinkTls> link_tls = linkTls(config, gateway.value().key, ledger_keys.value(), &logger);
+  if (!link_tls.isOk()) {
+    logger.error("tls_setup_failed", {{"error", link_tls.status().message()}});
+    return kExitStartup;
+  }
   const wire::WireShardCrypto crypto(std::nullopt, ledger_keys.value());
   const identity::KeyPair gateway_key = gateway.value().key;
   GatewaySigner signer{
@@ -483,7 +526,7 @@ int run(const AgentConfig& config) {
   {
     Daemon daemon(&loop, config, &logger, store.get(), inheritedSocket(&logger),
                   shard_store.value().get(), &crypto, std::move(signer), epoch.value(),
-                  sdWatchdogIntervalMs());
+                  sdWatchdogIntervalMs(), std::move(link_tls).value());
     for (uv_signal_t* handle : {&daemon.term, &daemon.interrupt}) {
       (void)uv_signal_init(&loop, handle);
     }

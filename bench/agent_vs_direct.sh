@@ -12,11 +12,11 @@ work=$(mktemp -d)
 cleanup() { kill -TERM "${agent:-}" "${ledger:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 mkfifo "$work/ledger.ready" "$work/agent.ready"
-"$BIN/tally-ledger" --data-dir "$work/ledger" --listen 127.0.0.1:0 --log-level warn --ready-fd 3 \
+"$BIN/tally-ledger" --insecure --data-dir "$work/ledger" --listen 127.0.0.1:0 --log-level warn --ready-fd 3 \
   3>"$work/ledger.ready" 2>>"$OUT/ledger.log" &
 ledger=$!
 read -r -t 10 _ port _ <"$work/ledger.ready"
-"$BIN/tally-agent" --data-dir "$work/agent" --ledger "127.0.0.1:$port" --socket "$work/agent.sock" \
+"$BIN/tally-agent" --insecure --data-dir "$work/agent" --ledger "127.0.0.1:$port" --socket "$work/agent.sock" \
   --metrics 127.0.0.1:0 --log-level warn --ready-fd 3 3>"$work/agent.ready" 2>>"$OUT/agent.log" &
 agent=$!
 read -r -t 10 _ _ <"$work/agent.ready"

@@ -14,7 +14,7 @@ work=$(mktemp -d)
 cleanup() { kill -TERM "${agent:-}" "${ledger:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 mkfifo "$work/ledger.ready" "$work/agent.ready"
-"$BIN/tally-ledger" --data-dir "$work/ledger" --listen 127.0.0.1:0 --log-level warn --ready-fd 3 \
+"$BIN/tally-ledger" --insecure --data-dir "$work/ledger" --listen 127.0.0.1:0 --log-level warn --ready-fd 3 \
   3>"$work/ledger.ready" 2>>"$work/ledger.log" &
 ledger=$!
 read -r -t 10 _ port _ <"$work/ledger.ready"
@@ -24,7 +24,7 @@ printf '[scheduling]\nstarted_max = { "chat" = %s }\nfairness_window = %s\n' "$S
 # so the agent's first policy fetch already has the weights.
 "$BIN/tally-fairness-bench" --ledger "127.0.0.1:$port" --agent /dev/null --tenants "$TENANTS" \
   --clients 1 --duration-s 0 --warmup-s 0 --publish-only 1 >/dev/null
-"$BIN/tally-agent" --data-dir "$work/agent" --ledger "127.0.0.1:$port" --socket "$work/agent.sock" \
+"$BIN/tally-agent" --insecure --data-dir "$work/agent" --ledger "127.0.0.1:$port" --socket "$work/agent.sock" \
   --config "$work/agent.toml" --metrics 127.0.0.1:0 --log-level warn --ready-fd 3 \
   3>"$work/agent.ready" 2>>"$work/agent.log" &
 agent=$!

@@ -24,7 +24,7 @@ start_stack() {
   local dir="$work/$1"
   mkdir -p "$dir"
   mkfifo "$dir/ledger.ready" "$dir/agent.ready"
-  "$BIN/tally-ledger" --data-dir "$dir/ledger" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 \
+  "$BIN/tally-ledger" --insecure --data-dir "$dir/ledger" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 \
     --log-level warn --ready-fd 3 3>"$dir/ledger.ready" 2>>"$dir/ledger.log" &
   ledger=$!
   read -r -t 10 _ port _ <"$dir/ledger.ready"
@@ -39,10 +39,10 @@ max_single_reservation = 1000
 hold_ttl_ms = 60000
 hard_execution_limit_ms = 600000
 POLICY
-  "$BIN/tallyctl" --ledger "127.0.0.1:$port" policy publish "$dir/policy.toml" >/dev/null
+  "$BIN/tallyctl" --insecure --ledger "127.0.0.1:$port" policy publish "$dir/policy.toml" >/dev/null
   http_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   sock="$dir/agent.sock"
-  "$BIN/tally-agent" --data-dir "$dir/agent" --ledger "127.0.0.1:$port" --socket "$sock" \
+  "$BIN/tally-agent" --insecure --data-dir "$dir/agent" --ledger "127.0.0.1:$port" --socket "$sock" \
     --http "127.0.0.1:$http_port" --metrics "" --log-level warn --ready-fd 3 \
     3>"$dir/agent.ready" 2>>"$dir/agent.log" &
   agent=$!

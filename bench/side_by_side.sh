@@ -79,7 +79,7 @@ for store in $STORES; do
           --postgres "host=127.0.0.1 port=$PG_PORT user=postgres dbname=tally$db")
         label="tally-postgres-S$S-run$run"
       fi
-      "$BIN/tally-ledger" --data-dir "$data" --listen 127.0.0.1:0 --log-level warn --ready-fd 3 \
+      "$BIN/tally-ledger" --insecure --data-dir "$data" --listen 127.0.0.1:0 --log-level warn --ready-fd 3 \
         "${store_args[@]}" 3>"$fifo" 2>>"$OUT/ledger.log" &
       ledger=$!
       read -r -t 10 word port _ <"$fifo"

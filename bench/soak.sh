@@ -30,7 +30,7 @@ data=$(mktemp -d)
 fifo="$data.ready"
 mkfifo "$fifo"
 printf 'retention_ms = %s\n' "$RETENTION_MS" >"$data.toml"
-"$BIN/tally-ledger" --data-dir "$data/dir" --config "$data.toml" --listen 127.0.0.1:0 \
+"$BIN/tally-ledger" --insecure --data-dir "$data/dir" --config "$data.toml" --listen 127.0.0.1:0 \
   --metrics "" --log-level warn --ready-fd 3 3>"$fifo" 2>>"$OUT/ledger.log" &
 ledger=$!
 cleanup() {

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <span>
 #include <utility>
 
 namespace tally::client {
@@ -189,7 +190,79 @@ Result<std::unique_ptr<BlockingClient>> BlockingClient::connect(const Endpoint& 
     if (s.code() == StatusCode::kInvalidArgument) return Status::invalidArgument(message);
     return Status::unavailable(message);
   }
-  return std::unique_ptr<BlockingClient>(new BlockingClient(fd.value(), endpoint, options));
+  std::unique_ptr<BlockingClient> client(new BlockingClient(fd.value(), endpoint, options));
+  if (client->options_.tls) {
+    Result<std::unique_ptr<LinkSession>> session = client->options_.tls();
+    if (!session.isOk()) return session.status();
+    client->tls_ = std::move(session).value();
+    if (Status s = client->handshake(deadline); !s.isOk()) return s;
+  }
+  return client;
+}
+
+Status BlockingClient::handshake(Clock::time_point deadline) {
+  if (Status s = tls_->start(); !s.isOk())
+    return fail(Status::failedPrecondition("TLS: " + s.message()));
+  uint8_t buffer[kReadChunkBytes];
+  std::vector<wire::Frame> frames;
+  for (;;) {
+    if (Status s = sendRaw(tls_->takeCiphertext(), deadline); !s.isOk()) return s;
+    if (tls_->handshakeDone()) return Status::ok();
+    if (Status s = waitFor(fd_, POLLIN, deadline, "the TLS handshake"); !s.isOk()) return s;
+    const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+    if (n == 0) {
+      return fail(Status::failedPrecondition(
+          "TLS: " + endpointName(endpoint_) +
+          " closed the connection during the TLS handshake (does it run with --insecure?)"));
+    }
+    if (n < 0) {
+      if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      return fail(Status::unavailable("receive from " + endpointName(endpoint_) +
+                                      " failed: " + errnoText(errno)));
+    }
+    if (Status s = received(std::span<const uint8_t>(buffer, static_cast<size_t>(n)), &frames);
+        !s.isOk()) {
+      return s;
+    }
+    for (wire::Frame& frame : frames) frames_.push_back(std::move(frame));
+    frames.clear();
+  }
+}
+
+Status BlockingClient::received(std::span<const uint8_t> bytes, std::vector<wire::Frame>* frames) {
+  const bool first = std::exchange(first_bytes_, false);
+  // A TLS record's first byte is 0x16 (handshake) or 0x15 (alert), then 0x03; a frame's length
+  // is a whole number of words, so its first byte is a multiple of 8.
+  const bool looks_tls =
+      bytes.size() >= 2 && (bytes[0] == 0x16 || bytes[0] == 0x15) && bytes[1] == 0x03;
+  std::vector<uint8_t> plaintext;
+  if (tls_ != nullptr) {
+    const Status fed = tls_->feed(bytes);
+    (void)sendRaw(tls_->takeCiphertext(), deadlineAfter(100));  // alerts, key updates
+    if (!fed.isOk()) {
+      std::string why = fed.message();
+      if (first && !looks_tls) {
+        why = "the peer does not speak TLS (does it run with --insecure?)";
+      } else if (tls_->peerRefused()) {
+        why = "the peer's key is not the pinned one (" + fed.message() + ")";
+      } else if (tls_->peerAlert().has_value()) {
+        why = "the peer refused the session (alert: " + *tls_->peerAlert() +
+              "): it does not accept our key";
+      }
+      return fail(Status::failedPrecondition("TLS: " + endpointName(endpoint_) + ": " + why));
+    }
+    plaintext = tls_->takePlaintext();
+    bytes = plaintext;
+  } else if (first && looks_tls) {
+    return fail(Status::failedPrecondition("TLS: " + endpointName(endpoint_) +
+                                           " speaks TLS and this client runs with --insecure"));
+  }
+  Status fed = decoder_.feed(bytes, frames);
+  if (!fed.isOk()) {
+    return fail(Status::corruption("malformed frame from " + endpointName(endpoint_) + ": " +
+                                   fed.message()));
+  }
+  return Status::ok();
 }
 
 BlockingClient::BlockingClient(int fd, Endpoint endpoint, BlockingClientOptions options)
@@ -206,6 +279,14 @@ Status BlockingClient::fail(Status status) {
 }
 
 Status BlockingClient::writeAll(const std::vector<uint8_t>& bytes, Clock::time_point deadline) {
+  if (tls_ == nullptr) return sendRaw(bytes, deadline);
+  if (Status s = tls_->write(bytes); !s.isOk()) {
+    return fail(Status::failedPrecondition("TLS: " + s.message()));
+  }
+  return sendRaw(tls_->takeCiphertext(), deadline);
+}
+
+Status BlockingClient::sendRaw(const std::vector<uint8_t>& bytes, Clock::time_point deadline) {
   size_t written = 0;
   while (written < bytes.size()) {
     const ssize_t n = ::send(fd_, bytes.data() + written, bytes.size() - written, MSG_NOSIGNAL);
@@ -236,6 +317,11 @@ Status BlockingClient::fillFrames(Clock::time_point deadline) {
     }
     const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
     if (n == 0) {
+      if (tls_ != nullptr && tls_->peerAlert().has_value()) {
+        return fail(
+            Status::failedPrecondition("TLS: " + endpointName(endpoint_) +
+                                       " refused the session (alert: " + *tls_->peerAlert() + ")"));
+      }
       return fail(Status::unavailable(endpointName(endpoint_) + " closed the connection"));
     }
     if (n < 0) {
@@ -243,12 +329,9 @@ Status BlockingClient::fillFrames(Clock::time_point deadline) {
       return fail(Status::unavailable("receive from " + endpointName(endpoint_) +
                                       " failed: " + errnoText(errno)));
     }
-    Status fed = decoder_.feed(std::span<const uint8_t>(buffer, static_cast<size_t>(n)), &frames);
+    Status fed = received(std::span<const uint8_t>(buffer, static_cast<size_t>(n)), &frames);
     for (wire::Frame& frame : frames) frames_.push_back(std::move(frame));
-    if (!fed.isOk()) {
-      return fail(Status::corruption("malformed frame from " + endpointName(endpoint_) + ": " +
-                                     fed.message()));
-    }
+    if (!fed.isOk()) return fed;
   }
   return Status::ok();
 }

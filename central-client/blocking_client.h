@@ -3,8 +3,11 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,11 +41,29 @@ Result<Endpoint> unixEndpoint(std::string_view path);
 // "HOST:PORT" or "unix:PATH", for messages.
 std::string endpointName(const Endpoint& endpoint);
 
+// A TLS session under the frames, as BlockingClient drives it: net::TlsSession's calls (tallyctl
+// adapts one). Abstract so that the C++ client library, which talks to agents, links no OpenSSL.
+class LinkSession {
+ public:
+  virtual ~LinkSession() = default;
+  [[nodiscard]] virtual Status start() = 0;
+  [[nodiscard]] virtual Status feed(std::span<const uint8_t> ciphertext) = 0;
+  [[nodiscard]] virtual Status write(std::span<const uint8_t> plaintext) = 0;
+  virtual std::vector<uint8_t> takeCiphertext() = 0;
+  virtual std::vector<uint8_t> takePlaintext() = 0;
+  virtual bool handshakeDone() const = 0;
+  virtual bool peerRefused() const = 0;                      // we refused the peer's key
+  virtual std::optional<std::string> peerAlert() const = 0;  // the peer's fatal alert
+};
+
 struct BlockingClientOptions {
   // Response frames announcing more bytes than this are refused (kCorruption).
   uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
   // Requests sent with send() whose responses were not received yet.
   uint64_t requests_in_flight_max = limits::kRequestsInFlightPerConnectionMax;
+  // Set: speak TLS through the session this makes (a client session with our key and the
+  // peer's pinned key); the handshake is part of connect(). Unset: plaintext.
+  std::function<Result<std::unique_ptr<LinkSession>>()> tls;
 };
 
 // BlockingClient owns one connected socket (closed in the destructor) and the frame decoder of
@@ -60,7 +81,10 @@ struct BlockingClientOptions {
 // Errors: kUnavailable for connect failures, timeouts and a closed peer; kCorruption for bytes
 // that are not valid frames or responses (after which the connection is unusable: every later
 // call returns the same error); kResourceExhausted when too many requests are in flight or a
-// request does not fit in one frame.
+// request does not fit in one frame. With TLS, a failed handshake or session (the peer refused
+// our key, we refused its key, a bad record) and a plaintext peer are kFailedPrecondition with a
+// message starting "TLS: " (a TLS 1.3 client learns that the server refused its key only at its
+// first read, so call() reports it); without TLS, a peer that answers with TLS is the same.
 class BlockingClient {
  public:
   // Connects within `timeout_ms` (name resolution included, except that getaddrinfo itself is
@@ -91,6 +115,10 @@ class BlockingClient {
   BlockingClient(int fd, Endpoint endpoint, BlockingClientOptions options);
 
   Status writeAll(const std::vector<uint8_t>& bytes, Deadline deadline);
+  Status sendRaw(const std::vector<uint8_t>& bytes, Deadline deadline);
+  // Hands what was received to the session (if any) and the frame decoder.
+  Status received(std::span<const uint8_t> bytes, std::vector<wire::Frame>* frames);
+  Status handshake(Deadline deadline);
   // Reads until at least one complete frame is buffered, or the deadline passes.
   Status fillFrames(Deadline deadline);
   // Decodes the next buffered frame, waiting for one if none is buffered.
@@ -107,6 +135,8 @@ class BlockingClient {
   std::deque<wire::Response> received_;  // responses to send()s that call() read first
   std::set<uint64_t> in_flight_;         // ids sent with send(), not yet received
   Status broken_;                        // set once the connection is unusable
+  std::unique_ptr<LinkSession> tls_;
+  bool first_bytes_ = true;  // nothing received yet
 };
 
 }  // namespace tally::client

@@ -35,7 +35,21 @@ class LedgerLink::Connection final : public net::StreamHandler {
                               : status.message());
   }
   void onConnected(net::FramedStream*, const Status& status) override {
+    if (status.isOk() && link_->options_.tls) {
+      if (Status started = startTls(); !started.isOk()) {
+        link_->onConnect(this, started);
+        return;
+      }
+    }
     link_->onConnect(this, status);
+  }
+  // TLS from the first byte: requests written from here on wait in the session until its
+  // handshake is done.
+  Status startTls() {
+    Result<std::unique_ptr<net::TlsSession>> session = link_->options_.tls();
+    if (!session.isOk()) return Status::ioError("TLS session: " + session.status().message());
+    stream_.startTls(std::move(session).value());
+    return Status::ok();
   }
   void onClosed(net::FramedStream*) override {
     LedgerLink* link = link_;

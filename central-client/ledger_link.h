@@ -18,6 +18,7 @@
 #include "core/limits.h"
 #include "core/link_health.h"
 #include "core/status.h"
+#include "net/tls_session.h"
 #include "wire/codec.h"
 #include "wire/frame.h"
 
@@ -63,6 +64,10 @@ struct LedgerLinkOptions {
   LinkHealthThresholds health;
   uint64_t seed = 0;  // jitter PRNG seed (0: from time) — the link's only randomness
   uint64_t health_tick_ms = 100;
+  // Set: each connection speaks TLS through a client session this makes (the gateway key, the
+  // pinned ledger keys); a refused or failed session drops the connection with a reason that
+  // starts "TLS: " (logged as ledger_link_lost). Unset: plaintext (--insecure).
+  std::function<Result<std::unique_ptr<net::TlsSession>>()> tls;
 };
 
 struct LinkResult {

@@ -243,12 +243,16 @@ struct Scanned {
   std::optional<std::string> ledger;
   std::optional<std::string> agent;
   std::optional<std::string> timeout_ms;
+  std::optional<std::string> key;
+  std::optional<std::string> ledger_key;
+  bool insecure = false;
   std::vector<std::string> positionals;
   std::vector<std::pair<Flag, std::string>> flags;  // in order
 };
 
 bool isGlobalValueFlag(std::string_view name) {
-  return name == "ledger" || name == "agent" || name == "timeout-ms";
+  return name == "ledger" || name == "agent" || name == "timeout-ms" || name == "key" ||
+         name == "ledger-key";
 }
 
 const FlagName* commandFlag(std::string_view name) {
@@ -276,6 +280,11 @@ Status scanFlag(std::span<const std::string_view> args, size_t* i, Scanned* out)
   const std::string_view name =
       arg.substr(2, equals == std::string_view::npos ? arg.npos : equals - 2);
   const bool has_inline = equals != std::string_view::npos;
+  if (name == "insecure") {
+    if (has_inline) return usage("--insecure takes no value");
+    out->insecure = true;
+    return Status::ok();
+  }
   if (name == "help" || name == "version" || name == "json") {
     if (has_inline) return usage("--" + std::string(name) + " takes no value");
     (name == "help" ? out->help : name == "version" ? out->version : out->json) = true;
@@ -304,6 +313,10 @@ Status scanFlag(std::span<const std::string_view> args, size_t* i, Scanned* out)
     if (Status s = setOnce(&out->agent, name, value); !s.isOk()) return s;
   } else if (name == "timeout-ms") {
     if (Status s = setOnce(&out->timeout_ms, name, value); !s.isOk()) return s;
+  } else if (name == "key") {
+    if (Status s = setOnce(&out->key, name, value); !s.isOk()) return s;
+  } else if (name == "ledger-key") {
+    if (Status s = setOnce(&out->ledger_key, name, value); !s.isOk()) return s;
   } else {
     out->flags.emplace_back(command_flag->flag, std::move(value));
   }
@@ -330,6 +343,9 @@ Status scan(std::span<const std::string_view> args, Scanned* out) {
 
 Status applyGlobals(const Scanned& scanned, Invocation* inv) {
   inv->json = scanned.json;
+  inv->insecure = scanned.insecure;
+  inv->key_file = scanned.key.value_or("");
+  inv->ledger_key = scanned.ledger_key.value_or("");
   if (scanned.ledger && scanned.agent) return usage("--ledger and --agent exclude each other");
   if (scanned.agent) {
     Result<client::Endpoint> endpoint = client::unixEndpoint(*scanned.agent);
@@ -502,7 +518,8 @@ Result<Invocation> parseArgs(std::span<const std::string_view> args) {
 }
 
 std::string usageText() {
-  return R"(usage: tallyctl [--ledger HOST:PORT | --agent SOCKET] [--json] [--timeout-ms N] COMMAND ...
+  return R"(usage: tallyctl [--ledger HOST:PORT | --agent SOCKET] [--json] [--timeout-ms N]
+                [--key FILE] [--ledger-key BASE64|FILE] [--insecure] COMMAND ...
 
 Commands:
   policy publish FILE.toml        parse FILE locally (errors name the key; nothing is sent),
@@ -563,6 +580,13 @@ Global flags (before or after the command):
   --json              print exactly one JSON object on stdout, whatever the outcome
                       (usage errors included); it may stand anywhere on the line
   --timeout-ms N      give up after N ms, connecting included (default 5000)
+  --key FILE          the operator key for the TLS link to the ledger: the ledger creates
+                      DATA_DIR/operator.key at first start (required with --ledger)
+  --ledger-key BASE64|FILE
+                      the ledger's public key to pin (`tally-ledger identity` prints it), or
+                      a file holding it or the ledger's key; default: DIR/ledger.key beside
+                      --key (the ledger's data dir)
+  --insecure          plaintext to a ledger started with --insecure (no TLS, no key)
   --help, --version
 Flags take their value as the next argument or after '=' (--units=600).
 
@@ -618,7 +642,9 @@ Exit codes:
   8   INVALID_STATE: not allowed in the reservation's current state
   9   RESOURCE_EXHAUSTED or ARITHMETIC_OVERFLOW: the ledger refused and changed nothing
   10  protocol error: malformed or unexpected answer, or another error reply from the peer
-  11  permission denied: the gateway is unknown or disabled, or a signature did not verify
+  11  permission denied: the gateway is unknown or disabled, or a signature did not verify;
+      or the TLS link failed: the ledger refused our key, its key is not the pinned one, or
+      one side runs with --insecure and the other does not
   1   internal error in tallyctl
 )";
 }

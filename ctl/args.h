@@ -55,6 +55,12 @@ struct Invocation {
   bool json = false;
   uint64_t timeout_ms = kDefaultTimeoutMs;
   Command command = Command::kHelp;
+  // The link to a ledger (--ledger) is TLS: key_file is the operator key (--key FILE: the
+  // ledger's DIR/operator.key), ledger_key pins the ledger (--ledger-key BASE64|FILE; default
+  // the public half of ledger.key beside key_file). --insecure: plaintext. --agent: neither.
+  bool insecure = false;
+  std::string key_file;
+  std::string ledger_key;
 
   std::string policy_file;    // policy publish FILE
   Generation generation = 0;  // policy show --generation (0: active)

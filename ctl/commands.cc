@@ -189,6 +189,9 @@ Result<wire::RequestBody> buildRequest(const Invocation& inv) {
 CommandOutput renderAnswer(const Invocation& inv, const Result<wire::Response>& answer) {
   if (!answer.isOk()) {
     const Status& status = answer.status();
+    if (status.message().starts_with("TLS: ")) {  // the link's authentication failed
+      return failure(inv, kExitPermissionDenied, "PERMISSION_DENIED", status.message());
+    }
     return failure(inv, exitCodeForStatus(status.code()), statusCodeName(status.code()),
                    status.message());
   }

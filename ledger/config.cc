@@ -1,5 +1,6 @@
 #include "ledger/config.h"
 
+#include <arpa/inet.h>
 #include <toml++/toml.h>
 
 #include <set>
@@ -7,6 +8,13 @@
 #include "common/config_parse.h"
 
 namespace tally::ledger {
+
+bool isLoopbackHost(const std::string& host) {
+  if (host == "localhost") return true;
+  in_addr address{};
+  if (::inet_pton(AF_INET, host.c_str(), &address) != 1) return false;
+  return (ntohl(address.s_addr) >> 24) == 127;
+}
 
 Status parseListen(const std::string& text, std::string* host, uint16_t* port) {
   return parseHostPort(text, "listen address", "listen port", host, port);
@@ -35,7 +43,8 @@ const std::vector<std::string>& configKeys() {
                                                  "lease_ms",
                                                  "standby",
                                                  "receipt_bytes_max",
-                                                 "shard_retention_ms"};
+                                                 "shard_retention_ms",
+                                                 "insecure"};
   return kKeys;
 }
 
@@ -72,6 +81,11 @@ Status applyConfigFile(const std::string& path, LedgerConfig* config) {
     const auto text = node->value<std::string>();
     if (!text) return configKeyError(path, "postgres", "must be a string (a libpq conninfo)");
     config->postgres_conninfo = *text;
+  }
+  if (const toml::node* node = table.get("insecure")) {
+    const auto flag = node->value<bool>();
+    if (!flag) return configKeyError(path, "insecure", "must be true or false");
+    config->insecure = *flag;
   }
   if (const toml::node* node = table.get("standby")) {
     const auto flag = node->value<bool>();
@@ -138,6 +152,11 @@ Status validateConfig(const LedgerConfig& config) {
   if (config.store == "sqlite" && config.standby) {
     return Status::invalidArgument(
         "standby needs store = \"postgres\": a standby waits for the lease in PostgreSQL");
+  }
+  if (config.insecure && !isLoopbackHost(config.listen_host)) {
+    return Status::invalidArgument(
+        "insecure (plaintext, no authentication) is refused on the non-loopback address " +
+        config.listen_host + ": listen on 127.0.0.1, or drop --insecure / insecure = true");
   }
   if (config.lease_ms < kLeaseMsMin || config.lease_ms > kLeaseMsMax) {
     return Status::invalidArgument("lease_ms must be " + std::to_string(kLeaseMsMin) + " .. " +

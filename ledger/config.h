@@ -22,6 +22,7 @@
 //   postgres = "host=/run/postgresql dbname=tally"  # libpq conninfo; store = "postgres" only
 //   lease_ms = 3000                  # postgres: the writer lease (failover after a lapse)
 //   standby = false                  # postgres: wait for the lease instead of refusing
+//   insecure = false                 # plaintext link, no authentication: loopback only
 //
 // Unknown keys, wrong types and impossible values are errors naming the key.
 
@@ -67,10 +68,16 @@ struct LedgerConfig {
   // With the lease held by another live ledger: wait for it (event=standby, not listening)
   // instead of refusing to start.
   bool standby = false;
+  // Plaintext link without authentication (today's protocol; `--insecure`): refused unless
+  // listen_host is a loopback address. Otherwise every connection is TLS (ledger/link_tls.h).
+  bool insecure = false;
 };
 
 // The signing key file `config` names: signing_key_file, else DIR/ledger.key.
 std::string signingKeyPath(const LedgerConfig& config);
+
+// 127.0.0.0/8 or "localhost": where `insecure` may listen.
+bool isLoopbackHost(const std::string& host);
 
 // "HOST:PORT" with a numeric port (0 allowed: pick a free one).
 Status parseListen(const std::string& text, std::string* host, uint16_t* port);

@@ -30,6 +30,7 @@
 #include "ledger/backup.h"
 #include "ledger/check_commands.h"
 #include "ledger/config.h"
+#include "ledger/link_tls.h"
 #include "ledger/metrics.h"
 #include "ledger/postgres_store.h"
 #include "ledger/restore.h"
@@ -58,7 +59,7 @@ constexpr const char* kUsage =
     "                    [--log-level debug|info|warn|error] [--metrics HOST:PORT]\n"
     "                    [--ready-fd FD] [--signing-key-file PATH]\n"
     "                    [--store sqlite|postgres] [--postgres CONNINFO]\n"
-    "                    [--lease-ms MS] [--standby]\n"
+    "                    [--lease-ms MS] [--standby] [--insecure]\n"
     "       tally-ledger --data-dir DIR [--signing-key-file PATH] identity [--json]\n"
     "       tally-ledger --data-dir DIR check | repair\n"
     "       tally-ledger --data-dir DIR backup DEST\n"
@@ -76,6 +77,10 @@ constexpr const char* kUsage =
     "is fenced by its epoch. --standby (postgres): when another ledger holds the lease, wait\n"
     "for it to lapse, meanwhile answering every request on --listen with NOT_PRIMARY naming\n"
     "the primary, then take over on the same socket; without it such a start is refused.\n"
+    "The link is TLS 1.3: the ledger presents its signing key and admits enrolled, enabled\n"
+    "gateway keys and the operator key DIR/operator.key (created 0600 at first start; tallyctl\n"
+    "--key). --insecure: plaintext without authentication (today's protocol, for local demos\n"
+    "and tests), refused unless --listen is a loopback address (exit 2); logged as a warning.\n"
     "--metrics HOST:PORT: Prometheus endpoint, GET /metrics (default 127.0.0.1:9465; port 0\n"
     "picks one; \"\" disables).\n"
     "--ready-fd FD: write \"ready PORT METRICS_PORT\\n\" to FD once serving (METRICS_PORT 0 when\n"
@@ -158,6 +163,8 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
       lease_ms = v;
     } else if (arg == "--standby") {
       standby = true;
+    } else if (arg == "--insecure") {
+      config->insecure = true;
     } else if (arg == "identity") {
       command->identity = true;
     } else if (arg == "check") {
@@ -453,6 +460,30 @@ Result<OpenedStore> waitAsStandby(const LedgerConfig& config, const std::string&
   return std::move(*shared.opened);
 }
 
+// TLS on the link (ledger/link_tls.h): the factory of server sessions, or none with
+// --insecure (logged loudly). Loads or creates DIR/operator.key.
+Result<std::function<Result<std::unique_ptr<net::TlsSession>>()>> linkTls(
+    const LedgerConfig& config, const identity::KeyPair& ledger_key, const Ledger* ledger,
+    Logger* logger) {
+  if (config.insecure) {
+    logger->warn("insecure",
+                 {{"listen", config.listen_host},
+                  {"effect",
+                   "plaintext link WITHOUT authentication: any local process can reserve, "
+                   "settle, publish policies and enroll gateways; for demos and tests only"}});
+    return std::function<Result<std::unique_ptr<net::TlsSession>>()>();
+  }
+  Result<identity::KeyPair> operator_key = loadOrCreateOperatorKey(config.data_dir, logger);
+  if (!operator_key.isOk()) {
+    return Status::ioError(operatorKeyPath(config.data_dir) + ": " +
+                           operator_key.status().message());
+  }
+  logger->info("tls", {{"ledger_key_id", identity::keyIdOf(ledger_key.public_key)},
+                       {"operator_key", operatorKeyPath(config.data_dir)},
+                       {"admits", "enrolled, enabled gateway keys and the operator key"}});
+  return serverTlsSessions(ledger_key, ledger, operator_key.value().public_key);
+}
+
 struct Signals {
   uv_signal_t term{};
   uv_signal_t interrupt{};
@@ -547,6 +578,13 @@ int run(LedgerConfig config) {
                            {"apply_ms", summary.apply_ms},
                            {"finish_ms", summary.finish_ms}});
 
+  Result<std::function<Result<std::unique_ptr<net::TlsSession>>()>> tls =
+      linkTls(config, key.value(), &ledger, &logger);
+  if (!tls.isOk()) {
+    logger.error("tls_setup_failed", {{"error", tls.status().toString()}});
+    return kExitStartup;
+  }
+
   LedgerClock clock(summary.ledger_clock_ms);
   uv_loop_t loop;
   if (int rc = uv_loop_init(&loop); rc != 0) {
@@ -592,7 +630,8 @@ int run(LedgerConfig config) {
                               .stream = {.frame_bytes_max = config.frame_bytes_max},
                               .tick_interval_ms = config.tick_interval_ms,
                               .on_stopped = close_signals,
-                              .metrics = &metrics});
+                              .metrics = &metrics,
+                              .tls = tls.value()});
   serving = &server;
   auto on_signal = [](uv_signal_t* handle, int signum) {
     auto* srv = static_cast<Server*>(handle->data);

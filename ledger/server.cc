@@ -158,6 +158,16 @@ void Server::accept() {
   (void)uv_tcp_nodelay(raw->tcp(), 1);
   raw->peer_ = peerName(raw->tcp());
   logger_->debug("connection_opened", {{"connection", id}, {"peer", raw->peer_}});
+  if (options_.tls) {
+    Result<std::unique_ptr<net::TlsSession>> session = options_.tls();
+    if (!session.isOk()) {
+      logger_->error("tls_session_failed", {{"error", session.status().toString()}});
+      raw->close();
+      return;
+    }
+    raw->startTls(std::move(session).value());
+    if (raw->closing() || raw->shuttingDown()) return;
+  }
   raw->startReading();
 }
 
@@ -194,6 +204,12 @@ void Server::onBadFrame(net::FramedStream* stream, const Status& status) {
 }
 
 void Server::onLost(net::FramedStream* stream, const Status& status) {
+  if (status.message().starts_with("TLS: ")) {  // refused key, bad record, plaintext client
+    logger_->warn("tls_refused", {{"connection", stream->id()},
+                                  {"peer", static_cast<Connection*>(stream)->peer_},
+                                  {"error", status.toString()}});
+    return;
+  }
   if (status.code() != StatusCode::kUnavailable) {  // unavailable: the client closed
     logger_->debug("connection_error",
                    {{"connection", stream->id()}, {"error", status.toString()}});

@@ -18,6 +18,7 @@
 #include "ledger/metrics.h"
 #include "ledger/store.h"
 #include "net/framed_stream.h"
+#include "net/tls_session.h"
 #include "wire/codec.h"
 #include "wire/frame.h"
 
@@ -61,6 +62,10 @@ struct ServerOptions {
   std::function<void()> on_stopped;
   // Fed with every answer, commit and audit when set; borrowed, must outlive the server.
   LedgerMetrics* metrics = nullptr;
+  // Set: every accepted connection speaks TLS through a session this makes (ledger/link_tls.h);
+  // a refused handshake is logged (event=tls_refused) and the connection closed. Unset:
+  // plaintext (--insecure).
+  std::function<Result<std::unique_ptr<net::TlsSession>>()> tls;
 };
 
 class Server : private net::StreamHandler {

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/assert.h"
+#include "net/tls_session.h"
 
 namespace tally::net {
 
@@ -34,6 +35,37 @@ constexpr uint64_t kLingerPollMs = 10;
 
 Status uvStatus(const char* what, int rc) {
   return Status::ioError(std::string(what) + ": " + uv_strerror(rc));
+}
+
+// TLS record types: handshake (a ClientHello, a ServerHello) and alert. A frame's length is a
+// whole number of Cap'n Proto words, so its first byte is a multiple of 8; these are not.
+constexpr uint8_t kTlsHandshakeRecord = 0x16;
+constexpr uint8_t kTlsAlertRecord = 0x15;
+constexpr uint8_t kTlsMajorVersion = 0x03;
+
+bool looksLikeTls(std::span<const uint8_t> first) {
+  return first.size() >= 2 && (first[0] == kTlsHandshakeRecord || first[0] == kTlsAlertRecord) &&
+         first[1] == kTlsMajorVersion;
+}
+
+// The owner's view of a failed session: "TLS: " and why, kCorruption for a bad record,
+// kFailedPrecondition for everything else (never kUnavailable, which owners read as "the peer
+// closed the connection").
+Status tlsFailure(const TlsSession& session, const Status& error, bool peer_spoke_tls) {
+  if (!peer_spoke_tls) {
+    return Status::failedPrecondition(
+        "TLS: the peer does not speak TLS (is it running with --insecure?)");
+  }
+  if (session.peerRefused()) {
+    return Status::failedPrecondition("TLS: the peer's key is not accepted (" + error.message() +
+                                      ")");
+  }
+  if (session.peerAlert().has_value()) {
+    return Status::failedPrecondition("TLS: the peer ended the session (alert: " +
+                                      *session.peerAlert() + "): it does not accept our key");
+  }
+  if (error.code() == StatusCode::kCorruption) return Status::corruption("TLS: " + error.message());
+  return Status::failedPrecondition("TLS: " + error.message());
 }
 
 }  // namespace
@@ -121,22 +153,103 @@ void FramedStream::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* bu
     return;
   }
   if (nread < 0) {
+    if (self->tls_ != nullptr && !self->tls_->handshakeDone() && !self->tls_failed_) {
+      self->lost(Status::failedPrecondition(
+          self->first_read_ ? "TLS: the peer closed the connection before the TLS handshake (does "
+                              "it run with --insecure, or refuse our address?)"
+                            : "TLS: the peer closed the connection during the TLS handshake (it "
+                              "may not accept our key)"));
+      return;
+    }
     self->lost(nread == UV_EOF ? Status::unavailable("the peer closed the connection")
                                : uvStatus("read", static_cast<int>(nread)));
     return;
   }
   if (nread == 0 || self->closing_) return;
-  self->decoded_.clear();
-  const Status status =
-      self->decoder_.feed(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(buf->base),
-                                                   static_cast<size_t>(nread)),
-                          &self->decoded_);
-  for (wire::Frame& frame : self->decoded_) self->held_.push_back(std::move(frame));
-  if (!status.isOk()) {
-    self->framing_lost_ = true;
-    self->bad_frame_ = status;
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(buf->base),
+                                       static_cast<size_t>(nread));
+  if (self->tls_ != nullptr) {
+    (void)self->feedTls(bytes);
+    return;
   }
-  self->deliver();
+  if (self->first_read_) {
+    self->first_read_ = false;
+    if (looksLikeTls(bytes)) {
+      self->lost(Status::failedPrecondition(
+          "TLS: the peer speaks TLS and this end runs without it (--insecure)"));
+      return;
+    }
+  }
+  self->decode(bytes);
+}
+
+void FramedStream::decode(std::span<const uint8_t> bytes) {
+  if (bytes.empty() || closing_ || shutting_down_) return;
+  decoded_.clear();
+  const Status status = decoder_.feed(bytes, &decoded_);
+  for (wire::Frame& frame : decoded_) held_.push_back(std::move(frame));
+  if (!status.isOk()) {
+    framing_lost_ = true;
+    bad_frame_ = status;
+  }
+  deliver();
+}
+
+// --- TLS --------------------------------------------------------------------------------------
+
+void FramedStream::startTls(std::unique_ptr<TlsSession> session) {
+  TALLY_ASSERT(tls_ == nullptr && session != nullptr);
+  tls_ = std::move(session);
+  const Status started = tls_->start();
+  if (!started.isOk()) {
+    failTls(started);
+    return;
+  }
+  writeRaw(tls_->takeCiphertext());  // a client's ClientHello
+}
+
+bool FramedStream::feedTls(std::span<const uint8_t> bytes) {
+  const bool first = std::exchange(first_read_, false);
+  if (tls_failed_) return false;
+  const Status fed = tls_->feed(bytes);
+  if (!fed.isOk()) {
+    const bool peer_spoke_tls = !first || looksLikeTls(bytes);
+    std::vector<uint8_t> alert = tls_->takeCiphertext();
+    if (!peer_spoke_tls && alert.empty()) {
+      // OpenSSL sends nothing to a peer that is not speaking TLS; this fatal protocol_version
+      // alert is what a plaintext tally peer recognizes as "the other end speaks TLS".
+      alert = {kTlsAlertRecord, kTlsMajorVersion, 0x03, 0x00, 0x02, 0x02, 0x46};
+    }
+    writeRaw(std::move(alert));
+    failTls(tlsFailure(*tls_, fed, peer_spoke_tls));
+    return false;
+  }
+  // Handshake flights, and frames written before the handshake, now encrypted.
+  writeRaw(tls_->takeCiphertext());
+  if (closing_) return false;
+  const std::vector<uint8_t> plaintext = tls_->takePlaintext();
+  decode(plaintext);
+  if (tls_->closed() && !closing_ && !shutting_down_) {  // close_notify: the peer's end of stream
+    lost(Status::unavailable("the peer closed the connection"));
+    return false;
+  }
+  return !closing_;
+}
+
+void FramedStream::failTls(const Status& status) {
+  if (tls_failed_ || closing_) return;
+  tls_failed_ = true;
+  const Status reason = status.message().starts_with("TLS: ") ? status
+                        : status.code() == StatusCode::kCorruption
+                            ? Status::corruption("TLS: " + status.message())
+                            : Status::failedPrecondition("TLS: " + status.message());
+  // The alert goes out first; the lingering shutdown keeps the peer from an RST that would
+  // throw it away.
+  writeRaw(tls_->takeCiphertext());
+  output_.clear();
+  if (closing_) return;  // the write failed: lost() reported it
+  if (!shutting_down_) beginShutdown();
+  handler_->onLost(this, reason);
 }
 
 bool FramedStream::overLimit() {
@@ -183,7 +296,8 @@ void FramedStream::updateReading() {
 
 uint64_t FramedStream::queuedBytes() {
   const uint64_t in_libuv = initialized_ && !closed_ ? uv_stream_get_write_queue_size(stream()) : 0;
-  return pending_bytes_ + output_.size() + in_libuv;
+  const uint64_t in_tls = tls_ != nullptr ? tls_->pendingPlaintextBytes() : 0;
+  return pending_bytes_ + output_.size() + in_tls + in_libuv;
 }
 
 void FramedStream::addPending(uint64_t replies, uint64_t bytes) {
@@ -211,21 +325,45 @@ void FramedStream::write(std::vector<uint8_t>&& bytes) {
 
 void FramedStream::flush() {
   if (closing_ || output_.empty()) return;
+  if (tls_ != nullptr) {
+    if (tls_failed_) {
+      output_.clear();
+      return;
+    }
+    const Status written = tls_->write(output_);
+    output_.clear();
+    if (!written.isOk()) {
+      if (written.code() == StatusCode::kResourceExhausted) {
+        lost(Status::resourceExhausted("TLS: " + written.message()));
+      } else {
+        failTls(tlsFailure(*tls_, written, true));
+      }
+      return;
+    }
+    writeRaw(tls_->takeCiphertext());
+  } else {
+    writeRaw(std::exchange(output_, {}));
+  }
+  if (!closing_) deliver();
+}
+
+void FramedStream::writeRaw(std::vector<uint8_t>&& bytes) {
+  if (closing_ || bytes.empty()) return;
   if (uv_stream_get_write_queue_size(stream()) == 0) {
     // Straight to the socket when nothing is queued before it: no write request, no callback
     // and no epoll_ctl in the next iteration. What does not fit goes through uv_write.
     uv_buf_t direct =
-        uv_buf_init(reinterpret_cast<char*>(output_.data()), static_cast<unsigned>(output_.size()));
+        uv_buf_init(reinterpret_cast<char*>(bytes.data()), static_cast<unsigned>(bytes.size()));
     const int written = uv_try_write(stream(), &direct, 1);
     if (written < 0 && written != UV_EAGAIN) {
       lost(uvStatus("write", written));
       return;
     }
-    if (written > 0) output_.erase(output_.begin(), output_.begin() + written);
+    if (written > 0) bytes.erase(bytes.begin(), bytes.begin() + written);
   }
-  if (!output_.empty()) {
+  if (!bytes.empty()) {
     auto request = std::make_unique<WriteRequest>();
-    request->bytes = std::exchange(output_, {});
+    request->bytes = std::move(bytes);
     request->stream = this;
     request->req.data = request.get();
     uv_buf_t buf = uv_buf_init(reinterpret_cast<char*>(request->bytes.data()),
@@ -236,7 +374,6 @@ void FramedStream::flush() {
     }
     (void)request.release();  // owned by the write callback now
   }
-  deliver();
 }
 
 void FramedStream::onWrite(uv_write_t* req, int status) {
@@ -261,7 +398,16 @@ void FramedStream::lost(Status status) {
 void FramedStream::shutdownThenClose() {
   if (closing_ || shutting_down_) return;
   flush();
-  if (closing_) return;
+  if (closing_ || shutting_down_) return;
+  if (tls_ != nullptr && !tls_failed_) {
+    tls_->close();  // close_notify, after everything written
+    writeRaw(tls_->takeCiphertext());
+    if (closing_) return;
+  }
+  beginShutdown();
+}
+
+void FramedStream::beginShutdown() {
   shutting_down_ = true;
   held_.clear();  // requests not served by now never will be
   startLingering();
@@ -343,6 +489,15 @@ bool FramedStream::peerHasEverything() {
 
 void FramedStream::close() {
   if (closing_) return;
+  if (tls_ != nullptr && !tls_failed_ && tls_->handshakeDone() && initialized_ && !shutting_down_ &&
+      uv_stream_get_write_queue_size(stream()) == 0) {
+    // close_notify if the socket takes it now; a close does not wait.
+    tls_->close();
+    std::vector<uint8_t> notify = tls_->takeCiphertext();
+    uv_buf_t buf =
+        uv_buf_init(reinterpret_cast<char*>(notify.data()), static_cast<unsigned>(notify.size()));
+    if (!notify.empty()) (void)uv_try_write(stream(), &buf, 1);
+  }
   closing_ = true;
   reading_ = false;
   held_.clear();

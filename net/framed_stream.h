@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "core/limits.h"
@@ -38,6 +40,18 @@
 //    (and the FIN) and no input of its is unread (SIOCOUTQ and SIOCINQ both 0, polled every
 //    10 ms), so an idle client that keeps its end open does not delay a stop by linger_ms.
 //    close() closes at once (queued writes are cancelled).
+//  * TLS (optional, startTls()): a net::TlsSession sits between the socket and the frame
+//    decoder. Bytes read are fed to the session and its plaintext goes to the decoder; frames
+//    written are encrypted by it and its ciphertext goes to the socket. Plaintext the session
+//    holds before its handshake is done counts in queuedBytes(), so back-pressure holds the
+//    same. shutdownThenClose() sends close_notify before the FIN; close() sends it if the
+//    socket takes it at once. A session that fails (the peer's key refused by either side, a
+//    tampered or replayed record, a peer that does not speak TLS, an end of stream during the
+//    handshake) ends the stream: its alert is written, the stream shuts down and lingers as
+//    above, and onLost reports the reason, prefixed "TLS: " (kFailedPrecondition, or
+//    kCorruption for a bad record). Without TLS, a peer whose first bytes are a TLS record is
+//    reported the same way (kFailedPrecondition): a frame's length is a multiple of 8, a TLS
+//    record header's first byte is not.
 //
 // Ownership: owns its uv_tcp_t or uv_pipe_t, its connect and shutdown requests and its write
 // buffers; borrows `loop` and `handler`, which must outlive it. Non-copyable, non-movable
@@ -46,6 +60,8 @@
 // connect and shutdown requests all run before that. Belongs to the loop thread.
 
 namespace tally::net {
+
+class TlsSession;
 
 struct StreamLimits {
   uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
@@ -69,7 +85,8 @@ class StreamHandler {
   virtual void onFrame(FramedStream* stream, wire::Frame&& frame) = 0;
   // The framing is lost (oversized or zero-length frame); reading has stopped for good.
   virtual void onBadFrame(FramedStream* stream, const Status& status) = 0;
-  // The peer is gone: end of stream, a read or a write error. The stream is already closing.
+  // The peer is gone: end of stream, a read or a write error, a failed TLS session. The
+  // stream is already closing (or, after a TLS failure, shutting down: its alert goes out).
   virtual void onLost(FramedStream* stream, const Status& status) = 0;
   // The result of connect()/connectPipe(); not called if the stream was closed meanwhile.
   virtual void onConnected(FramedStream* stream, const Status& status);
@@ -95,6 +112,13 @@ class FramedStream {
   // Starts a connect; StreamHandler::onConnected reports the result.
   [[nodiscard]] Status connect(const sockaddr* address);
   void connectPipe(const char* path);
+  // Speaks TLS from now on, through `session` (made by its owner with its role, key and
+  // pinning): call once the socket is open (after accept(), in onConnected, after
+  // uv_pipe_open) and before anything is written or read. A client's first flight is sent at
+  // once. Errors of the session's start are reported through onLost.
+  void startTls(std::unique_ptr<TlsSession> session);
+  // The session, if startTls() was called: handshakeDone(), peerKey().
+  const TlsSession* tls() const { return tls_.get(); }
 
   // The owner wants (or no longer wants) to read. Back-pressure and a lost framing may still
   // hold reading off; stopReading() also stops delivering frames already decoded. A failing
@@ -126,7 +150,7 @@ class FramedStream {
   // Shut down and FIN sent; discarding input until the peer's end of stream or linger_ms.
   bool lingering() const { return shutdown_done_ && !closing_; }
   bool reading() const { return reading_; }
-  // Bytes owed to the peer: promised, in output(), and queued in libuv.
+  // Bytes owed to the peer: promised, in output(), waiting in the TLS session, queued in libuv.
   uint64_t queuedBytes();
   uint64_t pendingReplies() const { return pending_replies_; }
   size_t heldFrames() const { return held_.size(); }
@@ -152,6 +176,16 @@ class FramedStream {
   bool peerHasEverything();
   // A read while shutting down: input is discarded; the peer's end of stream ends the wait.
   void onReadWhileShuttingDown(ssize_t nread);
+  // Sends `bytes` as they are (ciphertext, or plaintext frames without TLS).
+  void writeRaw(std::vector<uint8_t>&& bytes);
+  // Shut down (FIN after the queued writes) and linger: shutdownThenClose after its flush.
+  void beginShutdown();
+  // Feeds what was read to the session; false if the stream ended.
+  bool feedTls(std::span<const uint8_t> bytes);
+  // The session failed: its alert goes out, the stream shuts down, the owner hears why.
+  void failTls(const Status& status);
+  // Hands decrypted (or plain) bytes to the frame decoder and delivers what it completes.
+  void decode(std::span<const uint8_t> bytes);
 
   uv_loop_t* loop_;
   StreamKind kind_;
@@ -184,6 +218,9 @@ class FramedStream {
   std::vector<uint8_t> output_;
   uint64_t pending_replies_ = 0;
   uint64_t pending_bytes_ = 0;
+  std::unique_ptr<TlsSession> tls_;
+  bool tls_failed_ = false;
+  bool first_read_ = true;  // nothing has been read yet
 };
 
 }  // namespace tally::net

@@ -110,6 +110,14 @@ int verifyPeer(X509_STORE_CTX* store, void* arg) {
   return 1;
 }
 
+// Records the first fatal alert the peer sends (where = SSL_CB_READ_ALERT).
+void onInfo(const SSL* ssl, int where, int value) {
+  if ((where & SSL_CB_READ_ALERT) != SSL_CB_READ_ALERT) return;  // not an alert we received
+  if ((value >> 8) != SSL3_AL_FATAL) return;
+  auto* session = static_cast<TlsSession*>(SSL_get_app_data(ssl));
+  if (session != nullptr) session->notePeerAlert(SSL_alert_desc_string_long(value));
+}
+
 }  // namespace
 
 TlsSession::TlsSession(TlsOptions options)
@@ -157,6 +165,8 @@ Result<std::unique_ptr<TlsSession>> TlsSession::create(TlsOptions options) {
   // An empty input BIO means "wait for more bytes", not end of file.
   BIO_set_mem_eof_return(impl.network_in, -1);
   SSL_set_bio(impl.ssl.get(), impl.network_in, impl.network_out);
+  SSL_set_app_data(impl.ssl.get(), session.get());
+  SSL_set_info_callback(impl.ssl.get(), onInfo);
   if (client) {
     SSL_set_connect_state(impl.ssl.get());
   } else {

@@ -75,12 +75,22 @@ class TlsSession {
   bool peerRefused() const { return peer_refused_; }
   // The peer's authenticated key, once the handshake is done.
   const std::optional<PublicKey>& peerKey() const { return peer_key_; }
+  // The description of the fatal alert the peer sent ("certificate unknown", …), if it sent
+  // one: the peer ended the session (e.g. it refused our key).
+  const std::optional<std::string>& peerAlert() const { return peer_alert_; }
+  // Plaintext written and not yet encrypted (the handshake is not done): counts against the
+  // owner's write bounds.
+  size_t pendingPlaintextBytes() const { return pending_plaintext_.size(); }
 
   // A self-signed X.509 certificate (PEM) for `key`, as create() makes it: for operators who want
   // to inspect what a daemon presents (`openssl x509 -text`).
   static Result<std::string> certificatePem(const identity::KeyPair& key);
 
   struct Impl;
+  // OpenSSL's info callback records a received fatal alert here.
+  void notePeerAlert(std::string description) {
+    if (!peer_alert_.has_value()) peer_alert_ = std::move(description);
+  }
 
  private:
   explicit TlsSession(TlsOptions options);
@@ -94,6 +104,7 @@ class TlsSession {
   bool closing_ = false;
   bool peer_refused_ = false;
   std::optional<PublicKey> peer_key_;
+  std::optional<std::string> peer_alert_;
   std::vector<uint8_t> pending_plaintext_;  // written before the handshake completed
   std::vector<uint8_t> received_;
   Status error_;

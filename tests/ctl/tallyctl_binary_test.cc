@@ -213,8 +213,8 @@ TEST(TallyctlBinaryTest, WithJsonEveryFailureIsExactlyOneJsonObjectOnStdout) {
       {{"--json", "--timeout-ms", "0", "health"}, kExitUsage, "USAGE"},    // out of range
       {{"--json", "--ledger", "nowhere", "health"}, kExitUsage, "USAGE"},  // bad endpoint
       {{"--json", "policy", "publish", "/nonexistent/p.toml"}, kExitUsage, "USAGE"},  // bad file
-      // Nothing listens on port 1: the connection fails.
-      {{"--json", "--ledger", "127.0.0.1:1", "--timeout-ms", "2000", "health"},
+      // Nothing listens on port 1: the connection fails (plaintext: no key needed to try).
+      {{"--json", "--ledger", "127.0.0.1:1", "--insecure", "--timeout-ms", "2000", "health"},
        kExitUnavailable,
        "UNAVAILABLE"},
   };

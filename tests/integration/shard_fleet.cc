@@ -178,7 +178,7 @@ std::optional<ShardLedgerView> ShardFleetTest::waitShard(
 }
 
 Result<std::string> ShardFleetTest::tallyctl(const std::vector<std::string>& args) {
-  std::vector<std::string> full = {"--ledger", ledgerAddress(), "--json"};
+  std::vector<std::string> full = {"--ledger", ledgerAddress(), "--json", "--insecure"};
   full.insert(full.end(), args.begin(), args.end());
   // One output file per call: runForOutput returns the whole file, and Process appends.
   return runForOutput(binaryPath("tallyctl"), full,

@@ -25,12 +25,13 @@ scrape() {
   sed '1,/^\r$/d' <<<"$body"
 }
 
-"$BIN/tally-ledger" --data-dir "$TMP/ledger" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 \
+# --insecure: plaintext link (this test is about metrics; the TLS link has tls_*_test.cc).
+"$BIN/tally-ledger" --data-dir "$TMP/ledger" --listen 127.0.0.1:0 --metrics 127.0.0.1:0 --insecure \
   --ready-fd 3 3>"$TMP/ledger.ready" 2>"$TMP/ledger.log" &
 CHILD_PIDS+=($!)
 wait_for "[[ -s '$TMP/ledger.ready' ]]" 10 || fail "ledger not ready: $(cat "$TMP/ledger.log")"
 read -r _ ledger_port ledger_metrics <"$TMP/ledger.ready"
-"$BIN/tally-agent" --data-dir "$TMP/agent" --ledger "127.0.0.1:$ledger_port" \
+"$BIN/tally-agent" --data-dir "$TMP/agent" --ledger "127.0.0.1:$ledger_port" --insecure \
   --socket "$TMP/agent.sock" --metrics 127.0.0.1:0 --ready-fd 3 3>"$TMP/agent.ready" \
   2>"$TMP/agent.log" &
 CHILD_PIDS+=($!)
@@ -39,13 +40,13 @@ read -r _ agent_metrics _ <"$TMP/agent.ready"
 
 # Real traffic, so that the counters and histograms have samples.
 write_test_policy "$TMP/policy.toml"
-"$BIN/tallyctl" --ledger "127.0.0.1:$ledger_port" policy publish "$TMP/policy.toml" >/dev/null
-"$BIN/tallyctl" --ledger "127.0.0.1:$ledger_port" reserve --id direct --subject tenant-1 \
+"$BIN/tallyctl" --insecure --ledger "127.0.0.1:$ledger_port" policy publish "$TMP/policy.toml" >/dev/null
+"$BIN/tallyctl" --insecure --ledger "127.0.0.1:$ledger_port" reserve --id direct --subject tenant-1 \
   --route chat --units 10 >/dev/null
 # The agent fetches the policy on its own schedule: retry until it admits (bounded).
 wait_for "'$BIN/tallyctl' --agent '$TMP/agent.sock' reserve --id via-agent --subject tenant-1 \
   --route chat --units 10 >/dev/null 2>&1" 15 || fail "no reserve through the agent"
-"$BIN/tallyctl" --ledger "127.0.0.1:$ledger_port" audit >/dev/null
+"$BIN/tallyctl" --insecure --ledger "127.0.0.1:$ledger_port" audit >/dev/null
 
 scrape "$ledger_metrics" >"$TMP/ledger.metrics"
 scrape "$agent_metrics" >"$TMP/agent.metrics"

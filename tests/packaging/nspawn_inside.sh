@@ -52,7 +52,25 @@ nsenter -t "$pid" -m -S "$(id -u tally)" -G "$(id -g tally)" sh -c 'echo x > /va
 log "ok: hardening in force (NoNewPrivs, CapEff 0, seccomp, uid tally, / ro, StateDirectory rw)"
 
 policy=/tally-test/policy.toml
-tallyctl policy publish "$policy" >/tally-test/ctl.log 2>&1 || fail "policy publish: $(cat /tally-test/ctl.log)"
+# The link is TLS as packaged: tallyctl is the operator (the key the ledger created at first
+# start; --ledger-key defaults to ledger.key beside it), the agent's gateway key is enrolled and
+# the agent pins the ledger's key (TALLY_AGENT_ARGS).
+ctl=(tallyctl --key /var/lib/tally-ledger/operator.key)
+[[ "$(stat -c '%U %a' /var/lib/tally-ledger/operator.key)" == "tally 600" ]] ||
+  fail "operator.key: $(stat -c '%U %a' /var/lib/tally-ledger/operator.key 2>&1)"
+"${ctl[@]}" policy publish "$policy" >/tally-test/ctl.log 2>&1 || fail "policy publish: $(cat /tally-test/ctl.log)"
+install -d -o tally -g tally -m 0750 /var/lib/tally-agent
+gateway=$(setpriv --reuid tally --regid tally --init-groups tally-agent --data-dir /var/lib/tally-agent identity --json 2>&1) ||
+  fail "tally-agent identity: $gateway"
+gateway_id=$(sed -n 's/.*"gatewayId":"\([^"]*\)".*/\1/p' <<<"$gateway")
+gateway_key=$(sed -n 's/.*"publicKey":"\([^"]*\)".*/\1/p' <<<"$gateway")
+"${ctl[@]}" gateway enroll --id "$gateway_id" --public-key "$gateway_key" >>/tally-test/ctl.log 2>&1 ||
+  fail "gateway enroll: $(tail -3 /tally-test/ctl.log)"
+ledger_key=$(tally-ledger --data-dir /var/lib/tally-ledger identity --json |
+  sed -n 's/.*"publicKey":"\([^"]*\)".*/\1/p')
+[[ -n "$ledger_key" ]] || fail "tally-ledger identity printed no key"
+echo "TALLY_AGENT_ARGS=--ledger-public-key $ledger_key" >>/etc/default/tally-agent
+log "ok: TLS link set up: operator key, gateway $gateway_id enrolled, ledger key pinned"
 
 # Socket activation: the socket unit listens, the service starts on the first connection.
 systemctl start tally-agent.socket || fail "start tally-agent.socket"

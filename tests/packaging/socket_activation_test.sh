@@ -12,7 +12,7 @@ make_temp
 
 sock="$TMP/agent.sock"
 systemd-socket-activate -l "$sock" "$BIN/tally-agent" --data-dir "$TMP/data" \
-  --ledger 127.0.0.1:1 --socket "$TMP/own.sock" --metrics "" 2>"$TMP/log" &
+  --ledger 127.0.0.1:1 --insecure --socket "$TMP/own.sock" --metrics "" 2>"$TMP/log" &
 pid=$!
 CHILD_PIDS+=("$pid")
 wait_for "grep -q 'Listening on $sock' '$TMP/log'" 10 || fail "no listener: $(cat "$TMP/log")"

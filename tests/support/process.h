@@ -15,11 +15,18 @@
 
 namespace tally::testing {
 
+// How a tally-ledger / tally-agent started here talks on the agent-ledger link. The tests that
+// predate TLS on the link (issue 12) run both daemons with `--insecure` (kPlaintext, the
+// default: appended to their arguments here, the one place); tests of the link itself
+// (tests/integration/tls_*_test.cc) pass kTls and give the daemons their keys.
+enum class Link : uint8_t { kPlaintext, kTls };
+
 class Process {
  public:
-  // `args` excludes argv[0]. When `ready_fd` is true, "--ready-fd N" is appended.
+  // `args` excludes argv[0]. When `ready_fd` is true, "--ready-fd N" is appended. For
+  // tally-ledger and tally-agent with Link::kPlaintext, "--insecure" is appended too.
   Process(std::string binary, std::vector<std::string> args, std::string log_path,
-          bool ready_fd = true);
+          bool ready_fd = true, Link link = Link::kPlaintext);
   ~Process();
   Process(const Process&) = delete;
   Process& operator=(const Process&) = delete;

@@ -78,7 +78,8 @@ class Cluster:
     def start_ledger(self):
         _, ready = self._spawn("tally-ledger",
                                ["--data-dir", os.path.join(self.root, "ledger"),
-                                "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"],
+                                "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+                                "--insecure"],
                                "ledger.log")
         self.ledger_port = int(ready[1])
         return self.ledger_port
@@ -95,14 +96,15 @@ class Cluster:
         process, _ = self._spawn("tally-agent",
                                  ["--data-dir", os.path.join(self.root, name),
                                   "--ledger", self.ledger_address(), "--socket", socket_path,
-                                  "--config", config_path, "--metrics", ""] + list(extra_args),
+                                  "--config", config_path, "--metrics", "", "--insecure"]
+                                 + list(extra_args),
                                  f"{name}.log")
         http_path = os.path.join(self.root, f"{name}-http.sock")
         self.agents.append(process)
         return socket_path, http_path
 
     def tallyctl(self, *args, agent=None, check=True):
-        target = ["--agent", agent] if agent else ["--ledger", self.ledger_address()]
+        target = ["--agent", agent] if agent else ["--ledger", self.ledger_address(), "--insecure"]
         run = subprocess.run([self.binary("tallyctl"), "--json"] + target + list(args),
                              capture_output=True, text=True, timeout=30)
         if check and run.returncode not in (0, 4):

@@ -1,0 +1,45 @@
+#include "ledger/link_tls.h"
+
+#include <sys/stat.h>
+
+#include <utility>
+
+namespace tally::ledger {
+
+std::string operatorKeyPath(const std::string& data_dir) { return data_dir + "/operator.key"; }
+
+Result<identity::KeyPair> loadOrCreateOperatorKey(const std::string& data_dir, Logger* logger) {
+  const std::string path = operatorKeyPath(data_dir);
+  struct stat existing {};
+  const bool existed = ::stat(path.c_str(), &existing) == 0;
+  Result<identity::KeyPair> key = identity::loadOrCreateKeyPair(path);
+  if (key.isOk() && !existed) {
+    logger->info("operator_key_created", {{"path", path},
+                                          {"key_id", identity::keyIdOf(key.value().public_key)},
+                                          {"use", "tallyctl --key " + path}});
+  }
+  return key;
+}
+
+bool admitsPeer(const Ledger& ledger, const PublicKey& operator_key, const PublicKey& key) {
+  if (key == operator_key) return true;
+  const GatewayReply gateways = ledger.listGateways();
+  for (const GatewayRecord& gateway : gateways.gateways) {
+    if (gateway.public_key == key) return gateway.enabled;
+  }
+  return false;
+}
+
+std::function<Result<std::unique_ptr<net::TlsSession>>()> serverTlsSessions(
+    const identity::KeyPair& ledger_key, const Ledger* ledger, const PublicKey& operator_key) {
+  return [ledger_key, ledger, operator_key]() {
+    return net::TlsSession::create(
+        net::TlsOptions{.role = net::TlsRole::kServer,
+                        .key = ledger_key,
+                        .accept_peer = [ledger, operator_key](const PublicKey& key) {
+                          return admitsPeer(*ledger, operator_key, key);
+                        }});
+  };
+}
+
+}  // namespace tally::ledger

@@ -1,0 +1,35 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/log.h"
+#include "core/ledger.h"
+#include "core/status.h"
+#include "net/tls_session.h"
+#include "shard/identity.h"
+
+// The ledger's side of TLS on the link (docs/security.md "The link"): who it admits, and the
+// operator key it creates at first start.
+//
+// A client is admitted if the Ed25519 key it presents is the key of an enrolled, enabled gateway
+// (the ledger's gateway registry, asked at each handshake: a disabled or unknown key is refused)
+// or the operator key (DIR/operator.key). The ledger presents its signing key (ledger.key), the
+// key agents pin (ledger_public_keys).
+
+namespace tally::ledger {
+
+// DIR/operator.key: tallyctl's identity (`tallyctl --key`). Created 0600 at first start; its
+// path is logged once then (event=operator_key_created).
+std::string operatorKeyPath(const std::string& data_dir);
+Result<identity::KeyPair> loadOrCreateOperatorKey(const std::string& data_dir, Logger* logger);
+
+// Whether `key` may open a TLS session with the ledger right now.
+bool admitsPeer(const Ledger& ledger, const PublicKey& operator_key, const PublicKey& key);
+
+// Makes one server session per accepted connection. `ledger` must outlive the sessions.
+std::function<Result<std::unique_ptr<net::TlsSession>>()> serverTlsSessions(
+    const identity::KeyPair& ledger_key, const Ledger* ledger, const PublicKey& operator_key);
+
+}  // namespace tally::ledger
