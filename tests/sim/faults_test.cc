@@ -94,7 +94,7 @@ TEST(SimFaults, ShardReuseAfterRestartIsCaught) {
                              Check::kDuplicateShardConsumption));
 }
 
-// Fair scheduling runs in about one seed in 20 (Workload::fair): a scheduler that hands the
+// Fair scheduling runs in about one seed in 40 (Workload::fair): a scheduler that hands the
 // slots out in arrival order, whatever the weights, exceeds the fairness budget of a tenant
 // (weights 1, 2, 4: about 190‰ and 240‰ off their shares, against a budget of 150‰).
 TEST(SimFaults, FairSchedulerIgnoringWeightsIsCaught) {

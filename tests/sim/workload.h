@@ -16,7 +16,7 @@
 
 namespace tally::sim {
 
-// Fair scheduling (SPEC §7), in about one seed in 20: one route served by three tenants of
+// Fair scheduling (SPEC §7), in about one seed in 40: one route served by three tenants of
 // weights 1, 2 and 4, each with the same fairness budget, on which every agent limits started
 // work to `started_max` (1–3) and its gateway keeps several starts of each tenant waiting. The
 // tenants and the route are in `budgets` only (the direct gateways never use them), and a
@@ -29,7 +29,7 @@ struct FairWorkload {
   uint32_t budget_permille = 0;
 };
 
-inline constexpr uint64_t kFairSeedsPermille = 50;     // one seed in 20
+inline constexpr uint64_t kFairSeedsPermille = 25;     // one seed in 40
 inline constexpr uint64_t kFairWindowAdmissions = 21;  // 3 × (1 + 2 + 4)
 inline constexpr uint32_t kFairBudgetPermille = 150;
 
