@@ -38,7 +38,14 @@ FairScheduler::FairScheduler(FairSchedulerOptions options) : options_(std::move(
     routes_.emplace(route, Route{.started_max = std::max<uint64_t>(1, started_max),
                                  .meter = FairnessMeter(window)});
   }
+#ifdef TALLY_TEST_FAULTS
+  setFaultsForTesting(options_.faults);
+#endif
 }
+
+#ifdef TALLY_TEST_FAULTS
+void FairScheduler::setFaultsForTesting(FairSchedulerFaults faults) { faults_ = faults; }
+#endif
 
 bool FairScheduler::onReserved(const FairReserved& reserved) {
   if (!schedules(reserved.route)) return true;
@@ -53,6 +60,12 @@ bool FairScheduler::onReserved(const FairReserved& reserved) {
 const FairReserved* FairScheduler::reservation(const std::string& id) const {
   auto it = records_.find(id);
   return it == records_.end() ? nullptr : &it->second.reserved;
+}
+
+std::optional<uint32_t> FairScheduler::waitingClass(const std::string& id) const {
+  auto it = records_.find(id);
+  if (it == records_.end() || it->second.state != State::kWaiting) return std::nullopt;
+  return it->second.priority;
 }
 
 FairStart FairScheduler::requestStart(uint64_t token, const std::string& id,
@@ -221,6 +234,7 @@ void FairScheduler::enqueue(Route& route, Record& record) {
   }
   tenant.waiting.push_back(record.reserved.reservation_id);
   record.state = State::kWaiting;
+  record.arrival = ++arrival_seq_;
   setDeadline(record, record.reserved.expires_at_ms);
   ++route.waiting;
   ++waiting_;
@@ -238,7 +252,11 @@ void FairScheduler::dequeue(Route& route, Record& record, bool admitted) {
   auto pos =
       std::find(tenant.waiting.begin(), tenant.waiting.end(), record.reserved.reservation_id);
   TALLY_ASSERT(pos != tenant.waiting.end());
+#ifdef TALLY_TEST_FAULTS
+  TALLY_ASSERT(!admitted || pos == tenant.waiting.begin() || faults_.newest_first);
+#else
   TALLY_ASSERT(!admitted || pos == tenant.waiting.begin());  // a tenant's own order is kept
+#endif
   tenant.waiting.erase(pos);
   record.state = State::kReserved;
   TALLY_ASSERT(route.waiting > 0 && waiting_ > 0);
@@ -260,9 +278,23 @@ void FairScheduler::admitReady(Route& route, uint64_t now_ms) {
     TALLY_ASSERT(!route.classes.empty());
     Class& cls = route.classes.begin()->second;  // the highest class with waiting starts
     TALLY_ASSERT(!cls.ready.empty());
-    auto [pass, since, tenant_name] = *cls.ready.begin();
+    auto chosen = cls.ready.begin();
+#ifdef TALLY_TEST_FAULTS
+    if (faults_.fifo_across_tenants) {  // the earliest waiting start, whatever the weights
+      uint64_t earliest = ~uint64_t{0};
+      for (auto it = cls.ready.begin(); it != cls.ready.end(); ++it) {
+        const uint64_t arrival =
+            records_.at(cls.tenants.at(std::get<2>(*it)).waiting.front()).arrival;
+        if (arrival < earliest) {
+          earliest = arrival;
+          chosen = it;
+        }
+      }
+    }
+#endif
+    auto [pass, since, tenant_name] = *chosen;
     Tenant& tenant = cls.tenants.at(tenant_name);
-    cls.ready.erase(cls.ready.begin());
+    cls.ready.erase(chosen);
     cls.virtual_time = pass;
     tenant.pass = pass + kStrideScale / tenant.weight;
     cls.ready.emplace(tenant.pass, since, tenant_name);
@@ -276,7 +308,10 @@ void FairScheduler::admitReady(Route& route, uint64_t now_ms) {
       for (auto& [name, idle] : cls.idle_pass) idle = idle > base ? idle - base : 0;
       cls.virtual_time = 0;
     }
-    const std::string id = tenant.waiting.front();
+    std::string id = tenant.waiting.front();
+#ifdef TALLY_TEST_FAULTS
+    if (faults_.newest_first) id = tenant.waiting.back();
+#endif
     Record& record = records_.at(id);
     const uint64_t token = record.token;
     dequeue(route, record, true);  // `cls` and `tenant` may be gone after this

@@ -42,6 +42,16 @@
 
 namespace tally {
 
+#ifdef TALLY_TEST_FAULTS
+// Test-only faults, off by default, compiled only into tally_core_testing (never into a shipped
+// binary): they let the simulator prove its fairness checks fail when the scheduler is wrong.
+struct FairSchedulerFaults {
+  bool fifo_across_tenants = false;  // a free slot goes to the earliest waiting start of the
+                                     // class, whatever its tenant's weight
+  bool newest_first = false;         // within a tenant, the newest waiting start goes first
+};
+#endif
+
 struct FairSchedulerOptions {
   // Admitted, unfinished starts allowed at once, by route (>= 1). Routes not listed are not
   // scheduled at all.
@@ -49,6 +59,9 @@ struct FairSchedulerOptions {
   uint64_t waiting_max = limits::kFairWaitingMax;
   uint64_t reservations_max = limits::kFairReservationsMax;
   uint64_t fairness_window_admissions = limits::kFairnessWindowAdmissionsDefault;
+#ifdef TALLY_TEST_FAULTS
+  FairSchedulerFaults faults;  // set by the constructor (setFaultsForTesting)
+#endif
 };
 
 // A reservation the ledger answered RESERVED.
@@ -109,6 +122,8 @@ class FairScheduler {
   bool onReserved(const FairReserved& reserved);
   // The reservation `id` if this scheduler holds it.
   const FairReserved* reservation(const std::string& id) const;
+  // The priority class a start of `id` waits in, if one waits.
+  std::optional<uint32_t> waitingClass(const std::string& id) const;
 
   // A start of `id` under `token`.
   FairStart requestStart(uint64_t token, const std::string& id, const FairStartTerms& terms,
@@ -138,6 +153,10 @@ class FairScheduler {
   const FairnessMeter* meter(const std::string& route) const;
   uint64_t waiting() const { return waiting_; }
   size_t reservations() const { return records_.size(); }
+#ifdef TALLY_TEST_FAULTS
+  // Out of line, so that a binary linking the testing core shows it (no_test_faults_shipped).
+  void setFaultsForTesting(FairSchedulerFaults faults);
+#endif
 
  private:
   enum class State : uint8_t { kReserved, kWaiting, kHoldsSlot };
@@ -149,6 +168,7 @@ class FairScheduler {
     uint32_t priority = 0;     // the class, kWaiting
     uint64_t slot_ttl_ms = 0;  // kWaiting
     uint64_t deadline_ms = 0;  // expiresAt (kReserved, kWaiting) or the slot's deadline
+    uint64_t arrival = 0;      // kWaiting: order of arrival among every waiting start
   };
   struct Tenant {
     std::deque<std::string> waiting;  // reservation ids, in arrival order
@@ -184,6 +204,10 @@ class FairScheduler {
   std::vector<FairAdmission> admitted_;
   uint64_t waiting_ = 0;
   uint64_t backlog_seq_ = 0;
+  uint64_t arrival_seq_ = 0;
+#ifdef TALLY_TEST_FAULTS
+  FairSchedulerFaults faults_;
+#endif
 };
 
 }  // namespace tally

@@ -18,15 +18,22 @@ AgentClient::AgentClient(uint32_t index, Rng rng, const Workload* workload, Trac
     : index_(index), rng_(rng), workload_(workload), trace_(trace) {}
 
 bool AgentClient::idle() const {
+  if (fairAtEndPending()) return false;
   return std::all_of(jobs_.begin(), jobs_.end(),
                      [](const Job& job) { return job.phase == Phase::kDone; });
 }
 
+bool AgentClient::fairAtEndPending() const {
+  return workload_->fair.has_value() && settling_ && fair_jobs_made_ < fair_jobs_max_;
+}
+
 std::optional<uint64_t> AgentClient::nextWakeMs() const {
   std::optional<uint64_t> earliest;
+  if (fairAtEndPending() && !fair_resumed_) earliest = fair_resume_at_ms_;
   for (const Job& job : jobs_) {
     if (job.phase == Phase::kDone || job.waiting) continue;
-    earliest = std::min(earliest.value_or(job.next_at_ms), job.next_at_ms);
+    const uint64_t at = job.fair ? std::max(job.next_at_ms, fair_resume_at_ms_) : job.next_at_ms;
+    earliest = std::min(earliest.value_or(at), at);
   }
   return earliest;
 }
@@ -43,17 +50,78 @@ std::vector<AgentClient::Request> AgentClient::act(uint64_t now_ms) {
   } else {
     sendStep(due[rng_.below(due.size())], now_ms, &out);
   }
+  if (workload_->fair.has_value()) fairWork(now_ms, &out);
   return out;
+}
+
+void AgentClient::fairWork(uint64_t now_ms, std::vector<Request>* out) {
+  const FairWorkload& fair = *workload_->fair;
+  std::erase_if(fair_jobs_, [&](size_t i) { return jobs_[i].phase == Phase::kDone; });
+  std::vector<uint64_t> pending(fair.tenants.size(), 0);
+  std::vector<size_t> starts;
+  std::vector<size_t> rest;  // settles, and retries of reserves
+  for (const size_t i : fair_jobs_) {
+    const Job& job = jobs_[i];
+    if (job.phase == Phase::kReserve || job.phase == Phase::kStart) {
+      const auto t = std::find(fair.tenants.begin(), fair.tenants.end(), job.reserve.subject);
+      ++pending[static_cast<size_t>(t - fair.tenants.begin())];
+    }
+    if (job.waiting || job.next_at_ms > now_ms) continue;
+    (job.phase == Phase::kStart ? starts : rest).push_back(i);
+  }
+  // Starts first, so that the slots the settles free find them waiting.
+  for (const size_t i : starts) sendStep(i, now_ms, out);
+  for (const size_t i : rest) sendStep(i, now_ms, out);
+  const size_t first = rng_.below(fair.tenants.size());
+  for (size_t k = 0; k < fair.tenants.size(); ++k) {
+    const size_t t = (first + k) % fair.tenants.size();
+    for (; pending[t] < kFairPendingPerTenant && fair_jobs_made_ < fair_jobs_max_; ++pending[t]) {
+      newFairJob(fair.tenants[t], true, now_ms, out);
+    }
+  }
+  if (!settling_ && fair_jobs_made_ < fair_jobs_max_ && rng_.chance(20)) {
+    newFairJob(fair.tenants[first], false, now_ms, out);
+  }
+}
+
+// `reserved` false: a start of an id never reserved (its reserve is never sent).
+void AgentClient::newFairJob(const std::string& tenant, bool reserved, uint64_t now_ms,
+                             std::vector<Request>* out) {
+  Job job;
+  ReserveRequest& r = job.reserve;
+  r.reservation_id = "a" + std::to_string(index_) + "-f" + std::to_string(jobs_.size());
+  r.subject = tenant;
+  r.route = workload_->fair->route;
+  r.units = 1;
+  r.request_digest = wire::canonicalRequestDigest(r);
+  job.operation_id = "aop-" + std::to_string(index_) + "-" + std::to_string(jobs_.size());
+  job.plan = Plan::kSettle;
+  job.actual_units = 1;
+  job.phase = reserved ? Phase::kReserve : Phase::kStart;
+  job.next_at_ms = now_ms;
+  job.fair = true;
+  ++fair_jobs_made_;
+  jobs_.push_back(std::move(job));
+  fair_jobs_.push_back(jobs_.size() - 1);
+  sendStep(jobs_.size() - 1, now_ms, out);
 }
 
 std::vector<AgentClient::Request> AgentClient::settleDown(uint64_t now_ms) {
   std::vector<Request> out;
+  if (workload_->fair.has_value() && !settling_) {
+    fair_jobs_max_ = fair_jobs_made_ + kFairJobsAtEnd;
+    fair_resume_at_ms_ = now_ms + kFairResumeAfterMs;
+  }
+  settling_ = true;
   for (size_t i = 0; i < jobs_.size(); ++i) {
     const Job& job = jobs_[i];
+    if (job.fair && now_ms < fair_resume_at_ms_) continue;
     if (job.phase != Phase::kDone && !job.waiting && job.next_at_ms <= now_ms) {
       sendStep(i, now_ms, &out);
     }
   }
+  fair_resumed_ = settling_ && now_ms >= fair_resume_at_ms_;
+  if (fairAtEndPending() && fair_resumed_) fairWork(now_ms, &out);
   return out;
 }
 
@@ -162,6 +230,7 @@ void AgentClient::onReply(uint64_t tag, const wire::ResponseBody& body, uint64_t
              : job.plan == Plan::kRelease ? Phase::kRelease
                                           : Phase::kStart,
              now_ms);
+        if (job.fair) job.next_at_ms = now_ms;  // started at once: it waits in the scheduler
       } else if (code == ReplyCode::kOk || code == ReplyCode::kRejected ||
                  code == ReplyCode::kIdempotencyConflict || code == ReplyCode::kInvalidArgument) {
         job.phase = Phase::kDone;
@@ -172,6 +241,7 @@ void AgentClient::onReply(uint64_t tag, const wire::ResponseBody& body, uint64_t
     case Phase::kStart:
       if (code == ReplyCode::kOk) {
         next(&job, job.plan == Plan::kUnknownReport ? Phase::kUnknown : Phase::kSettle, now_ms);
+        if (job.fair) job.next_at_ms = now_ms + rng_.range(50, 600);  // the work runs
       } else if (code == ReplyCode::kExpired || code == ReplyCode::kInvalidState ||
                  code == ReplyCode::kNotFound || code == ReplyCode::kOperationConflict) {
         job.phase = Phase::kDone;

@@ -1,5 +1,7 @@
 #include "tests/sim/agent_node.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <type_traits>
 #include <variant>
 
@@ -84,8 +86,17 @@ bool AgentNode::start(uint64_t now_ms, std::string* error) {
     return false;
   }
   keeping_->restored(restored.value());
+  AgentCoreOptions options;
+  if (fair_.has_value()) {
+    options.fair.started_max = {{fair_->route, fair_->started_max}};
+    options.fair.fairness_window_admissions = fair_->window_admissions;
+#ifdef TALLY_TEST_FAULTS
+    options.fair.faults = faults_.fair;
+#endif
+  }
+  fair_windows_seen_ = 0;
   core_ = std::make_unique<AgentCore>(
-      AgentCoreOptions{}, [](uint64_t) { return true; }, keeping_.get());
+      std::move(options), [](uint64_t) { return true; }, keeping_.get());
   std::vector<OutboxEntry> rows;
   for (const auto& [seq, entry] : outbox_rows_) rows.push_back(entry);
   trace(now_ms, "START boot epoch " + std::to_string(boot_epoch_) + ", " +
@@ -97,6 +108,7 @@ bool AgentNode::start(uint64_t now_ms, std::string* error) {
   perform(now_ms);
   updateLink(now_ms);
   endIteration(now_ms);
+  fairWatch(now_ms, false);
   return true;
 }
 
@@ -113,6 +125,8 @@ void AgentNode::crash(uint64_t now_ms) {
   held_.clear();
   calls_.clear();
   failed_now_.clear();
+  fair_waiting_.clear();
+  fair_queues_.clear();
   core_.reset();
   keeping_.reset();
   connected_ = false;
@@ -178,6 +192,7 @@ void AgentNode::onFrame(const std::vector<uint8_t>& bytes, uint64_t now_ms) {
     answered(std::move(call), std::move(response).value().body, now_ms);
   }
   endIteration(now_ms);
+  fairWatch(now_ms, false);
 }
 
 void AgentNode::answered(Call call, wire::ResponseBody body, uint64_t now_ms) {
@@ -185,6 +200,11 @@ void AgentNode::answered(Call call, wire::ResponseBody body, uint64_t now_ms) {
     AgentLedgerAnswer answer{.outcome = LinkOutcome::kAnswered, .label = labelOf(body)};
     if (const auto* reply = std::get_if<ReservationReply>(&body)) {
       answer.reservation = *reply;
+      if (fair_.has_value() && reply->code == ReplyCode::kOk &&
+          reply->receipt.state == ReservationState::kReserved &&
+          reply->receipt.route == fair_->route) {
+        ledger_reserved_[reply->receipt.reservation_id] = reply->receipt.expires_at_ms;
+      }
     } else if (const auto* policy = std::get_if<wire::PolicyAnswer>(&body)) {
       answer.policy_reply = policy->reply;
       answer.policy = policy->policy;
@@ -261,6 +281,10 @@ void AgentNode::request(uint64_t tag, const wire::RequestBody& body, uint64_t no
   core_->onRequest(token, *request, linkState(), now_ms);
   perform(now_ms);
   endIteration(now_ms);
+  if (const auto* start = std::get_if<StartRequest>(&body); start != nullptr && fair_.has_value()) {
+    fairRequest(token, start->reservation_id, now_ms);
+  }
+  fairWatch(now_ms, false);
 }
 
 void AgentNode::pump(uint64_t now_ms) {
@@ -284,6 +308,7 @@ void AgentNode::pump(uint64_t now_ms) {
   core_->onTick(linkState(), now_ms);
   perform(now_ms);
   endIteration(now_ms);
+  fairWatch(now_ms, true);
 }
 
 void AgentNode::maintain(uint64_t now_ms) {
@@ -293,6 +318,7 @@ void AgentNode::maintain(uint64_t now_ms) {
   keeping_->maintain(now_ms, linkUsable());
   perform(now_ms);
   endIteration(now_ms);
+  fairWatch(now_ms, false);
 }
 
 void AgentNode::endIteration(uint64_t now_ms) {
@@ -309,6 +335,10 @@ void AgentNode::endIteration(uint64_t now_ms) {
 
 void AgentNode::reply(uint64_t token, wire::ResponseBody body) {
   held_.erase(token);
+  if (auto waiting = fair_waiting_.find(token); waiting != fair_waiting_.end()) {
+    std::erase(fair_queues_[waiting->second.queue], token);  // left the queue unsent
+    fair_waiting_.erase(waiting);
+  }
   auto it = tags_.find(token);
   if (it == tags_.end()) return;
   replies_.emplace_back(it->second, std::move(body));
@@ -327,6 +357,7 @@ void AgentNode::perform(uint64_t now_ms, const wire::ResponseBody* answer) {
               if constexpr (std::is_same_v<T, AgentSend>) {
                 auto it = held_.find(value.token);
                 if (it == held_.end()) return;
+                if (!fair_waiting_.empty()) fairSent(value.token, now_ms);
                 wire::RequestBody body = std::move(it->second);
                 held_.erase(it);
                 send(Call{.kind = CallKind::kCore, .core_call = value.token}, std::move(body),
@@ -422,6 +453,98 @@ void AgentNode::perform(uint64_t now_ms, const wire::ResponseBody* answer) {
         calls_.erase(it);
         failed(std::move(call), "not connected", now_ms);
       }
+    }
+  }
+}
+
+}  // namespace tally::sim
+
+namespace tally::sim {
+
+// --- the watch of the fair scheduler -------------------------------------------------------------
+
+void AgentNode::fairViolation(bool over_budget, std::string detail, uint64_t now_ms) {
+  trace(now_ms, "FAIR SCHEDULING: " + detail);
+  fair_violations_.push_back({.over_budget = over_budget, .detail = gateway_name_ + ": " + detail});
+}
+
+void AgentNode::fairRequest(uint64_t token, const std::string& id, uint64_t now_ms) {
+  const FairScheduler& fair = core_->fair();
+  const FairReserved* held = fair.reservation(id);
+  if (held == nullptr) return;
+  auto reserved = ledger_reserved_.find(id);
+  if (reserved == ledger_reserved_.end()) {
+    fairViolation(false, "the scheduler holds " + id + ", which the ledger never answered RESERVED",
+                  now_ms);
+    return;
+  }
+  const std::optional<uint32_t> cls = fair.waitingClass(id);
+  if (!cls.has_value()) return;  // admitted at once (nothing waited), or answered
+  FairWaiting waiting{.queue = {held->subject, *cls}, .id = id, .expires_at_ms = reserved->second};
+  fair_queues_[waiting.queue].push_back(token);
+  fair_waiting_.emplace(token, std::move(waiting));
+}
+
+void AgentNode::fairSent(uint64_t token, uint64_t now_ms) {
+  auto it = fair_waiting_.find(token);
+  if (it == fair_waiting_.end()) return;
+  const FairWaiting& sent = it->second;
+  std::deque<uint64_t>& queue = fair_queues_[sent.queue];
+  // Handed out at its expiry, a start may pass its tenant's earlier ones; otherwise it is first.
+  if (!queue.empty() && queue.front() != token && now_ms < sent.expires_at_ms) {
+    fairViolation(false,
+                  "the start of " + sent.id + " was sent before that of " +
+                      fair_waiting_.at(queue.front()).id + " (" + sent.queue.first + ", class " +
+                      std::to_string(sent.queue.second) + "), which began to wait earlier",
+                  now_ms);
+  }
+  std::erase(queue, token);
+  fair_waiting_.erase(it);
+}
+
+void AgentNode::fairWatch(uint64_t now_ms, bool pumped) {
+  if (!fair_.has_value() || !up()) return;
+  const FairScheduler& fair = core_->fair();
+  if (pumped) {
+    for (const auto& [token, waiting] : fair_waiting_) {
+      if (waiting.expires_at_ms <= now_ms && fair.waitingClass(waiting.id).has_value()) {
+        fairViolation(false,
+                      "the start of " + waiting.id + " still waits after the pump at " +
+                          std::to_string(now_ms) + ", past its reservation's expiry at " +
+                          std::to_string(waiting.expires_at_ms),
+                      now_ms);
+      }
+    }
+  }
+  // The meter's last complete window, once per window (a window is longer than the admissions
+  // one entry point can make: at most started_max).
+  const FairnessMeter* meter = fair.meter(fair_->route);
+  if (meter == nullptr || meter->windowsCompleted() == fair_windows_seen_) return;
+  fair_windows_seen_ = meter->windowsCompleted();
+  if (trace_->on()) {
+    std::string line = "fairness window " + std::to_string(fair_windows_seen_) + ":";
+    for (const FairnessShare& share : meter->last().tenants) {
+      char part[96];
+      std::snprintf(part, sizeof part, " %s admitted %.3f fair %.3f", share.tenant.c_str(),
+                    share.admitted_share, share.fair_share);
+      line += part;
+    }
+    trace(now_ms, line);
+  }
+  for (const FairnessShare& share : meter->last().tenants) {
+    TenantFairness& worst = fair_worst_[share.tenant];
+    worst.tenant = share.tenant;
+    worst.budget_permille = fair_->budget_permille;
+    worst.error = std::max(worst.error, share.error);
+    ++worst.windows;
+    if (share.error * 1000 > fair_->budget_permille + kFairnessEpsilonPermille) {
+      char detail[160];
+      std::snprintf(detail, sizeof detail,
+                    "window %llu: %s admitted %.3f, fair share %.3f: error %.1f‰ > budget %u‰",
+                    static_cast<unsigned long long>(fair_windows_seen_), share.tenant.c_str(),
+                    share.admitted_share, share.fair_share, share.error * 1000,
+                    fair_->budget_permille);
+      fairViolation(true, detail, now_ms);
     }
   }
 }

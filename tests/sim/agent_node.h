@@ -1,9 +1,11 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "tests/sim/rng.h"
 #include "tests/sim/shard_store.h"
 #include "tests/sim/trace.h"
+#include "tests/sim/workload.h"
 #include "wire/codec.h"
 
 // One simulated tally-agent process: the real agent machine (AgentCore with its AgentMachine,
@@ -43,9 +46,27 @@ inline constexpr uint64_t kAccountIdleMs = 20'000;
 
 #ifdef TALLY_TEST_FAULTS
 struct AgentFaults {
-  ShardBookFaults book;  // core's injected shard-book bugs, set on every book it builds
+  ShardBookFaults book;      // core's injected shard-book bugs, set on every book it builds
+  FairSchedulerFaults fair;  // core's injected fair-scheduler bugs, in every AgentCore it builds
 };
 #endif
+
+// One tenant's fairness on a fairly scheduled route, as one agent measured it over a run.
+struct TenantFairness {
+  std::string tenant;
+  double error = 0;  // the worst |admitted share - fair share| of a completed window, 0 … 1
+  uint32_t budget_permille = 0;
+  uint64_t windows = 0;  // completed windows the tenant waited or was admitted in
+};
+
+// Rounding of a window's error against an integer budget in ‰.
+inline constexpr double kFairnessEpsilonPermille = 1e-6;
+
+// What the simulator's watch of the fair scheduler found.
+struct FairViolation {
+  bool over_budget = false;  // a window's error above the budget; otherwise a broken rule
+  std::string detail;
+};
 
 class AgentNode {
  public:
@@ -62,6 +83,14 @@ class AgentNode {
 
   // The accounts its configuration keeps shards for (from its next start on).
   void configureAccounts(std::vector<SubjectRoute> accounts) { accounts_ = std::move(accounts); }
+  // Fair scheduling of the route's starts (from its next start on): `started_max` and the
+  // fairness window of `fair`. After every entry point the agent then reads its scheduler's
+  // FairnessMeter (a completed window's per-tenant errors, against `budget_permille`) and
+  // checks the scheduler's rules (below); takeFairViolations() hands out what failed.
+  void configureFair(const FairWorkload& fair) { fair_ = fair; }
+  std::vector<FairViolation> takeFairViolations() { return std::exchange(fair_violations_, {}); }
+  // By tenant, over every boot.
+  const std::map<std::string, TenantFairness>& fairness() const { return fair_worst_; }
   // Boots the process (boot epoch + 1); false, with `error`, if the durable state cannot be
   // restored (it stays down).
   bool start(uint64_t now_ms, std::string* error);
@@ -113,6 +142,18 @@ class AgentNode {
   void perform(uint64_t now_ms, const wire::ResponseBody* answer = nullptr);
   void reply(uint64_t token, wire::ResponseBody body);
   void trace(uint64_t now_ms, const std::string& line);
+  // The watch of the fair scheduler: the rules SPEC §7 and issue 10 state, checked where they
+  // can fail, from what this process sees (its gateway's requests, its ledger's answers, the
+  // starts it sends):
+  //  * it never holds a reservation the ledger did not answer RESERVED to this agent;
+  //  * within a tenant and priority class, starts are sent in the order they began to wait,
+  //    except one sent at or past its reservation's expiry (handed out so the ledger answers
+  //    EXPIRED);
+  //  * after a pump (the scheduler's tick), no start waits past its reservation's expiry.
+  void fairRequest(uint64_t token, const std::string& id, uint64_t now_ms);
+  void fairSent(uint64_t token, uint64_t now_ms);
+  void fairWatch(uint64_t now_ms, bool pumped);
+  void fairViolation(bool over_budget, std::string detail, uint64_t now_ms);
 
   NodeId id_;
   std::string gateway_name_;
@@ -146,6 +187,20 @@ class AgentNode {
 #ifdef TALLY_TEST_FAULTS
   AgentFaults faults_;
 #endif
+
+  // Fair scheduling (configureFair).
+  struct FairWaiting {
+    std::pair<std::string, uint32_t> queue;  // (tenant, class)
+    std::string id;
+    uint64_t expires_at_ms = 0;
+  };
+  std::optional<FairWorkload> fair_;
+  std::map<std::string, uint64_t> ledger_reserved_;  // the route's ids answered RESERVED → expiry
+  std::map<uint64_t, FairWaiting> fair_waiting_;     // waiting starts by token (this boot)
+  std::map<std::pair<std::string, uint32_t>, std::deque<uint64_t>> fair_queues_;  // arrival order
+  uint64_t fair_windows_seen_ = 0;  // of this boot's meter
+  std::map<std::string, TenantFairness> fair_worst_;
+  std::vector<FairViolation> fair_violations_;
 };
 
 }  // namespace tally::sim

@@ -1,5 +1,6 @@
 # Runs `tally-sim --interleavings N --jobs J --json` and asserts every count of the gate is 0,
-# the p99 within its bound and `interleavings` equal to N (a run that did nothing cannot pass).
+# the p99 within its bound, every tenant's fairness error within its budget (and some measured)
+# and `interleavings` equal to N (a run that did nothing cannot pass).
 #   -DSIM=path/to/tally-sim -DINTERLEAVINGS=N -DJOBS=J
 execute_process(COMMAND ${SIM} --interleavings ${INTERLEAVINGS} --jobs ${JOBS} --json
                 OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
@@ -10,7 +11,8 @@ if(NOT interleavings EQUAL INTERLEAVINGS)
 endif()
 foreach(field conservationViolations overspend secondReservations duplicateShardConsumption
               unrecordedDebt duplicateRefunds unknownTreatedAsUnconsumed lostAcknowledged
-              unknownUnresolved shardsUnreconciled outboxesUndrained)
+              unknownUnresolved shardsUnreconciled outboxesUndrained fairnessOverBudget
+              fairSchedulingViolations)
   string(JSON value GET "${out}" ${field})
   if(NOT value EQUAL 0)
     message(FATAL_ERROR "${field} = ${value} (must be 0)")
@@ -26,6 +28,20 @@ foreach(field shardAdmissions agentRestarts)
   string(JSON value GET "${out}" ${field})
   if(NOT value GREATER 0)
     message(FATAL_ERROR "${field} = ${value}: the runs never exercised it")
+  endif()
+endforeach()
+# Fair scheduling (SPEC §7): each tenant's worst window error, in ‰, within its budget in ‰.
+string(JSON tenants LENGTH "${out}" fairness)
+if(tenants EQUAL 0)
+  message(FATAL_ERROR "fairness: no tenant's fairness was measured")
+endif()
+math(EXPR last "${tenants} - 1")
+foreach(i RANGE ${last})
+  string(JSON tenant GET "${out}" fairness ${i} tenant)
+  string(JSON error GET "${out}" fairness ${i} error)
+  string(JSON budget GET "${out}" fairness ${i} budget)
+  if(error GREATER budget)
+    message(FATAL_ERROR "fairness: ${tenant} error ${error}‰ above its budget ${budget}‰")
   endif()
 endforeach()
 string(JSON p99 GET "${out}" unknownConvergenceP99Ms)

@@ -63,6 +63,8 @@ const char* checkName(Check check) {
     case Check::kUnknownUnresolved: return "unknown unresolved";
     case Check::kShardUnreconciled: return "shard unreconciled";
     case Check::kOutboxUndrained: return "outbox undrained";
+    case Check::kFairnessOverBudget: return "fairness over budget";
+    case Check::kFairScheduling: return "fair scheduling";
     case Check::kCount: break;
   }
   return "?";

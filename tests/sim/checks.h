@@ -40,6 +40,10 @@ enum class Check : uint8_t {
   kShardUnreconciled,           // a shard neither reconciled nor written off (nor in CONFLICT,
                                 // its overspend recorded as debt) at the end
   kOutboxUndrained,             // an agent's outbox (memory or durable rows) not empty at the end
+  kFairnessOverBudget,          // a window's fairness error of a tenant above its budget
+  kFairScheduling,              // the fair scheduler broke a rule: a tenant's starts reordered
+                                // within a class, a start held that the ledger never reserved,
+                                // a start still waiting past its reservation's expiry
   kCount,
 };
 inline constexpr size_t kCheckCount = static_cast<size_t>(Check::kCount);

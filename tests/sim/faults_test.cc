@@ -94,6 +94,22 @@ TEST(SimFaults, ShardReuseAfterRestartIsCaught) {
                              Check::kDuplicateShardConsumption));
 }
 
+// Fair scheduling runs in about one seed in 40 (Workload::fair): a scheduler that hands the
+// slots out in arrival order, whatever the weights, exceeds the fairness budget of a tenant
+// (weights 1, 2, 4: about 190‰ and 240‰ off their shares, against a budget of 150‰).
+TEST(SimFaults, FairSchedulerIgnoringWeightsIsCaught) {
+  EXPECT_NE(0u,
+            seedsUntilCaught([](RunOptions* o) { o->agent_faults.fair.fifo_across_tenants = true; },
+                             Check::kFairnessOverBudget));
+}
+
+// Within a tenant, the newest waiting start first: the agent sends a start before an earlier
+// one of the same tenant and class.
+TEST(SimFaults, AStartGrantedOutOfItsTenantsOrderIsCaught) {
+  EXPECT_NE(0u, seedsUntilCaught([](RunOptions* o) { o->agent_faults.fair.newest_first = true; },
+                                 Check::kFairScheduling));
+}
+
 TEST(SimFaults, ReplayIsDeterministic) {
   RunOptions options{.seed = 12345, .trace = true};
   const RunResult a = runOne(options);

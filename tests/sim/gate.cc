@@ -1,6 +1,7 @@
 #include "tests/sim/gate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace tally::sim {
@@ -40,9 +41,26 @@ constexpr Field kFields[] = {
     {"unknownUnresolved", Check::kUnknownUnresolved},
     {"shardsUnreconciled", Check::kShardUnreconciled},
     {"outboxesUndrained", Check::kOutboxUndrained},
+    {"fairnessOverBudget", Check::kFairnessOverBudget},
+    {"fairSchedulingViolations", Check::kFairScheduling},
 };
 
+void addFairness(std::map<std::string, TenantFairness>* into, const TenantFairness& tenant) {
+  TenantFairness& worst = (*into)[tenant.tenant];
+  if (worst.windows == 0) {
+    worst = tenant;
+    return;
+  }
+  worst.error = std::max(worst.error, tenant.error);
+  worst.budget_permille = std::min(worst.budget_permille, tenant.budget_permille);
+  worst.windows += tenant.windows;
+}
+
 }  // namespace
+
+uint64_t GateSummary::errorPermille(const TenantFairness& tenant) {
+  return static_cast<uint64_t>(std::ceil(tenant.error * 1000 - kFairnessEpsilonPermille));
+}
 
 void GateSummary::add(const RunResult& result) {
   ++interleavings_;
@@ -50,6 +68,7 @@ void GateSummary::add(const RunResult& result) {
   shard_admissions_ += result.shard_admissions;
   agent_restarts_ += result.agent_restarts;
   for (size_t i = 0; i < kCheckCount; ++i) counts_[i] += result.failed[i] ? 1 : 0;
+  for (const TenantFairness& tenant : result.fairness) addFairness(&fairness_, tenant);
   for (const uint64_t ms : result.convergence_ms) {
     ++histogram_[std::min<uint64_t>(ms / kBucketMs, kBuckets)];
     ++samples_;
@@ -67,6 +86,7 @@ void GateSummary::merge(const GateSummary& other) {
   shard_admissions_ += other.shard_admissions_;
   agent_restarts_ += other.agent_restarts_;
   for (size_t i = 0; i < kCheckCount; ++i) counts_[i] += other.counts_[i];
+  for (const auto& [name, tenant] : other.fairness_) addFairness(&fairness_, tenant);
   for (size_t i = 0; i < histogram_.size(); ++i) histogram_[i] += other.histogram_[i];
   samples_ += other.samples_;
   failed_.insert(failed_.end(), other.failed_.begin(), other.failed_.end());
@@ -90,6 +110,9 @@ bool GateSummary::passes() const {
   for (const uint64_t count : counts_) {
     if (count != 0) return false;
   }
+  for (const auto& [name, tenant] : fairness_) {
+    if (errorPermille(tenant) > tenant.budget_permille) return false;
+  }
   return unknownConvergenceP99Ms() <= kUnknownConvergenceMsMax;
 }
 
@@ -99,8 +122,17 @@ std::string GateSummary::json() const {
     out += ",\"" + std::string(field.name) + "\":" + std::to_string(count(field.check));
   }
   out += ",\"unknownConvergenceP99Ms\":" + std::to_string(unknownConvergenceP99Ms());
-  // The scheduler of SPEC §7 does not exist yet: no tenant has a fairness error to report.
-  out += ",\"fairness\":[]";
+  // Per tenant, in ‰ of a window's admissions (docs/SIMULATION.md "Fair scheduling").
+  out += ",\"fairness\":[";
+  bool first = true;
+  for (const auto& [name, tenant] : fairness_) {
+    out += (first ? "" : ",") + std::string("{\"tenant\":") + jsonString(name) +
+           ",\"error\":" + std::to_string(errorPermille(tenant)) +
+           ",\"budget\":" + std::to_string(tenant.budget_permille) +
+           ",\"windows\":" + std::to_string(tenant.windows) + "}";
+    first = false;
+  }
+  out += "]";
   out += ",\"closedPeriodsChecked\":" + std::to_string(closed_periods_checked_);
   out += ",\"shardAdmissions\":" + std::to_string(shard_admissions_);
   out += ",\"agentRestarts\":" + std::to_string(agent_restarts_);
@@ -120,7 +152,13 @@ std::string GateSummary::text() const {
   }
   out += "  unknownConvergenceP99Ms: " + std::to_string(unknownConvergenceP99Ms()) + " (limit " +
          std::to_string(kUnknownConvergenceMsMax) + ")\n";
-  out += "  fairness: none measured (no scheduler yet)\n";
+  if (fairness_.empty()) out += "  fairness: no window measured\n";
+  for (const auto& [name, tenant] : fairness_) {
+    const uint64_t error = errorPermille(tenant);
+    out += "  fairness " + name + ": error " + std::to_string(error) + "‰ (budget " +
+           std::to_string(tenant.budget_permille) + "‰, " + std::to_string(tenant.windows) +
+           " windows)" + (error > tenant.budget_permille ? " OVER BUDGET" : "") + "\n";
+  }
   out += "  closedPeriodsChecked: " + std::to_string(closed_periods_checked_) + "\n";
   out += "  shardAdmissions: " + std::to_string(shard_admissions_) + "\n";
   out += "  agentRestarts: " + std::to_string(agent_restarts_) + "\n";

@@ -2,13 +2,15 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "tests/sim/runner.h"
 
 // The release gate's figures over many runs (issue 10, "The gate"): per check, how many runs
-// failed it; the p99 of the simulated time USAGE_UNKNOWN took to close; the seeds that failed.
+// failed it; the p99 of the simulated time USAGE_UNKNOWN took to close; each tenant's worst
+// fairness error against its budget; the seeds that failed.
 
 namespace tally::sim {
 
@@ -32,7 +34,14 @@ class GateSummary {
   // Reservations agents admitted from shards, and agent restarts (new boot epochs).
   uint64_t shardAdmissions() const { return shard_admissions_; }
   uint64_t agentRestarts() const { return agent_restarts_; }
-  // Any count above 0, or the p99 above 10 minutes of simulated time.
+  // By tenant: the worst fairness error of any completed window of any run, its budget, and
+  // the windows measured (seeds with fair scheduling).
+  const std::map<std::string, TenantFairness>& fairness() const { return fairness_; }
+  // A tenant's worst error in ‰ of a window's admissions, rounded up (the unit of the budget):
+  // it is within its budget exactly when this is at most budget_permille.
+  static uint64_t errorPermille(const TenantFairness& tenant);
+  // Any count above 0, the p99 above 10 minutes of simulated time, or a tenant's worst
+  // fairness error above its budget.
   bool passes() const;
 
   std::string json() const;
@@ -49,6 +58,7 @@ class GateSummary {
   uint64_t closed_periods_checked_ = 0;
   uint64_t shard_admissions_ = 0;
   uint64_t agent_restarts_ = 0;
+  std::map<std::string, TenantFairness> fairness_;
   std::vector<FailedRun> failed_;  // the first few, by seed
 };
 

@@ -69,6 +69,7 @@ class Run {
                                                     &network_, &trace_,
                                                     [this] { return node_.up(); }));
       clients_.push_back(std::make_unique<AgentClient>(a + 1, root_.fork(), &workload_, &trace_));
+      if (workload_.fair.has_value()) agents_.back()->configureFair(*workload_.fair);
       // Most agents are configured to keep shards of some emergency routes from the start;
       // the rest learn them from central admissions.
       if (events_.chance(700)) {
@@ -126,6 +127,9 @@ class Run {
     result.closed_periods_checked = checker_.periodsChecked();
     result.shard_admissions = checker_.shardAdmissions();
     for (const auto& agent : agents_) result.agent_restarts += agent->bootEpoch() - 1;
+    for (const auto& agent : agents_) {
+      for (const auto& [tenant, fairness] : agent->fairness()) result.fairness.push_back(fairness);
+    }
     return result;
   }
 
@@ -384,6 +388,10 @@ class Run {
       for (auto& [tag, body] : replies) clients_[a]->onReply(tag, body, now());
     }
     AgentNode& agent = *agents_[a];
+    for (FairViolation& v : agent.takeFairViolations()) {
+      checker_.fail(v.over_budget ? Check::kFairnessOverBudget : Check::kFairScheduling, v.detail,
+                    now());
+    }
     if (agent.up() && !checker_.failed()) {
       checker_.afterAgentStep(agent.gatewayName(), agent.bootEpoch(), agent.book(), now());
     }

@@ -38,6 +38,7 @@ struct RunResult {
   uint64_t closed_periods_checked = 0;  // accounting periods compared live vs durable
   uint64_t shard_admissions = 0;        // reservations agents admitted from shards
   uint64_t agent_restarts = 0;
+  std::vector<TenantFairness> fairness;  // per agent and tenant (seeds with fair scheduling)
 
   bool ok() const { return findings.empty(); }
 };

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,23 @@
 
 namespace tally::sim {
 
+// Fair scheduling (SPEC §7), in about one seed in 40: one route served by three tenants of
+// weights 1, 2 and 4, each with the same fairness budget, on which every agent limits started
+// work to `started_max` (1–3) and its gateway keeps several starts of each tenant waiting. The
+// tenants and the route are in `budgets` only (the direct gateways never use them), and a
+// republished policy keeps their values.
+struct FairWorkload {
+  std::string route;
+  std::vector<std::string> tenants;  // weights 1, 2, 4 in this order
+  uint64_t started_max = 1;
+  uint64_t window_admissions = 0;
+  uint32_t budget_permille = 0;
+};
+
+inline constexpr uint64_t kFairSeedsPermille = 25;     // one seed in 40
+inline constexpr uint64_t kFairWindowAdmissions = 21;  // 3 × (1 + 2 + 4)
+inline constexpr uint32_t kFairBudgetPermille = 150;
+
 struct Workload {
   std::vector<std::string> subjects;
   std::vector<std::string> routes;
@@ -22,7 +40,10 @@ struct Workload {
   uint64_t hold_ttl_ms_max = 0;
   uint64_t hard_limit_ms_max = 0;
   uint64_t shard_ttl_ms_max = 0;
+  std::optional<FairWorkload> fair;
 };
+
+bool isFairBudget(const Budget& budget);
 
 Workload makeWorkload(Rng* rng);
 // The same budgets with new values for some of them (a republished policy).
