@@ -42,4 +42,14 @@ std::function<Result<std::unique_ptr<net::TlsSession>>()> serverTlsSessions(
   };
 }
 
+std::function<Result<std::unique_ptr<net::TlsSession>>()> standbyTlsSessions(
+    const identity::KeyPair& ledger_key) {
+  return [ledger_key]() {
+    return net::TlsSession::create(net::TlsOptions{
+        .role = net::TlsRole::kServer, .key = ledger_key, .accept_peer = [](const PublicKey&) {
+          return true;
+        }});
+  };
+}
+
 }  // namespace tally::ledger

@@ -32,4 +32,10 @@ bool admitsPeer(const Ledger& ledger, const PublicKey& operator_key, const Publi
 std::function<Result<std::unique_ptr<net::TlsSession>>()> serverTlsSessions(
     const identity::KeyPair& ledger_key, const Ledger* ledger, const PublicKey& operator_key);
 
+// A standby's sessions (ledger/standby_server.h): the same ledger key, and any client key, since
+// a standby performs nothing: it answers NOT_PRIMARY naming the primary, and the client learns
+// from the key it pinned that the answer is the ledger's. It has no gateway registry to ask.
+std::function<Result<std::unique_ptr<net::TlsSession>>()> standbyTlsSessions(
+    const identity::KeyPair& ledger_key);
+
 }  // namespace tally::ledger

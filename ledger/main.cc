@@ -360,11 +360,23 @@ Result<OpenedStore> waitAsStandby(const LedgerConfig& config, const std::string&
     *listen_fd = -1;
     return Status::ioError(std::string("uv_loop_init: ") + uv_strerror(rc));
   }
-  StandbyServer standby(
-      &loop, logger,
-      StandbyServerOptions{.listen_fd = std::exchange(*listen_fd, -1),
-                           .stream = {.frame_bytes_max = config.frame_bytes_max}});
-  Status status = standby.start();
+  // TLS as the primary speaks it (agents pin the ledger key, which the standby shares), so a
+  // client is told NOT_PRIMARY rather than refused for speaking TLS.
+  std::function<Result<std::unique_ptr<net::TlsSession>>()> tls;
+  Status status = Status::ok();
+  if (!config.insecure) {
+    Result<identity::KeyPair> key = signingKey(config);
+    if (key.isOk()) {
+      tls = standbyTlsSessions(key.value());
+    } else {
+      status = Status::ioError(signingKeyPath(config) + ": " + key.status().message());
+    }
+  }
+  StandbyServer standby(&loop, logger,
+                        StandbyServerOptions{.listen_fd = std::exchange(*listen_fd, -1),
+                                             .stream = {.frame_bytes_max = config.frame_bytes_max},
+                                             .tls = std::move(tls)});
+  if (status.isOk()) status = standby.start();
   struct Shared {
     std::mutex mutex;
     std::optional<LeaseState> lease;  // the latest poll's, not yet seen by the loop

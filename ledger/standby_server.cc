@@ -73,6 +73,16 @@ void StandbyServer::accept() {
     return;
   }
   (void)uv_tcp_nodelay(raw->tcp(), 1);
+  if (options_.tls) {
+    Result<std::unique_ptr<net::TlsSession>> session = options_.tls();
+    if (!session.isOk()) {
+      logger_->error("tls_session_failed", {{"error", session.status().toString()}});
+      raw->close();
+      return;
+    }
+    raw->startTls(std::move(session).value());
+    if (raw->closing() || raw->shuttingDown()) return;
+  }
   raw->startReading();
 }
 
@@ -101,7 +111,11 @@ void StandbyServer::onBadFrame(net::FramedStream* stream, const Status& status) 
   stream->shutdownThenClose();
 }
 
-void StandbyServer::onLost(net::FramedStream* /*stream*/, const Status& /*status*/) {}
+void StandbyServer::onLost(net::FramedStream* stream, const Status& status) {
+  if (status.message().starts_with("TLS: ")) {  // a bad record, a plaintext client
+    logger_->warn("tls_refused", {{"connection", stream->id()}, {"error", status.toString()}});
+  }
+}
 
 void StandbyServer::onClosed(net::FramedStream* stream) {
   connections_.erase(stream->id());  // frees the stream

@@ -3,6 +3,7 @@
 #include <uv.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -11,6 +12,7 @@
 #include "core/limits.h"
 #include "core/status.h"
 #include "net/framed_stream.h"
+#include "net/tls_session.h"
 #include "wire/codec.h"
 #include "wire/frame.h"
 
@@ -35,6 +37,9 @@ struct StandbyServerOptions {
   int listen_fd = -1;  // a bound, listening TCP socket (adopted: closed by stop/handOver)
   net::StreamLimits stream;
   uint64_t connections_max = limits::kConnectionsPerServerMax;
+  // Set: connections speak TLS through a session this makes (ledger/link_tls.h
+  // standbyTlsSessions), as the primary's do. Unset: plaintext (--insecure).
+  std::function<Result<std::unique_ptr<net::TlsSession>>()> tls;
 };
 
 class StandbyServer : private net::StreamHandler {

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include "tests/net/frame_bytes.h"
 
 // The framed-stream layer on a real libuv loop over a real socketpair: one end is the
 // FramedStream under test, the other a raw non-blocking descriptor the test writes and reads.
@@ -23,14 +24,7 @@
 namespace tally::net {
 namespace {
 
-std::vector<uint8_t> frameOf(const std::string& payload) {
-  std::vector<uint8_t> out;
-  out.reserve(4 + payload.size());
-  const auto length = static_cast<uint32_t>(payload.size());
-  for (int shift = 0; shift < 32; shift += 8) out.push_back(static_cast<uint8_t>(length >> shift));
-  for (char c : payload) out.push_back(static_cast<uint8_t>(c));
-  return out;
-}
+using test_support::frameOf;
 
 std::string text(const wire::Frame& frame) { return std::string(frame.begin(), frame.end()); }
 

@@ -18,6 +18,7 @@
 #include "net/framed_stream.h"
 #include "net/tls_session.h"
 #include "shard/identity.h"
+#include "tests/net/frame_bytes.h"
 
 namespace tally::net {
 namespace {
@@ -42,15 +43,9 @@ std::unique_ptr<TlsSession> session(TlsRole role, const identity::KeyPair& key,
   return created.isOk() ? std::move(created).value() : nullptr;
 }
 
-std::vector<uint8_t> frameOf(const std::string& payload) {
-  std::vector<uint8_t> out;
-  const auto length = static_cast<uint32_t>(payload.size());
-  for (int shift = 0; shift < 32; shift += 8) out.push_back(static_cast<uint8_t>(length >> shift));
-  out.insert(out.end(), payload.begin(), payload.end());
-  return out;
-}
+using test_support::frameOf;
 
-class Recorder final : public StreamHandler {
+class TlsRecorder final : public StreamHandler {
  public:
   void onFrame(FramedStream* stream, wire::Frame&& frame) override {
     frames.emplace_back(frame.begin(), frame.end());
@@ -128,7 +123,7 @@ class FramedStreamTlsTest : public ::testing::Test {
     EXPECT_EQ(uv_loop_close(&loop_), 0);
   }
 
-  std::unique_ptr<FramedStream> openStream(int fd, Recorder* handler, StreamLimits limits,
+  std::unique_ptr<FramedStream> openStream(int fd, TlsRecorder* handler, StreamLimits limits,
                                            std::unique_ptr<TlsSession> tls) {
     auto stream = std::make_unique<FramedStream>(&loop_, StreamKind::kPipe, handler, limits, fd);
     EXPECT_TRUE(stream->init().isOk());
@@ -168,8 +163,8 @@ class FramedStreamTlsTest : public ::testing::Test {
   uv_loop_t loop_{};
   int fds_[2] = {-1, -1};
   std::set<int> adopted_;
-  Recorder server_handler_;
-  Recorder client_handler_;
+  TlsRecorder server_handler_;
+  TlsRecorder client_handler_;
   std::unique_ptr<FramedStream> server_;
   std::unique_ptr<FramedStream> client_;
 };
