@@ -119,12 +119,16 @@ int main(int argc, char** argv) {
   // One connection per invocation, opened only once the request is known to be valid. The
   // timeout covers connecting and the call together.
   const ctl::CallFn call = [&invocation](const wire::RequestBody& body) -> Result<wire::Response> {
-    if (!invocation.ledgers.empty()) {
-      return client::callThePrimary(invocation.ledgers, body, invocation.timeout_ms);
-    }
-    const auto started = std::chrono::steady_clock::now();
     Result<client::BlockingClientOptions> options = clientOptions(invocation);
     if (!options.isOk()) return options.status();
+    if (!invocation.ledgers.empty()) {  // every address speaks the same link (TLS or not)
+      return client::callThePrimary(
+          invocation.ledgers, body, invocation.timeout_ms,
+          [&options](const client::Endpoint& endpoint, uint64_t timeout_ms) {
+            return client::BlockingClient::connect(endpoint, timeout_ms, options.value());
+          });
+    }
+    const auto started = std::chrono::steady_clock::now();
     Result<std::unique_ptr<client::BlockingClient>> connection = client::BlockingClient::connect(
         invocation.endpoint, invocation.timeout_ms, options.value());
     if (!connection.isOk()) return connection.status();

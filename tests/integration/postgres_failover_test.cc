@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <memory>
@@ -51,17 +52,25 @@ class PostgresFailoverTest : public ::testing::Test {
   }
 
   // A tally-ledger on its own data dir and the shared database, with `lease_ms`.
-  Process* spawn(uint64_t lease_ms, bool standby) {
+  // With Link::kTls, `signing_key_file` (when given) is the key it presents and signs with: a
+  // standby shares the primary's.
+  Process* spawn(uint64_t lease_ms, bool standby, Link link = Link::kPlaintext,
+                 const std::string& signing_key_file = "") {
     const std::string name = "ledger" + std::to_string(ledgers_.size());
     std::vector<std::string> args{"--data-dir",  dir_.file(name), "--listen",
                                   "127.0.0.1:0", "--metrics",     "",
                                   "--store",     "postgres",      "--postgres",
                                   conninfo_,     "--lease-ms",    std::to_string(lease_ms)};
     if (standby) args.emplace_back("--standby");
+    if (!signing_key_file.empty()) {
+      args.insert(args.end(), {"--signing-key-file", signing_key_file});
+    }
     ledgers_.push_back(std::make_unique<Process>(binaryPath("tally-ledger"), std::move(args),
-                                                 dir_.file(name + ".log")));
+                                                 dir_.file(name + ".log"), /*ready_fd=*/true,
+                                                 link));
     return ledgers_.back().get();
   }
+  std::string ledgerDir(size_t index) const { return dir_.file("ledger" + std::to_string(index)); }
 
   // A tally-agent on its own data dir and socket, given `ledgers` ("H:P" or "H:P,H:P").
   Process* spawnAgent(const std::string& ledgers) {
@@ -110,8 +119,12 @@ class PostgresFailoverTest : public ::testing::Test {
   }
 
   // tallyctl `args`: its exit code, its output (stdout and stderr) in *output.
-  int tallyctl(const std::vector<std::string>& args, std::string* output) {
+  // tallyctl with `args`; plaintext (--insecure) unless they give the operator's --key.
+  int tallyctl(std::vector<std::string> args, std::string* output) {
     const std::string log = dir_.file("tallyctl" + std::to_string(++tallyctl_calls_) + ".log");
+    if (std::find(args.begin(), args.end(), "--key") == args.end()) {
+      args.insert(args.begin(), "--insecure");
+    }
     Process ctl(binaryPath("tallyctl"), args, log, /*ready_fd=*/false);
     const int code = ctl.waitExit(kExitTimeoutMs);
     *output = ctl.log();
@@ -304,6 +317,40 @@ TEST_F(PostgresFailoverTest, AStandbyAnswersNotPrimaryNamingThePrimaryAndClients
       sharedPostgres().psql(db, "SELECT id FROM tally.reservations ORDER BY id");
   ASSERT_TRUE(rows.isOk()) << rows.status().toString();
   EXPECT_EQ(rows.value(), "r-agent\n");
+}
+
+// Over TLS (production's link), a standby is the ledger too: it presents the signing key it
+// shares with the primary, so a client that pins that key is told NOT_PRIMARY and where the
+// primary is, rather than failing the handshake.
+TEST_F(PostgresFailoverTest, AStandbyOverTlsTellsAClientPinningTheLedgerKeyWhereThePrimaryIs) {
+  constexpr uint64_t kLeaseMs = 1'000;
+  Process* primary = spawn(kLeaseMs, /*standby=*/false, Link::kTls);
+  const int primary_port = primary->waitReady(kReadyTimeoutMs);
+  ASSERT_GT(primary_port, 0) << primary->log();
+  const std::string ledger_key = ledgerDir(0) + "/ledger.key";
+  Process* standby = spawn(kLeaseMs, /*standby=*/true, Link::kTls, ledger_key);
+  ASSERT_TRUE(waitForLog(*standby, "event=standby", kReadyTimeoutMs)) << standby->log();
+  const int standby_port = standbyPortOf(*standby);
+  ASSERT_GT(standby_port, 0) << standby->log();
+  const std::string primary_address = "127.0.0.1:" + std::to_string(primary_port);
+  const std::string standby_address = "127.0.0.1:" + std::to_string(standby_port);
+  // tallyctl pins ledger.key beside its --key: the primary's operator key, in ledger0/.
+  const std::string operator_key = ledgerDir(0) + "/operator.key";
+
+  std::string output;
+  EXPECT_EQ(tallyctl({"--ledger", standby_address, "--key", operator_key, "health"}, &output),
+            kCtlExitUnavailable)
+      << output;
+  EXPECT_NE(output.find("NOT_PRIMARY"), std::string::npos) << output;
+  EXPECT_NE(output.find("the primary is " + primary_address), std::string::npos) << output;
+  EXPECT_EQ(tallyctl({"--ledger", standby_address + "," + primary_address, "--key", operator_key,
+                      "health"},
+                     &output),
+            0)
+      << output;
+  // Plaintext to the TLS standby is refused and said so, not answered.
+  EXPECT_NE(tallyctl({"--ledger", standby_address, "health"}, &output), 0) << output;
+  EXPECT_EQ(output.find("the primary is"), std::string::npos) << output;
 }
 
 // The zombie: the primary is frozen past its lease, the standby takes over, and a request sent
