@@ -42,6 +42,19 @@ std::function<Result<std::unique_ptr<net::TlsSession>>()> serverTlsSessions(
   };
 }
 
+bool startServerTls(net::FramedStream* stream,
+                    const std::function<Result<std::unique_ptr<net::TlsSession>>()>& make_session,
+                    Logger* logger) {
+  Result<std::unique_ptr<net::TlsSession>> session = make_session();
+  if (!session.isOk()) {
+    logger->error("tls_session_failed", {{"error", session.status().toString()}});
+    stream->close();
+    return false;
+  }
+  stream->startTls(std::move(session).value());
+  return !stream->closing() && !stream->shuttingDown();
+}
+
 std::function<Result<std::unique_ptr<net::TlsSession>>()> standbyTlsSessions(
     const identity::KeyPair& ledger_key) {
   return [ledger_key]() {

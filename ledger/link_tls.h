@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "core/ledger.h"
 #include "core/status.h"
+#include "net/framed_stream.h"
 #include "net/tls_session.h"
 #include "shard/identity.h"
 
@@ -31,6 +32,13 @@ bool admitsPeer(const Ledger& ledger, const PublicKey& operator_key, const Publi
 // Makes one server session per accepted connection. `ledger` must outlive the sessions.
 std::function<Result<std::unique_ptr<net::TlsSession>>()> serverTlsSessions(
     const identity::KeyPair& ledger_key, const Ledger* ledger, const PublicKey& operator_key);
+
+// Starts TLS on an accepted connection with a session `make_session` makes (the servers'
+// options.tls). False when the connection is closing (no session could be made: logged; or the
+// session failed at once): the caller does not start reading it.
+bool startServerTls(net::FramedStream* stream,
+                    const std::function<Result<std::unique_ptr<net::TlsSession>>()>& make_session,
+                    Logger* logger);
 
 // A standby's sessions (ledger/standby_server.h): the same ledger key, and any client key, since
 // a standby performs nothing: it answers NOT_PRIMARY naming the primary, and the client learns

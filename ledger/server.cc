@@ -7,6 +7,7 @@
 
 #include "core/assert.h"
 #include "ledger/event_log.h"
+#include "ledger/link_tls.h"
 #include "ledger/store_batch.h"
 #include "tally/version.h"
 
@@ -158,16 +159,7 @@ void Server::accept() {
   (void)uv_tcp_nodelay(raw->tcp(), 1);
   raw->peer_ = peerName(raw->tcp());
   logger_->debug("connection_opened", {{"connection", id}, {"peer", raw->peer_}});
-  if (options_.tls) {
-    Result<std::unique_ptr<net::TlsSession>> session = options_.tls();
-    if (!session.isOk()) {
-      logger_->error("tls_session_failed", {{"error", session.status().toString()}});
-      raw->close();
-      return;
-    }
-    raw->startTls(std::move(session).value());
-    if (raw->closing() || raw->shuttingDown()) return;
-  }
+  if (options_.tls && !startServerTls(raw, options_.tls, logger_)) return;
   raw->startReading();
 }
 

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "ledger/link_tls.h"
+
 namespace tally::ledger {
 
 class StandbyServer::Connection final : public net::FramedStream {
@@ -73,16 +75,7 @@ void StandbyServer::accept() {
     return;
   }
   (void)uv_tcp_nodelay(raw->tcp(), 1);
-  if (options_.tls) {
-    Result<std::unique_ptr<net::TlsSession>> session = options_.tls();
-    if (!session.isOk()) {
-      logger_->error("tls_session_failed", {{"error", session.status().toString()}});
-      raw->close();
-      return;
-    }
-    raw->startTls(std::move(session).value());
-    if (raw->closing() || raw->shuttingDown()) return;
-  }
+  if (options_.tls && !startServerTls(raw, options_.tls, logger_)) return;
   raw->startReading();
 }
 
