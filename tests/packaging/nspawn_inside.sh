@@ -87,7 +87,7 @@ for attempt in $(seq 1 50); do
 done
 ((ok)) || fail "no reserve through the activated socket: $(tail -5 /tally-test/ctl.log)"
 systemctl -q is-active tally-agent.service || fail "tally-agent not active after the reserve"
-log "ok: tallyctl reserve through tally-agent.socket started tally-agent on demand"
+log "ok: tallyctl reserve through tally-agent.socket started tally-agent on demand (attempt $attempt)"
 
 # Each WATCHDOG=1 moves the unit's watchdog timestamp.
 first=$(systemctl show -P WatchdogTimestampMonotonic tally-ledger.service)
