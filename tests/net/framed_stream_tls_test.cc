@@ -19,19 +19,14 @@
 #include "net/tls_session.h"
 #include "shard/identity.h"
 #include "tests/net/frame_bytes.h"
+#include "tests/net/tls_test_keys.h"
 
 namespace tally::net {
 namespace {
 
-identity::KeyPair keyFrom(uint8_t fill) {
-  identity::Seed seed{};
-  seed.fill(fill);
-  return identity::keyPairFromSeed(seed);
-}
-
-const identity::KeyPair kLedger = keyFrom(11);
-const identity::KeyPair kGateway = keyFrom(22);
-const identity::KeyPair kStranger = keyFrom(33);
+using test_support::kGateway;
+using test_support::kLedger;
+using test_support::kStranger;
 
 std::unique_ptr<TlsSession> session(TlsRole role, const identity::KeyPair& key,
                                     std::set<PublicKey> accepted) {
