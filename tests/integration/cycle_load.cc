@@ -332,4 +332,14 @@ DurabilitySummary verifyDurable(client::BlockingClient& connection,
   return summary;
 }
 
+void expectAuditMatches(client::BlockingClient& connection, const DurabilitySummary& summary,
+                        Units burst) {
+  TALLY_ASSIGN_OR_FAIL(AuditReport audit, auditLedger(connection));
+  EXPECT_TRUE(audit.conserved) << describe(audit);
+  const Balances sum = sumBalances(audit, {"tenant-1", "chat"});
+  EXPECT_EQ(sum.reserved, summary.held) << describe(audit);
+  EXPECT_EQ(sum.spent, summary.spent) << describe(audit);
+  EXPECT_EQ(sum.available + sum.reserved + sum.spent, burst) << describe(audit);
+}
+
 }  // namespace tally::testing

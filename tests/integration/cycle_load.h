@@ -118,4 +118,10 @@ struct DurabilitySummary {
 DurabilitySummary verifyDurable(client::BlockingClient& connection,
                                 const std::vector<CycleRecord>& records);
 
+// The ledger's audit after a verifyDurable(): it conserves, and tenant-1/chat (the cycles'
+// account, funded with `burst`) holds what the found reservations hold and has spent what they
+// settled.
+void expectAuditMatches(client::BlockingClient& connection, const DurabilitySummary& summary,
+                        Units burst);
+
 }  // namespace tally::testing

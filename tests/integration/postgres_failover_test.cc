@@ -238,12 +238,7 @@ TEST_F(PostgresFailoverTest, KillNineOfThePrimaryUnderLoadTheStandbyTakesOverLos
   std::cout << "[ failover ] " << records.size() << " cycles begun, " << summary.acked
             << " acknowledged, " << summary.found << " known to the new primary" << std::endl;
   EXPECT_GE(summary.found, summary.acked);
-  TALLY_ASSIGN_OR_FAIL(AuditReport audit, auditLedger(*client));
-  EXPECT_TRUE(audit.conserved) << describe(audit);
-  const Balances sum = sumBalances(audit, {"tenant-1", "chat"});
-  EXPECT_EQ(sum.reserved, summary.held) << describe(audit);
-  EXPECT_EQ(sum.spent, summary.spent) << describe(audit);
-  EXPECT_EQ(sum.available + sum.reserved + sum.spent, kBurst) << describe(audit);
+  expectAuditMatches(*client, summary, kBurst);
   EXPECT_NE(standby->log().find("event=lease_taken epoch=2"), std::string::npos) << standby->log();
 
   // The agent's grants from before the kill are there; it moved to the new primary by itself.

@@ -100,12 +100,7 @@ TEST(PostgresPromoteTest, PrimaryKilledAndStandbyPromotedUnderLoadLosesNoAcknowl
             << " acknowledged, " << summary.found << " known after the promotion" << std::endl;
   EXPECT_GT(summary.acked, 0u);
   EXPECT_GE(summary.found, summary.acked);
-  TALLY_ASSIGN_OR_FAIL(AuditReport audit, auditLedger(*client));
-  EXPECT_TRUE(audit.conserved) << describe(audit);
-  const Balances sum = sumBalances(audit, {"tenant-1", "chat"});
-  EXPECT_EQ(sum.reserved, summary.held) << describe(audit);
-  EXPECT_EQ(sum.spent, summary.spent) << describe(audit);
-  EXPECT_EQ(sum.available + sum.reserved + sum.spent, kBurst) << describe(audit);
+  expectAuditMatches(*client, summary, kBurst);
 }
 
 }  // namespace
