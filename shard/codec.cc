@@ -11,6 +11,7 @@
 #include "schemas/emergency_shard.capnp.h"
 #include "schemas/limit_reservation.capnp.h"
 #include "wire/codec.h"
+#include "wire/scratch_message.h"
 
 namespace tally::agent {
 namespace {
@@ -21,10 +22,11 @@ constexpr uint64_t kTraversalWordsPerBlobByte = 8;
 
 template <typename Root, typename T>
 std::vector<uint8_t> encodeAs(const T& value) {
-  capnp::MallocMessageBuilder message;
-  wire::fromCore(value, message.initRoot<Root>());
-  kj::VectorOutputStream output(capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word));
-  capnp::writePackedMessage(output, message);
+  wire::ScratchMessage message;
+  wire::fromCore(value, message.builder().initRoot<Root>());
+  kj::VectorOutputStream output(capnp::computeSerializedSizeInWords(message.builder()) *
+                                sizeof(capnp::word));
+  capnp::writePackedMessage(output, message.builder());
   const kj::ArrayPtr<kj::byte> bytes = output.getArray();
   return std::vector<uint8_t>(bytes.begin(), bytes.end());
 }

@@ -4,14 +4,15 @@
 
 #include "core/assert.h"
 #include "wire/codec.h"
+#include "wire/scratch_message.h"
 
 namespace tally::wire {
 namespace {
 
 template <typename Schema, typename Core, typename Clear>
 std::string signedBytes(std::string_view prefix, const Core& value, Clear clear_signature) {
-  capnp::MallocMessageBuilder message;
-  auto root = message.initRoot<Schema>();
+  ScratchMessage message;
+  auto root = message.builder().initRoot<Schema>();
   fromCore(value, root);
   clear_signature(root);
   kj::Array<capnp::word> words = capnp::canonicalize(root.asReader());

@@ -13,6 +13,7 @@
 #include "wire/field_codec.h"
 #include "wire/frame.h"
 #include "wire/period_codec.h"
+#include "wire/scratch_message.h"
 
 namespace tally::wire {
 namespace {
@@ -495,24 +496,24 @@ Result<Response> decodeResponse(std::span<const uint8_t> frame) {
 }
 
 Result<std::vector<uint8_t>> encodeRequestFrame(const Request& request, uint64_t frame_bytes_max) {
-  capnp::MallocMessageBuilder message;
-  fromCore(request, message.initRoot<schema::Request>());
-  return encodeFrame(message, frame_bytes_max);
+  ScratchMessage message;
+  fromCore(request, message.builder().initRoot<schema::Request>());
+  return encodeFrame(message.builder(), frame_bytes_max);
 }
 
 Result<std::vector<uint8_t>> encodeResponseFrame(const Response& response,
                                                  uint64_t frame_bytes_max) {
-  capnp::MallocMessageBuilder message;
-  fromCore(response, message.initRoot<schema::Response>());
-  return encodeFrame(message, frame_bytes_max);
+  ScratchMessage message;
+  fromCore(response, message.builder().initRoot<schema::Response>());
+  return encodeFrame(message.builder(), frame_bytes_max);
 }
 
 Status encodeResponseFrameInto(const Response& response, std::vector<uint8_t>* out,
                                uint64_t frame_bytes_max, EncodeScratch* scratch) {
   if (scratch == nullptr) {
-    capnp::MallocMessageBuilder message;
-    fromCore(response, message.initRoot<schema::Response>());
-    return appendFrame(message, frame_bytes_max, out);
+    ScratchMessage message;
+    fromCore(response, message.builder().initRoot<schema::Response>());
+    return appendFrame(message.builder(), frame_bytes_max, out);
   }
   // The builder zeroes what it used of the scratch when it is destroyed, ready for the next.
   capnp::MallocMessageBuilder message(scratch->firstSegment());
@@ -523,9 +524,9 @@ Status encodeResponseFrameInto(const Response& response, std::vector<uint8_t>* o
 Status encodeRequestFrameInto(const Request& request, std::vector<uint8_t>* out,
                               uint64_t frame_bytes_max, EncodeScratch* scratch) {
   if (scratch == nullptr) {
-    capnp::MallocMessageBuilder message;
-    fromCore(request, message.initRoot<schema::Request>());
-    return appendFrame(message, frame_bytes_max, out);
+    ScratchMessage message;
+    fromCore(request, message.builder().initRoot<schema::Request>());
+    return appendFrame(message.builder(), frame_bytes_max, out);
   }
   capnp::MallocMessageBuilder message(scratch->firstSegment());
   fromCore(request, message.initRoot<schema::Request>());

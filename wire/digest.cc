@@ -5,6 +5,7 @@
 
 #include "core/assert.h"
 #include "schemas/protocol.capnp.h"
+#include "wire/scratch_message.h"
 
 namespace tally::wire {
 namespace {
@@ -45,8 +46,8 @@ Digest sha256(std::string_view bytes) {
 }
 
 Digest canonicalRequestDigest(const ReserveRequest& request) {
-  capnp::MallocMessageBuilder message;
-  auto canonical = message.initRoot<schema::CanonicalReserve>();
+  ScratchMessage message;
+  auto canonical = message.builder().initRoot<schema::CanonicalReserve>();
   canonical.setReservationId(textOf(request.reservation_id));
   canonical.setSubject(textOf(request.subject));
   canonical.setRoute(textOf(request.route));
