@@ -23,8 +23,8 @@ Admission regionFenced(const Budget& budget, std::string_view region, Generation
 }
 
 // Moves `units` from `from.available` to `to` as one paired entry. Both or neither change.
-template <typename OnChange>
-bool transferAvailable(AccountEntry* from, AccountEntry* to, Units units, OnChange&& changed) {
+template <typename Entry, typename OnChange>
+bool transferAvailable(Entry* from, Entry* to, Units units, OnChange&& changed) {
   TALLY_ASSERT(from != to);
   Account from_next = from->account;
   Account to_next = to->account;
@@ -37,18 +37,27 @@ bool transferAvailable(AccountEntry* from, AccountEntry* to, Units units, OnChan
   return true;
 }
 
+// What the audit projects of an entry: the rebalance rule reads and moves only these (a copy
+// of the whole entry would copy its key's and budget's strings, at every audit).
+struct ProjectedAccount {
+  Generation generation = 0;
+  Account account;
+};
+
 // The rebalance rule (see the header) on one subject/route's accounts, ascending by generation.
 // `changed` is called for every entry whose durable state moved. One rule for the book's own
 // accounts and for the audit's projected copies of them.
 AccountEntry* entryOf(const std::unique_ptr<AccountEntry>& owned) { return owned.get(); }
-AccountEntry* entryOf(AccountEntry& copy) { return &copy; }
+ProjectedAccount* entryOf(ProjectedAccount& copy) { return &copy; }
+Generation generationOf(const AccountEntry* entry) { return entry->key.generation; }
+Generation generationOf(const ProjectedAccount* copy) { return copy->generation; }
 
 template <typename List, typename OnChange>
 void rebalanceEntries(List& list, Generation active_generation, uint64_t now_ms,
                       OnChange&& changed) {
   if (list.empty()) return;
-  AccountEntry* active = nullptr;
-  if (entryOf(list.back())->key.generation == active_generation) {
+  decltype(entryOf(list.back())) active = nullptr;
+  if (generationOf(entryOf(list.back())) == active_generation) {
     active = entryOf(list.back());
     const uint64_t clock_before = active->account.refillClockMs();
     const uint64_t carry_before = active->account.refillCarry();
@@ -59,8 +68,8 @@ void rebalanceEntries(List& list, Generation active_generation, uint64_t now_ms,
     }
   }
   for (auto& item : list) {
-    AccountEntry* draining = entryOf(item);
-    if (draining->key.generation == active_generation) continue;
+    auto* draining = entryOf(item);
+    if (generationOf(draining) == active_generation) continue;
     if (now_ms > draining->account.refillClockMs() || draining->account.refillCarry() != 0) {
       draining->account.holdRefillClock(now_ms);
       changed(draining);
@@ -428,28 +437,41 @@ std::vector<AccountView> AccountBook::view(uint64_t now_ms) const {
   // As of now_ms: each subject/route's accounts are copied and rebalanced (refill up to now,
   // draining handovers and debt collection) by the rule admission applies, leaving the book as
   // it is. Debt that refill has already repaid is not reported. One route's copies at a time.
+  // Listed in key order: routes by (subject, route), each route's accounts ascending by
+  // generation as by_generation keeps them (the index itself is unordered).
+  std::vector<const RouteMap::value_type*> ordered;
+  ordered.reserve(routes_.size());
+  for (const RouteMap::value_type& route : routes_) ordered.push_back(&route);
+  std::sort(ordered.begin(), ordered.end(),
+            [](const RouteMap::value_type* a, const RouteMap::value_type* b) {
+              return a->first < b->first;
+            });
   std::vector<AccountView> views;
   views.reserve(account_count_);
   std::set<Generation> holding;  // non-active generations that still hold anything
-  std::vector<AccountEntry> copies;
-  for (const auto& [route, route_accounts] : routes_) {
+  std::vector<ProjectedAccount> copies;
+  for (const RouteMap::value_type* route : ordered) {
+    const std::vector<std::unique_ptr<AccountEntry>>& entries = route->second.by_generation;
     copies.clear();
-    for (const std::unique_ptr<AccountEntry>& entry : route_accounts.by_generation) {
-      copies.push_back(*entry);
+    for (const std::unique_ptr<AccountEntry>& entry : entries) {
+      copies.push_back({.generation = entry->key.generation, .account = entry->account});
     }
-    rebalanceEntries(copies, active_generation_, now_ms, [](AccountEntry*) {});
-    for (const AccountEntry& entry : copies) {
-      const Balances& b = entry.account.balances();
-      if (b.reserved != 0 || b.retired_for_emergency != 0 || entry.account.debt() != 0) {
+    rebalanceEntries(copies, active_generation_, now_ms, [](ProjectedAccount*) {});
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const AccountEntry& entry = *entries[i];
+      const Account& account = copies[i].account;
+      TALLY_ASSERT(i == 0 || entries[i - 1]->key.generation < entry.key.generation);
+      const Balances& b = account.balances();
+      if (b.reserved != 0 || b.retired_for_emergency != 0 || account.debt() != 0) {
         holding.insert(entry.key.generation);
       }
       views.push_back(AccountView{
           .key = entry.key,
           .balances = b,
-          .debt = entry.account.debt(),
+          .debt = account.debt(),
           .accounting_epoch_ms = accountingEpochStartMs(now_ms, entry.budget.accounting_epoch),
           .conserved = isConserved(b),
-          .overdraft_breaches = entry.account.breaches(),
+          .overdraft_breaches = account.breaches(),
       });
     }
   }
@@ -458,9 +480,6 @@ std::vector<AccountView> AccountBook::view(uint64_t now_ms) const {
     view.generation_state = holding.contains(view.key.generation) ? GenerationState::kDraining
                                                                   : GenerationState::kDrained;
   }
-  // The index is unordered: sort here so that every audit lists accounts in key order.
-  std::sort(views.begin(), views.end(),
-            [](const AccountView& a, const AccountView& b) { return a.key < b.key; });
   return views;
 }
 
