@@ -37,7 +37,11 @@ AgentCore::AgentCore(AgentCoreOptions options, std::function<bool(uint64_t token
       central_ids_(options.central_ids_max),
       machine_({.window_max = options.ledger_window_max,
                 .waiting_max = options.waiting_max,
-                .outbox = {.entries_max = options.outbox_entries_max}}) {}
+                .outbox = {.entries_max = options.outbox_entries_max}}) {
+#ifdef TALLY_TEST_FAULTS
+  unknown_.setFaultsForTesting(options_.unknown_faults);
+#endif
+}
 
 void AgentCore::start(std::vector<OutboxEntry> restored, uint64_t now_ms) {
   policy_ = AgentPolicy({.refresh_ms = options_.policy_refresh_ms}, now_ms);

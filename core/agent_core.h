@@ -109,6 +109,9 @@ struct AgentCoreOptions {
   // Fair scheduling of starts (core/fair_scheduler.h): per-route limits on started work; no
   // route listed, no scheduling.
   FairSchedulerOptions fair;
+#ifdef TALLY_TEST_FAULTS
+  UnknownReservationsFaults unknown_faults;  // core/agent_unknown.h
+#endif
 };
 
 class AgentCore {

@@ -36,6 +36,13 @@ UnknownQueryOutcome UnknownReservations::onQueryAnswer(const std::string& id,
                                                        const ReservationReply* reply) {
   auto it = entries_.find(id);
   if (it == entries_.end()) return {};
+#ifdef TALLY_TEST_FAULTS
+  if (faults_.resend_under_new_id) {
+    ReserveRequest retry = it->second.request;
+    retry.reservation_id += "-r1";
+    return {.resend = retry};
+  }
+#endif
   if (reply != nullptr && reply->code == ReplyCode::kOk) {
     const ReservationState state = stateOf(reply);
     resolveInto(id, state);
@@ -54,6 +61,12 @@ ReservationState UnknownReservations::onResendAnswer(const std::string& id,
   if (entries_.contains(id)) resolveInto(id, state);
   return state;
 }
+
+#ifdef TALLY_TEST_FAULTS
+void UnknownReservations::setFaultsForTesting(UnknownReservationsFaults faults) {
+  faults_ = faults;
+}
+#endif
 
 void UnknownReservations::onStepFailed(const std::string& id) {
   auto it = entries_.find(id);

@@ -21,6 +21,16 @@
 
 namespace tally {
 
+#ifdef TALLY_TEST_FAULTS
+// Test-only faults, off by default, compiled only into tally_core_testing (never into a shipped
+// binary): they let the simulator prove its checks fail when the agent resolves wrongly.
+struct UnknownReservationsFaults {
+  // Whatever the query answers, the lost reserve is sent again under a new id (its id + "-r1"):
+  // a debit that did happen is made a second time.
+  bool resend_under_new_id = false;
+};
+#endif
+
 // What the ledger's answer to a resolving query means.
 struct UnknownQueryOutcome {
   // Set: resolved, into this state (RESERVED or REJECTED).
@@ -66,6 +76,10 @@ class UnknownReservations {
   // `id` (an OK reply), the answer its waiting retries hear (resolvedAnswer()).
   std::optional<ReservationReply> onGatewayQueryAnswer(const std::string& id,
                                                        const ReservationReply* reply);
+#ifdef TALLY_TEST_FAULTS
+  // Out of line, so that a binary linking the testing core shows it (no_test_faults_shipped).
+  void setFaultsForTesting(UnknownReservationsFaults faults);
+#endif
 
  private:
   struct Entry {
@@ -76,6 +90,9 @@ class UnknownReservations {
 
   std::unordered_map<std::string, Entry> entries_;
   AgedIds ages_;
+#ifdef TALLY_TEST_FAULTS
+  UnknownReservationsFaults faults_;
+#endif
 };
 
 }  // namespace tally

@@ -87,6 +87,9 @@ bool AgentNode::start(uint64_t now_ms, std::string* error) {
   }
   keeping_->restored(restored.value());
   AgentCoreOptions options;
+#ifdef TALLY_TEST_FAULTS
+  options.unknown_faults = faults_.unknown;
+#endif
   if (fair_.has_value()) {
     options.fair.started_max = {{fair_->route, fair_->started_max}};
     options.fair.fairness_window_admissions = fair_->window_admissions;

@@ -48,6 +48,7 @@ inline constexpr uint64_t kAccountIdleMs = 20'000;
 struct AgentFaults {
   ShardBookFaults book;      // core's injected shard-book bugs, set on every book it builds
   FairSchedulerFaults fair;  // core's injected fair-scheduler bugs, in every AgentCore it builds
+  UnknownReservationsFaults unknown;  // core's injected resolution bugs, likewise
 };
 #endif
 

@@ -75,6 +75,14 @@ TEST(SimFaults, RetryUnderANewIdIsCaught) {
                     Check::kSecondReservation));
 }
 
+// The agent's own retry: a reserve whose answer was lost is sent again under a new id instead of
+// resolved by a query about the same id, so a debit that happened is made twice.
+TEST(SimFaults, AnAgentRetryingALostReserveUnderANewIdIsCaught) {
+  EXPECT_NE(0u, seedsUntilCaught(
+                    [](RunOptions* o) { o->agent_faults.unknown.resend_under_new_id = true; },
+                    Check::kSecondReservation));
+}
+
 // A report made while a receipt still holds units (a shard closed on reconnect with work
 // STARTED) must keep those units retired; the fault remints them at once.
 TEST(SimFaults, RemintWithoutATerminalReceiptIsCaught) {
