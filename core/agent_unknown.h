@@ -28,6 +28,9 @@ struct UnknownReservationsFaults {
   // Whatever the query answers, the lost reserve is sent again under a new id (its id + "-r1"):
   // a debit that did happen is made a second time.
   bool resend_under_new_id = false;
+  // A reserve whose answer was lost is answered RESERVED to its gateway at once (applied by
+  // AgentCore): an acknowledgement the ledger may never have made.
+  bool answer_lost_as_reserved = false;
 };
 #endif
 

@@ -83,6 +83,14 @@ TEST(SimFaults, AnAgentRetryingALostReserveUnderANewIdIsCaught) {
                     Check::kSecondReservation));
 }
 
+// What an agent's gateway accepted from it as the ledger's word is checked like a direct
+// gateway's acknowledgement: an agent that answers a lost reserve RESERVED is caught.
+TEST(SimFaults, AnAgentAcknowledgingALostReserveIsCaught) {
+  EXPECT_NE(0u, seedsUntilCaught(
+                    [](RunOptions* o) { o->agent_faults.unknown.answer_lost_as_reserved = true; },
+                    Check::kLostAcknowledged));
+}
+
 // A report made while a receipt still holds units (a shard closed on reconnect with work
 // STARTED) must keep those units retired; the fault remints them at once.
 TEST(SimFaults, RemintWithoutATerminalReceiptIsCaught) {

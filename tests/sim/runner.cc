@@ -383,11 +383,30 @@ class Run {
   }
 
   // The agent's answers to its gateway, then the checks of the agent's state.
+  // A reply an agent's gateway accepts that is the ledger's word (a central receipt, passed on
+  // or resolved by the agent): what it says must hold in the ledger from now on, as a direct
+  // gateway's. Shard and shadow admissions (origin set) and the agent's own refusals are not
+  // the ledger's; QUEUED follow-ups are checked by their delivery (outboxesUndrained, the sums).
+  void acknowledgedThroughAgent(const wire::ResponseBody& body) {
+    const auto* reply = std::get_if<ReservationReply>(&body);
+    if (reply == nullptr || reply->code != ReplyCode::kOk || !reply->receipt.origin.empty() ||
+        reply->receipt.reservation_id.empty() ||
+        reply->receipt.state == ReservationState::kRejected) {
+      return;
+    }
+    const bool actual_known =
+        reply->receipt.state == ReservationState::kSettled && !reply->receipt.closed_by_hard_limit;
+    checker_.onAcknowledged(reply->receipt.reservation_id, *reply, actual_known, now());
+  }
+
   void afterAgent(size_t a) {
     for (;;) {
       std::vector<AgentNode::Reply> replies = agents_[a]->takeReplies();
       if (replies.empty()) break;
-      for (auto& [tag, body] : replies) clients_[a]->onReply(tag, body, now());
+      for (auto& [tag, body] : replies) {
+        acknowledgedThroughAgent(body);
+        clients_[a]->onReply(tag, body, now());
+      }
     }
     AgentNode& agent = *agents_[a];
     for (FairViolation& v : agent.takeFairViolations()) {
