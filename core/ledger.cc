@@ -45,7 +45,8 @@ Ledger::Ledger(LedgerOptions options) : options_(options) {
 #ifdef TALLY_TEST_FAULTS
 void Ledger::setFaultsForTesting(LedgerFaults faults) {
   faults_ = faults;
-  shards_.setFaultsForTesting({.remint_holding_receipts = faults.remint_holding_receipts});
+  shards_.setFaultsForTesting({.remint_holding_receipts = faults.remint_holding_receipts,
+                               .ignore_report_conflicts = faults.ignore_shard_report_conflicts});
 }
 #endif
 

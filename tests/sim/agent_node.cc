@@ -165,11 +165,29 @@ void AgentNode::send(Call call, wire::RequestBody body, uint64_t now_ms) {
     failed_now_.push_back(request_id);  // "fails at once", never from inside call()
     return;
   }
+  // A report with receipts still holding units is followed by another once they resolve; from
+  // then on it is stale (staleReports()).
+  std::optional<std::pair<std::string, bool>> report;  // (shard id, holding)
+  if (const auto* sent = std::get_if<ShardReport>(&body)) {
+    report.emplace(sent->shard.shard_id, sent->balances.local_reserved > 0);
+  }
   Result<std::vector<uint8_t>> frame =
       wire::encodeRequestFrame(wire::Request{.request_id = request_id, .body = std::move(body)});
   if (!frame.isOk()) {
     failed_now_.push_back(request_id);
     return;
+  }
+  if (report.has_value()) {
+    auto [shard_id, holding] = *std::move(report);
+    if (auto earlier = holding_reports_.find(shard_id);
+        earlier != holding_reports_.end() && earlier->second != frame.value()) {
+      if (stale_reports_.size() == kStaleReportsKept) stale_reports_.pop_front();
+      stale_reports_.push_back(std::move(earlier->second));
+      holding_reports_.erase(earlier);
+    }
+    if (holding && holding_reports_.size() < kStaleReportsKept) {
+      holding_reports_.emplace(std::move(shard_id), frame.value());
+    }
   }
   network_->send(id_, kLedgerNode, std::move(frame).value(), now_ms);
 }

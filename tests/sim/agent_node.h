@@ -119,6 +119,9 @@ class AgentNode {
   // Changes whenever the process or its machines may have changed.
   uint64_t version() const { return version_; }
   uint64_t crashes() const { return crashes_; }
+  // Shard report frames this node sent while receipts still held units and then superseded by
+  // a later report of the same shard (across restarts): stale, a rogue's replays. Taken once.
+  std::deque<std::vector<uint8_t>> takeStaleReports() { return std::exchange(stale_reports_, {}); }
 #ifdef TALLY_TEST_FAULTS
   void setFaults(AgentFaults faults) { faults_ = faults; }
 #endif
@@ -185,6 +188,9 @@ class AgentNode {
   std::vector<Reply> replies_;
   uint64_t version_ = 0;
   uint64_t crashes_ = 0;
+  static constexpr size_t kStaleReportsKept = 4;
+  std::map<std::string, std::vector<uint8_t>> holding_reports_;  // by shard id
+  std::deque<std::vector<uint8_t>> stale_reports_;
 #ifdef TALLY_TEST_FAULTS
   AgentFaults faults_;
 #endif

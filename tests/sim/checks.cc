@@ -94,6 +94,14 @@ std::array<bool, kCheckCount> Checker::failedChecks() const {
 }
 
 void Checker::onCommitted(const CommittedReply& committed, uint64_t now_ms) {
+  if (const auto* shard_reply = std::get_if<ShardReply>(&committed.response.body)) {
+    for (const ShardLedgerView& view : shard_reply->shards) {
+      if (view.state == ShardState::kConflict) {
+        conflicted_reminted_.try_emplace(view.grant.shard_id, view.reminted_units);
+      }
+    }
+    return;
+  }
   const auto* reply = std::get_if<ReservationReply>(&committed.response.body);
   if (reply == nullptr) return;
   const std::string& id = reply->receipt.reservation_id;
@@ -382,11 +390,22 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
     if (!view.conserved) {
       fail(Check::kConservation, "shard " + view.grant.shard_id + " does not conserve", now_ms);
     }
-    // Only units proven unused are reminted: what the agent's holding receipts (RESERVED,
-    // STARTED, USAGE_UNKNOWN) still hold stays retired until a terminal receipt says.
-    if (view.reported && view.state != ShardState::kConflict &&
-        u128{view.reminted_units} + view.spent_units + view.last_reported.local_reserved >
-            view.grant.allocated_units) {
+    // After a conflict nothing more is reminted, and the last report is the conflicting one
+    // (e.g. a stale report, replayed or reordered, after the latest): it proves nothing.
+    // conflicted_reminted_ knows the conflict even once a write-off ended it within one round.
+    auto conflicted = conflicted_reminted_.find(view.grant.shard_id);
+    if (conflicted != conflicted_reminted_.end() || view.state == ShardState::kConflict) {
+      if (conflicted != conflicted_reminted_.end() && view.reminted_units > conflicted->second) {
+        fail(Check::kConservation,
+             "shard " + view.grant.shard_id + " reminted " + std::to_string(view.reminted_units) +
+                 " after its conflict (" + std::to_string(conflicted->second) + " before)",
+             now_ms);
+      }
+    } else if (view.reported &&
+               u128{view.reminted_units} + view.spent_units + view.last_reported.local_reserved >
+                   view.grant.allocated_units) {
+      // Only units proven unused are reminted: what the agent's holding receipts (RESERVED,
+      // STARTED, USAGE_UNKNOWN) still hold stays retired until a terminal receipt says.
       fail(Check::kConservation,
            "shard " + view.grant.shard_id + " reminted " + std::to_string(view.reminted_units) +
                " of " + std::to_string(view.grant.allocated_units) + " while its receipts hold " +
@@ -636,6 +655,7 @@ void Checker::atEndAgent(const std::string& gateway_name, const ShardBook& book,
 void Checker::onCompactedShards(const std::vector<ShardRecord>& deleted) {
   for (const ShardRecord& record : deleted) {
     compacted_shards_.insert(record.grant.shard_id);
+    conflicted_reminted_.erase(record.grant.shard_id);
     Image last{
         .key = {record.grant.subject, record.grant.route, record.grant.policy_generation},
         .sums = {.consumed = record.spent_units + record.debt_units, .debt = record.debt_units}};

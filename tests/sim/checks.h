@@ -202,7 +202,9 @@ class Checker {
   };
   std::map<std::string, BookSeen, std::less<>> books_seen_;
 
-  std::map<std::string, Fact> facts_;           // acknowledged, by reservation id
+  std::map<std::string, Fact> facts_;  // acknowledged, by reservation id
+  // Shards the ledger answered CONFLICT about, with what they had reminted then.
+  std::unordered_map<std::string, Units> conflicted_reminted_;
   std::vector<std::string> fresh_facts_;        // acknowledged since the last check
   std::map<std::string, uint64_t> admissions_;  // fresh admissions committed, by id
   std::map<std::string, uint64_t> refunds_;     // committed replies that refunded, by id

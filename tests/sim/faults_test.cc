@@ -83,6 +83,16 @@ TEST(SimFaults, AnAgentRetryingALostReserveUnderANewIdIsCaught) {
                     Check::kSecondReservation));
 }
 
+// A shard report that conflicts with what the ledger holds (the simulator's rogue replays an
+// agent's earlier frames, reports among them) must be recorded as a conflict, never reconciled
+// as the latest word.
+TEST(SimFaults, AReplayedShardReportTakenAsTheLatestIsCaught) {
+  EXPECT_NE(0u,
+            seedsUntilCaught(
+                [](RunOptions* o) { o->node_faults.ledger.ignore_shard_report_conflicts = true; },
+                Check::kConservation));
+}
+
 // What an agent's gateway accepted from it as the ledger's word is checked like a direct
 // gateway's acknowledgement: an agent that answers a lost reserve RESERVED is caught.
 TEST(SimFaults, AnAgentAcknowledgingALostReserveIsCaught) {

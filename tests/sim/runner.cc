@@ -1,6 +1,7 @@
 #include "tests/sim/runner.h"
 
 #include <algorithm>
+#include <deque>
 #include <memory>
 #include <variant>
 
@@ -23,6 +24,7 @@ constexpr uint64_t kWriteOffAfterMs = 30'000;
 constexpr uint64_t kAgentTimerMs = 5'000;
 constexpr uint64_t kPumpIntervalMs = 100;
 constexpr uint64_t kMaintainIntervalMs = 250;
+constexpr size_t kReplayableFrames = 16;
 // In the finish phase, each round runs this long past its next event (see finish()).
 constexpr uint64_t kFinishWindowMs = 50;
 
@@ -193,6 +195,7 @@ class Run {
 
   void deliver(const Envelope& envelope) {
     if (envelope.to == kLedgerNode) {
+      if (envelope.from > rogue_) rememberAgentFrame(envelope.frame);
       node_.receive(envelope, now());
     } else if (envelope.to == operator_) {
       operatorReply(envelope);
@@ -336,9 +339,25 @@ class Run {
 
   // Malformed and oversized frames from a peer that is not a gateway: the ledger answers or
   // closes, and nothing else changes.
+  // What a replay sends again: the last kReplayableFrames frames agents sent the ledger.
+  void rememberAgentFrame(const std::vector<uint8_t>& frame) {
+    if (agent_frames_.size() == kReplayableFrames) agent_frames_.pop_front();
+    agent_frames_.push_back(frame);
+  }
+
   void rogueFrame() {
     std::vector<uint8_t> bytes;
-    const uint64_t kind = events_.below(4);
+    const uint64_t kind = events_.below(5);
+    if (kind == 4) {
+      // A replay: a frame an agent sent the ledger earlier (a reserve, a follow-up, a shard
+      // issue or report), sent again from elsewhere, perhaps after the agent restarted and its
+      // shards were reconciled: signed and well formed, and stale.
+      if (agent_frames_.empty()) return;
+      bytes = agent_frames_[events_.below(agent_frames_.size())];
+      if (trace_.on()) trace_.add(now(), "rogue: replays an agent's earlier frame");
+      network_.send(rogue_, kLedgerNode, std::move(bytes), now());
+      return;
+    }
     if (kind == 0) {  // garbage under a valid length
       const uint32_t length = static_cast<uint32_t>(events_.range(1, 64));
       for (int i = 0; i < 4; ++i) bytes.push_back(static_cast<uint8_t>(length >> (8 * i)));
@@ -409,6 +428,12 @@ class Run {
       }
     }
     AgentNode& agent = *agents_[a];
+    // A stale shard report (superseded by a later one), replayed now and then by a rogue.
+    for (std::vector<uint8_t>& report : agent.takeStaleReports()) {
+      if (!events_.chance(250)) continue;
+      if (trace_.on()) trace_.add(now(), "rogue: replays a superseded shard report");
+      network_.send(rogue_, kLedgerNode, std::move(report), now());
+    }
     for (FairViolation& v : agent.takeFairViolations()) {
       checker_.fail(v.over_budget ? Check::kFairnessOverBudget : Check::kFairScheduling, v.detail,
                     now());
@@ -467,6 +492,7 @@ class Run {
   // The operator revokes an agent's shards, or writes off an expired shard never reported.
   void shardOperator() {
     if (events_.chance(500)) {
+      if (agents_.empty()) return;
       const AgentNode& agent = *agents_[events_.below(agents_.size())];
       if (trace_.on()) trace_.add(now(), "operator: revokes the shards of " + agent.gatewayName());
       send(operator_, RevokeShardsRequest{.gateway_name = agent.gatewayName()});
@@ -633,6 +659,7 @@ class Run {
   std::vector<std::unique_ptr<Gateway>> gateways_;
   NodeId operator_ = 0;
   NodeId rogue_ = 0;
+  std::deque<std::vector<uint8_t>> agent_frames_;  // rememberAgentFrame
   uint64_t operator_requests_ = 0;
   uint64_t hold_ttl_ms_max_ = 0;
   uint64_t hard_limit_ms_max_ = 0;
