@@ -45,8 +45,9 @@ Ledger::Ledger(LedgerOptions options) : options_(options) {
 #ifdef TALLY_TEST_FAULTS
 void Ledger::setFaultsForTesting(LedgerFaults faults) {
   faults_ = faults;
-  shards_.setFaultsForTesting({.remint_holding_receipts = faults.remint_holding_receipts,
-                               .ignore_report_conflicts = faults.ignore_shard_report_conflicts});
+  shards_.setFaultsForTesting(
+      {.remint_holding_receipts = faults.remint_holding_receipts,
+       .reconcile_superseded_reports = faults.reconcile_superseded_reports});
 }
 #endif
 

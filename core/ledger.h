@@ -133,8 +133,8 @@ struct LedgerFaults {
   bool admit_in_debt = false;            // admits while another generation of the route owes debt
   bool expire_started = false;  // the hold TTL expires a STARTED reservation (forged past the
                                 // transition table) and refunds it
-  bool ignore_shard_report_conflicts = false;  // a conflicting (stale, replayed) shard report
-                                               // is reconciled as the latest
+  bool reconcile_superseded_reports = false;  // a superseded (late, replayed) shard report is
+                                              // reconciled as the latest
 };
 #endif
 

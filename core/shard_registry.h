@@ -35,9 +35,9 @@ namespace tally {
 struct ShardRegistryFaults {
   // Deliberately wrong: the units of holding receipts count as proven unused.
   bool remint_holding_receipts = false;
-  // Deliberately wrong: a report that conflicts with what the registry holds (e.g. a stale one,
-  // replayed) is reconciled as if it were the latest.
-  bool ignore_report_conflicts = false;
+  // Deliberately wrong: a report the accepted one supersedes (delivered late, or replayed) is
+  // reconciled as if it were the latest.
+  bool reconcile_superseded_reports = false;
 };
 #endif
 

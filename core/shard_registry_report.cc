@@ -97,11 +97,18 @@ ShardReply ShardRegistry::report(const ShardReport& report, uint64_t now_ms) {
       !why.empty()) {
     return answer(ReplyCode::kInvalidArgument, &record, "inconsistent report: " + why);
   }
+  // An earlier report delivered late, or replayed: answered, nothing learnt from it.
+  if (supersededByRecord(record, report)) {
+#ifdef TALLY_TEST_FAULTS
+    if (faults_.reconcile_superseded_reports) return reconcile(&record, report, now_ms);
+#endif
+    ShardReply reply =
+        answer(ReplyCode::kOk, &record, "superseded by the report accepted after it");
+    reply.duplicate = true;
+    return reply;
+  }
   // Rule 4.
   if (std::string why = findReportConflict(record, report); !why.empty()) {
-#ifdef TALLY_TEST_FAULTS
-    if (faults_.ignore_report_conflicts) return reconcile(&record, report, now_ms);
-#endif
     return recordConflict(&record, report, why);
   }
   return reconcile(&record, report, now_ms);

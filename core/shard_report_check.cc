@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "core/checked_math.h"
 
@@ -98,6 +99,33 @@ std::string findReportConflict(const ShardRecord& record, const ShardReport& rep
       saturatingAdd(report.balances.local_available, report.balances.local_retired);
   if (proven_unused < record.reminted_units) return "units already reminted reappear as used";
   return {};
+}
+
+bool supersededByRecord(const ShardRecord& record, const ShardReport& report) {
+  if (!record.reported || record.state == ShardState::kConflict ||
+      report.gateway_boot_epoch > record.report_boot_epoch || report.balances.overspent > 0 ||
+      report.receipts.size() != record.receipts.size()) {
+    return false;
+  }
+  const ShardBalances& earlier = report.balances;
+  const ShardBalances& last = record.last_reported;
+  if (earlier.local_spent > last.local_spent || earlier.local_reserved < last.local_reserved ||
+      saturatingAdd(earlier.local_available, earlier.local_retired) >
+          saturatingAdd(last.local_available, last.local_retired)) {
+    return false;
+  }
+  std::map<std::string_view, const Reservation*> kept;
+  for (const Reservation& receipt : record.receipts) kept[receipt.reservation_id] = &receipt;
+  for (const Reservation& receipt : report.receipts) {
+    auto it = kept.find(receipt.reservation_id);
+    if (it == kept.end()) return false;
+    const Reservation& now = *it->second;
+    const bool resolved_since = holdsUnits(receipt.state) && isTerminal(now.state) &&
+                                receipt.reserved_units == now.reserved_units;
+    if (!(receipt == now) && !resolved_since) return false;
+    kept.erase(it);
+  }
+  return kept.empty();
 }
 
 std::vector<Reservation> unionReceipts(const std::vector<Reservation>& stored,

@@ -27,6 +27,15 @@ std::string checkReportConsistency(const ShardReport& report, uint64_t receipts_
 // or units already reminted reappear as used.
 std::string findReportConflict(const ShardRecord& record, const ShardReport& report);
 
+// Whether the accepted report supersedes this one: an earlier report (of the same or an earlier
+// boot epoch: the agent re-reported after a restart), delivered late (reordered) or replayed,
+// with nothing in it the record does not know. Every
+// receipt is the record's, the same or one that has resolved since (holding then, terminal now,
+// with the same reserved units), no receipt is missing, and its balances prove no more unused
+// and no more spent than the record's last report. Such a report is answered, not reconciled:
+// it is no evidence of a second use of the shard.
+bool supersededByRecord(const ShardRecord& record, const ShardReport& report);
+
 // The receipts a conflict keeps: the record's receipts united with the report's, by id (of two
 // terminal versions of one id, the one with the larger actual wins; a terminal version beats
 // a holding one), sorted by id.

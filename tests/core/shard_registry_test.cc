@@ -406,6 +406,39 @@ TEST_F(ShardRegistryTest, HoldingReceiptsStayRetiredUntilALaterReportResolvesThe
   expectAuditPasses(kT0 + 2'000);
 }
 
+TEST_F(ShardRegistryTest, ASupersededReportDeliveredLateChangesNothing) {
+  const ShardGrant grant = issued();
+  const std::string id = grant.shard_id;
+  const ShardReport first = report(grant, {.local_reserved = 25, .local_retired = 75},
+                                   {receipt("r1", id, RS::kStarted, 25)});
+  ASSERT_EQ(ledger_.reportShard(first, kT0 + 1'000).code, ReplyCode::kOk);
+  const ShardReport second = report(grant, {.local_spent = 20, .local_retired = 80},
+                                    {receipt("r1", id, RS::kSettled, 25, 20)});
+  const ShardReply latest = ledger_.reportShard(second, kT0 + 2'000);
+  ASSERT_EQ(latest.code, ReplyCode::kOk) << latest.message;
+  ASSERT_EQ(latest.shards.front().state, ShardState::kReconciled);
+  const Balances after_latest = account();
+  // The first report again (reordered on the network, or replayed): no conflict, no change.
+  const ShardReply late = ledger_.reportShard(first, kT0 + 3'000);
+  EXPECT_EQ(late.code, ReplyCode::kOk) << late.message;
+  EXPECT_TRUE(late.duplicate);
+  EXPECT_EQ(late.reminted_units, 0u);
+  EXPECT_EQ(late.shards.front(), latest.shards.front());
+  EXPECT_EQ(account(), after_latest);
+  // Or the first boot epoch's report, after the restarted agent's (boot epoch 2) resolved it.
+  const ShardReport restarted = report(grant, {.local_spent = 20, .local_retired = 80},
+                                       {receipt("r1", id, RS::kSettled, 25, 20)}, 2, kT0 + 3'500);
+  ASSERT_EQ(ledger_.reportShard(restarted, kT0 + 3'500).shards.front().state,
+            ShardState::kReconciled);
+  EXPECT_TRUE(ledger_.reportShard(first, kT0 + 3'600).duplicate);
+  EXPECT_EQ(view(id).state, ShardState::kReconciled);
+  EXPECT_EQ(account(), after_latest);
+  // A report that only looks earlier but names a receipt the record lacks is still a conflict.
+  const ShardReport other = report(grant, {.local_reserved = 25, .local_retired = 75},
+                                   {receipt("r9", id, RS::kStarted, 25)});
+  EXPECT_EQ(ledger_.reportShard(other, kT0 + 4'000).shards.front().state, ShardState::kConflict);
+}
+
 TEST_F(ShardRegistryTest, DuplicateReportRemintsNothing) {
   const ShardGrant grant = issued();
   const ShardReport r = report(grant, {.local_spent = 30, .local_retired = 70},
