@@ -158,6 +158,25 @@ class PostgresFailoverTest : public ::testing::Test {
     return process.log().find(text) != std::string::npos;
   }
 
+  // `answer` is NOT_PRIMARY naming `primary_address`.
+  static void expectNotPrimary(const Result<wire::Response>& answer,
+                               const std::string& primary_address) {
+    ASSERT_TRUE(answer.isOk()) << answer.status().toString();
+    const auto* error = std::get_if<wire::ErrorReply>(&answer.value().body);
+    ASSERT_NE(error, nullptr) << wire::describe(answer.value().body);
+    EXPECT_EQ(error->code, wire::ErrorCode::kNotPrimary) << error->message;
+    EXPECT_EQ(error->message, "not the primary; the primary is " + primary_address);
+  }
+
+  // The ids in tally.reservations, one a line, in order.
+  std::string storedReservations() const {
+    const std::string db = conninfo_.substr(conninfo_.rfind("dbname=") + 7);
+    Result<std::string> rows =
+        sharedPostgres().psql(db, "SELECT id FROM tally.reservations ORDER BY id");
+    EXPECT_TRUE(rows.isOk()) << rows.status().toString();
+    return rows.isOk() ? rows.value() : "";
+  }
+
   std::unique_ptr<client::BlockingClient> connectTo(int port) {
     Result<std::unique_ptr<client::BlockingClient>> connected =
         client::BlockingClient::connect(endpointOf(port), kCallTimeoutMs);
@@ -349,8 +368,9 @@ TEST_F(PostgresFailoverTest, AStandbyOverTlsTellsAClientPinningTheLedgerKeyWhere
 }
 
 // The zombie: the primary is frozen past its lease, the standby takes over, and a request sent
-// to the frozen primary is waiting in its socket when it wakes. It commits nothing more (the
-// request is never acknowledged, and is not in the database), logs event=deposed and exits 75.
+// to the frozen primary is waiting in its socket when it wakes. It commits nothing more: the
+// request is answered NOT_PRIMARY naming the new primary and is not in the database; the
+// deposed primary logs event=deposed and exits 75 (it was not started as a standby).
 TEST_F(PostgresFailoverTest, APrimaryFrozenPastItsLeaseCommitsNothingAndExitsDeposed) {
   constexpr uint64_t kLeaseMs = 300;
   Process* primary = spawn(kLeaseMs, /*standby=*/false);
@@ -381,9 +401,8 @@ TEST_F(PostgresFailoverTest, APrimaryFrozenPastItsLeaseCommitsNothingAndExitsDep
   (void)sent;
   ASSERT_TRUE(primary->signal(SIGCONT));
 
-  Result<ReservationReply> zombie_reply = reservationOf(zombie_client->receive(kCallTimeoutMs));
-  EXPECT_FALSE(zombie_reply.isOk() && zombie_reply.value().code == ReplyCode::kOk)
-      << "the deposed primary acknowledged: " << describe(zombie_reply.value());
+  expectNotPrimary(zombie_client->receive(kCallTimeoutMs),
+                   "127.0.0.1:" + std::to_string(standby_port));
   EXPECT_EQ(primary->waitExit(kExitTimeoutMs), kExitDeposed) << primary->log();
   const std::string log = primary->log();
   const size_t deposed_at = log.find("event=deposed");
@@ -393,17 +412,110 @@ TEST_F(PostgresFailoverTest, APrimaryFrozenPastItsLeaseCommitsNothingAndExitsDep
             << std::endl;
 
   // The new primary has r-before and not r-zombie, and conserves.
-  const std::string db = conninfo_.substr(conninfo_.rfind("dbname=") + 7);
-  Result<std::string> rows =
-      sharedPostgres().psql(db, "SELECT id FROM tally.reservations ORDER BY id");
-  ASSERT_TRUE(rows.isOk()) << rows.status().toString();
-  EXPECT_EQ(rows.value(), "r-before\n");
+  EXPECT_EQ(storedReservations(), "r-before\n");
   std::unique_ptr<client::BlockingClient> client = connectTo(standby_port);
   ASSERT_NE(client, nullptr);
   TALLY_ASSIGN_OR_FAIL(ReservationReply retried,
                        callReservation(*client, makeReserve({.id = "r-before"})));
   EXPECT_EQ(retried.code, ReplyCode::kOk) << describe(retried);
   EXPECT_TRUE(retried.duplicate) << describe(retried);
+  TALLY_ASSIGN_OR_FAIL(AuditReport audit, auditLedger(*client));
+  EXPECT_TRUE(audit.conserved) << describe(audit);
+}
+
+// The zombie again, started as a standby (how every ledger of a failover group is configured):
+// deposed, it does not exit but becomes a standby on the same port. The request waiting in its
+// socket when it wakes is answered NOT_PRIMARY naming the new primary and committed nowhere;
+// new connections, tallyctl and an agent given it first are told the same and move on to the
+// new primary; and when the new primary dies, the deposed one takes the lease back and serves
+// on its port with everything the other committed.
+TEST_F(PostgresFailoverTest, ADeposedPrimaryAnswersNotPrimaryAndWaitsAsAStandby) {
+  constexpr uint64_t kLeaseMs = 300;
+  Process* first = spawn(kLeaseMs, /*standby=*/true);  // the lease is free: it serves at once
+  const int first_port = first->waitReady(kReadyTimeoutMs);
+  ASSERT_GT(first_port, 0) << first->log();
+  Process* second = spawn(kLeaseMs, /*standby=*/true);
+  ASSERT_TRUE(waitForLog(*second, "event=standby", kReadyTimeoutMs)) << second->log();
+  const std::string first_address = "127.0.0.1:" + std::to_string(first_port);
+
+  std::unique_ptr<client::BlockingClient> zombie_client = connectTo(first_port);
+  ASSERT_NE(zombie_client, nullptr);
+  TALLY_ASSIGN_OR_FAIL(PolicyReply published,
+                       publishPolicy(*zombie_client, {makeBudget({.burst = 1000})}));
+  ASSERT_EQ(published.code, ReplyCode::kOk);
+  TALLY_ASSIGN_OR_FAIL(ReservationReply before,
+                       callReservation(*zombie_client, makeReserve({.id = "r-before"})));
+  ASSERT_EQ(before.code, ReplyCode::kOk) << describe(before);
+
+  ASSERT_TRUE(first->signal(SIGSTOP));
+  const int second_port = second->waitReady(kLeaseMs + kReadyTimeoutMs);
+  ASSERT_GT(second_port, 0) << second->log();
+  const std::string second_address = "127.0.0.1:" + std::to_string(second_port);
+  TALLY_ASSIGN_OR_FAIL(
+      uint64_t sent,
+      zombie_client->send(makeReserve({.id = "r-zombie", .units = 5}), kCallTimeoutMs));
+  (void)sent;
+  const steady_clock::time_point woken_at = steady_clock::now();
+  ASSERT_TRUE(first->signal(SIGCONT));
+  expectNotPrimary(zombie_client->receive(kCallTimeoutMs), second_address);
+  std::cout << "[ failover ] the deposed primary answered NOT_PRIMARY " << msSince(woken_at)
+            << " ms after SIGCONT" << std::endl;
+
+  // It stays up as a standby on its port: every request is told where the primary is.
+  ASSERT_TRUE(waitForLog(*first, "event=standby", kReadyTimeoutMs)) << first->log();
+  EXPECT_TRUE(first->running() && !first->exited()) << first->log();
+  EXPECT_NE(first->log().find("event=deposed"), std::string::npos) << first->log();
+  EXPECT_EQ(standbyPortOf(*first), first_port) << first->log();
+  {
+    std::unique_ptr<client::BlockingClient> again = connectTo(first_port);
+    ASSERT_NE(again, nullptr);
+    expectNotPrimary(again->call(HealthRequest{}, kCallTimeoutMs), second_address);
+    expectNotPrimary(again->call(makeReserve({.id = "r-zombie-2"}), kCallTimeoutMs),
+                     second_address);
+  }
+  std::string output;
+  EXPECT_EQ(tallyctl({"--ledger", first_address, "health"}, &output), kCtlExitUnavailable)
+      << output;
+  EXPECT_NE(output.find("the primary is " + second_address), std::string::npos) << output;
+  EXPECT_EQ(tallyctl({"--ledger", first_address + "," + second_address, "health"}, &output), 0)
+      << output;
+  Process* agent = spawnAgent(first_address + "," + second_address);
+  ASSERT_GE(agent->waitReady(kReadyTimeoutMs), 0) << agent->log();
+  ASSERT_TRUE(reserveThroughAgent(0, "r-agent", 30'000));
+  EXPECT_NE(agent->log().find("event=ledger_link_not_primary"), std::string::npos) << agent->log();
+  // Nothing the deposed primary was sent after it woke is anywhere.
+  EXPECT_EQ(storedReservations(), "r-agent\nr-before\n");
+
+  // The new primary dies: the deposed one takes the lease back and serves on its own port.
+  second->kill9();
+  const steady_clock::time_point killed_at = steady_clock::now();
+  std::unique_ptr<client::BlockingClient> client;
+  std::string last = "not served";
+  while (client == nullptr && msSince(killed_at) < static_cast<int64_t>(kReadyTimeoutMs)) {
+    Result<std::unique_ptr<client::BlockingClient>> connected =
+        client::BlockingClient::connect(endpointOf(first_port), kCallTimeoutMs);
+    if (connected.isOk()) {
+      Result<wire::Response> health = connected.value()->call(HealthRequest{}, kCallTimeoutMs);
+      if (health.isOk() && std::holds_alternative<HealthReply>(health.value().body)) {
+        client = std::move(connected).value();
+        break;
+      }
+      last = health.isOk() ? wire::describe(health.value().body) : health.status().toString();
+    }
+    pauseMs(20);  // polling the ledger's answer, not synchronising
+  }
+  ASSERT_NE(client, nullptr) << last << "\n" << first->log();
+  std::cout << "[ failover ] the deposed primary served again " << msSince(killed_at)
+            << " ms after kill -9 of the new one" << std::endl;
+  EXPECT_NE(first->log().find("event=lease_taken epoch=3"), std::string::npos) << first->log();
+  for (const char* id : {"r-before", "r-agent"}) {
+    TALLY_ASSIGN_OR_FAIL(ReservationReply found,
+                         callReservation(*client, QueryRequest{.reservation_id = id}));
+    EXPECT_EQ(found.code, ReplyCode::kOk) << id << ": " << describe(found);
+  }
+  TALLY_ASSIGN_OR_FAIL(ReservationReply zombie,
+                       callReservation(*client, QueryRequest{.reservation_id = "r-zombie"}));
+  EXPECT_NE(zombie.code, ReplyCode::kOk) << describe(zombie);
   TALLY_ASSIGN_OR_FAIL(AuditReport audit, auditLedger(*client));
   EXPECT_TRUE(audit.conserved) << describe(audit);
 }
