@@ -8,6 +8,7 @@
 
 #include "central-client/ledger_addresses.h"
 #include "core/limits.h"
+#include "core/partition_map.h"
 #include "shard/identity.h"
 #include "wire/codec.h"
 #include "wire/digest.h"
@@ -241,6 +242,7 @@ struct Scanned {
   bool version = false;
   bool json = false;
   std::optional<std::string> ledger;
+  std::optional<std::string> partitions;
   std::optional<std::string> agent;
   std::optional<std::string> timeout_ms;
   std::optional<std::string> key;
@@ -252,7 +254,7 @@ struct Scanned {
 
 bool isGlobalValueFlag(std::string_view name) {
   return name == "ledger" || name == "agent" || name == "timeout-ms" || name == "key" ||
-         name == "ledger-key";
+         name == "ledger-key" || name == "partitions";
 }
 
 const FlagName* commandFlag(std::string_view name) {
@@ -311,6 +313,8 @@ Status scanFlag(std::span<const std::string_view> args, size_t* i, Scanned* out)
     if (Status s = setOnce(&out->ledger, name, value); !s.isOk()) return s;
   } else if (name == "agent") {
     if (Status s = setOnce(&out->agent, name, value); !s.isOk()) return s;
+  } else if (name == "partitions") {
+    if (Status s = setOnce(&out->partitions, name, value); !s.isOk()) return s;
   } else if (name == "timeout-ms") {
     if (Status s = setOnce(&out->timeout_ms, name, value); !s.isOk()) return s;
   } else if (name == "key") {
@@ -341,13 +345,39 @@ Status scan(std::span<const std::string_view> args, Scanned* out) {
   return first_error;
 }
 
+// --partitions MAP: each partition's addresses as endpoints; the first partition's first address
+// is the endpoint (the TLS options are the same for every address).
+Status applyPartitions(const std::string& text, Invocation* inv) {
+  Result<PartitionMap> map = parsePartitionMap(text);
+  if (!map.isOk()) return usage("--partitions: " + map.status().message());
+  for (size_t i = 0; i < map.value().partitions.size(); ++i) {
+    std::vector<client::Endpoint>& endpoints = inv->partitions.emplace_back();
+    for (const std::string& address : map.value().partitions[i]) {
+      Result<client::Endpoint> endpoint = client::parseTcpEndpoint(address);
+      if (!endpoint.isOk()) {
+        return usage("--partitions: partition " + std::to_string(i) + ": " +
+                     endpoint.status().message());
+      }
+      endpoints.push_back(std::move(endpoint).value());
+    }
+  }
+  inv->ledgers = inv->partitions.front();
+  inv->endpoint = inv->ledgers.front();
+  return Status::ok();
+}
+
 Status applyGlobals(const Scanned& scanned, Invocation* inv) {
   inv->json = scanned.json;
   inv->insecure = scanned.insecure;
   inv->key_file = scanned.key.value_or("");
   inv->ledger_key = scanned.ledger_key.value_or("");
   if (scanned.ledger && scanned.agent) return usage("--ledger and --agent exclude each other");
-  if (scanned.agent) {
+  if (scanned.partitions && (scanned.ledger || scanned.agent)) {
+    return usage("--partitions excludes --ledger and --agent");
+  }
+  if (scanned.partitions) {
+    if (Status s = applyPartitions(*scanned.partitions, inv); !s.isOk()) return s;
+  } else if (scanned.agent) {
     Result<client::Endpoint> endpoint = client::unixEndpoint(*scanned.agent);
     if (!endpoint.isOk()) return usage("--agent: " + endpoint.status().message());
     inv->endpoint = std::move(endpoint).value();
@@ -514,11 +544,19 @@ Result<Invocation> parseArgs(std::span<const std::string_view> args) {
   if (Status s = applyGlobals(scanned, &inv); !s.isOk()) return s;
   if (Status s = resolveCommand(scanned.positionals, &inv); !s.isOk()) return s;
   if (Status s = applyCommandFlags(scanned, &inv); !s.isOk()) return s;
+  if (!inv.partitions.empty() && inv.command != Command::kHelp &&
+      inv.command != Command::kVersion &&
+      (inv.command != Command::kAudit || inv.period.has_value() || inv.list_periods)) {
+    return usage("--partitions: only 'audit' of current balances sums the fleet; for '" +
+                 std::string(commandName(inv.command)) +
+                 "' give the partition's addresses with --ledger (docs/scale-out.md)");
+  }
   return inv;
 }
 
 std::string usageText() {
-  return R"(usage: tallyctl [--ledger HOST:PORT | --agent SOCKET] [--json] [--timeout-ms N]
+  return R"(usage: tallyctl [--ledger HOST:PORT | --agent SOCKET | --partitions MAP] [--json]
+                [--timeout-ms N]
                 [--key FILE] [--ledger-key BASE64|FILE] [--insecure] COMMAND ...
 
 Commands:
@@ -577,6 +615,11 @@ Global flags (before or after the command):
                       moving on at a refused connect or a NOT_PRIMARY answer (exit 6 if no
                       address is the primary: the message names the primary)
   --agent SOCKET      talk to a tally-agent on this Unix socket instead
+  --partitions MAP    a partitioned fleet (docs/scale-out.md): MAP is every partition's
+                      address list in partition order, partitions separated by ';'
+                      (A1,A2;B1,B2); `audit` asks every partition and prints their sum,
+                      checking that each subject is on its own partition (audit --subject:
+                      only its partition); other commands take the partition's --ledger
   --json              print exactly one JSON object on stdout, whatever the outcome
                       (usage errors included); it may stand anywhere on the line
   --timeout-ms N      give up after N ms, connecting included (default 5000)

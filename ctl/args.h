@@ -52,6 +52,9 @@ struct Invocation {
   client::Endpoint endpoint;  // --ledger (default kDefaultLedger) or --agent
   // --ledger HOST:PORT,HOST:PORT: every address (endpoint is the first); empty with --agent.
   std::vector<client::Endpoint> ledgers;
+  // --partitions MAP (core/partition_map.h, "A1,A2;B1,B2"): every partition's ledger addresses,
+  // in partition order; `audit` sums the fleet (ctl/partitioned.h). Empty otherwise.
+  std::vector<std::vector<client::Endpoint>> partitions;
   bool json = false;
   uint64_t timeout_ms = kDefaultTimeoutMs;
   Command command = Command::kHelp;

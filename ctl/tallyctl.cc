@@ -14,6 +14,7 @@
 #include "central-client/ledger_addresses.h"
 #include "ctl/args.h"
 #include "ctl/commands.h"
+#include "ctl/partitioned.h"
 #include "net/tls_session.h"
 #include "shard/identity.h"
 
@@ -141,7 +142,21 @@ int main(int argc, char** argv) {
     return connection.value()->call(body, left_ms);
   };
 
-  const ctl::CommandOutput output = ctl::runCommand(invocation, call);
+  // --partitions: each partition's addresses as --ledger's are (the same link options).
+  const ctl::PartitionCallFn call_partition =
+      [&invocation](uint32_t partition, const wire::RequestBody& body) -> Result<wire::Response> {
+    Result<client::BlockingClientOptions> options = clientOptions(invocation);
+    if (!options.isOk()) return options.status();
+    return client::callThePrimary(
+        invocation.partitions[partition], body, invocation.timeout_ms,
+        [&options](const client::Endpoint& endpoint, uint64_t timeout_ms) {
+          return client::BlockingClient::connect(endpoint, timeout_ms, options.value());
+        });
+  };
+
+  const ctl::CommandOutput output = invocation.partitions.empty()
+                                        ? ctl::runCommand(invocation, call)
+                                        : ctl::runPartitionedCommand(invocation, call_partition);
   write(stdout, output.out);
   write(stderr, output.err);
   if (std::fflush(stdout) != 0 && output.exit_code == ctl::kExitOk) return ctl::kExitInternal;

@@ -77,6 +77,8 @@ constexpr const char* kUsage =
     "is fenced by its epoch. --standby (postgres): when another ledger holds the lease, wait\n"
     "for it to lapse, meanwhile answering every request on --listen with NOT_PRIMARY naming\n"
     "the primary, then take over on the same socket; without it such a start is refused.\n"
+    "Deposed (another ledger took the lease), a ledger answers what it holds NOT_PRIMARY and\n"
+    "stops serving; with --standby it then waits as a standby on the same socket.\n"
     "The link is TLS 1.3: the ledger presents its signing key and admits enrolled, enabled\n"
     "gateway keys and the operator key DIR/operator.key (created 0600 at first start; tallyctl\n"
     "--key). --insecure: plaintext without authentication (today's protocol, for local demos\n"
@@ -102,8 +104,8 @@ constexpr const char* kUsage =
     "the ledger and using a copy of DEST as its --data-dir (docs/operations.md). Exit 0, or 1\n"
     "(nothing is left in DEST).\n"
     "Exit: 0 after SIGTERM/SIGINT drain, 1 startup failure, 2 usage, 65 a stored record cannot\n"
-    "be applied (see check), 74 storage failure, 75 deposed (postgres: another ledger took the\n"
-    "lease; nothing more was committed).\n"
+    "be applied (see check), 74 storage failure, 75 deposed (postgres, without --standby:\n"
+    "another ledger took the lease; nothing more was committed).\n"
     "Under systemd (Type=notify): READY=1 once serving, STOPPING=1 at SIGTERM/SIGINT, and\n"
     "WATCHDOG=1 every half $WATCHDOG_USEC (WatchdogSec=) to $NOTIFY_SOCKET.\n";
 
@@ -352,8 +354,10 @@ Result<OpenedStore> openStore(const LedgerConfig& config, const std::string& lis
 // PostgresStore::open. Once it is taken (or the open failed) every handle is closed and the
 // listening socket is handed back in *listen_fd, still listening, with the metrics port bound in
 // *metrics_port. SIGTERM meanwhile ends the process (nothing to drain).
+// `primary` is the address it names until the first poll ("": not known yet).
 Result<OpenedStore> waitAsStandby(const LedgerConfig& config, const std::string& listen,
-                                  int* listen_fd, uint16_t* metrics_port, Logger* logger) {
+                                  const std::string& primary, int* listen_fd,
+                                  uint16_t* metrics_port, Logger* logger) {
   uv_loop_t loop;
   if (int rc = uv_loop_init(&loop); rc != 0) {
     ::close(*listen_fd);
@@ -376,6 +380,7 @@ Result<OpenedStore> waitAsStandby(const LedgerConfig& config, const std::string&
                         StandbyServerOptions{.listen_fd = std::exchange(*listen_fd, -1),
                                              .stream = {.frame_bytes_max = config.frame_bytes_max},
                                              .tls = std::move(tls)});
+  standby.setPrimary(primary);
   if (status.isOk()) status = standby.start();
   struct Shared {
     std::mutex mutex;
@@ -518,31 +523,23 @@ int bindBeforeTheLease(LedgerConfig* config, int* listen_fd, std::string* listen
   return kExitOk;
 }
 
-int run(LedgerConfig config) {
-  Logger logger("ledger", parseLogLevel(config.log_level));
-  ::signal(SIGPIPE, SIG_IGN);
-  logFdLimit(raiseFdLimit(), &logger);  // every connection is a descriptor
+// NOT_PRIMARY naming who holds the lease now, once `store` is deposed; nullopt otherwise.
+std::optional<wire::ErrorReply> notPrimaryAnswer(const PostgresStore* store) {
+  if (store == nullptr || !store->deposed()) return std::nullopt;
+  return wire::ErrorReply{.code = wire::ErrorCode::kNotPrimary,
+                          .message = notPrimaryMessage(store->deposedBy().address)};
+}
 
-  int listen_fd = -1;
-  std::string listen;
-  if (int rc = bindBeforeTheLease(&config, &listen_fd, &listen, &logger); rc != kExitOk) return rc;
-  uint16_t standby_metrics_port = 0;
-  Result<OpenedStore> opened =
-      config.store == "postgres" && config.standby
-          ? waitAsStandby(config, listen, &listen_fd, &standby_metrics_port, &logger)
-          : openStore(config, listen, nullptr, &logger);
-  // The metrics port the standby served on (port 0 picked one) stays the primary's.
-  if (config.metrics_enabled && standby_metrics_port != 0) {
-    config.metrics_port = standby_metrics_port;
-  }
-  if (!opened.isOk()) {
-    if (listen_fd >= 0) ::close(listen_fd);
-    logger.error("store_open_failed", {{"data_dir", config.data_dir},
-                                       {"store", config.store},
-                                       {"error", opened.status().toString()}});
-    return kExitStartup;
-  }
-  std::unique_ptr<Store> store = std::move(opened.value().store);
+// Serves as the primary on `opened` until it stops: SIGTERM/SIGINT (kExitOk), a failed commit
+// (kExitIoError), or, on the postgres store, being deposed (kExitDeposed: the requests it held
+// and those waiting in its sockets are answered NOT_PRIMARY naming the new holder, whose address
+// is left in *primary). A ledger that may wait as a standby (config.standby) leaves in *kept_fd
+// a descriptor of its listening socket, still listening, for the standby it becomes; -1
+// otherwise. Updates config.ready_fd (written once) and config.metrics_port (the bound one).
+int serve(LedgerConfig* config_in, OpenedStore opened, int listen_fd, int* kept_fd,
+          std::string* primary, Logger& logger) {
+  LedgerConfig& config = *config_in;
+  std::unique_ptr<Store> store = std::move(opened.store);
 
   Result<identity::KeyPair> key = signingKey(config);
   if (!key.isOk()) {
@@ -620,7 +617,7 @@ int run(LedgerConfig config) {
   Signals signals;
   // The postgres store's lease, renewed from the loop every lease_ms / 3 between commits.
   uv_timer_t lease_timer{};
-  PostgresStore* const lease_store = opened.value().postgres;
+  PostgresStore* const lease_store = opened.postgres;
   if (lease_store != nullptr) (void)uv_timer_init(&loop, &lease_timer);
   auto close_signals = [&signals, &metrics_server, &metrics_started, &watchdog, &lease_timer,
                         lease_store] {
@@ -635,6 +632,9 @@ int run(LedgerConfig config) {
     }
     if (metrics_started) metrics_server.stop();
   };
+  // A ledger that may wait as a standby keeps its listening socket past the server (which
+  // closes its own), so that once deposed it answers NOT_PRIMARY on the same port.
+  if (lease_store != nullptr && config.standby) *kept_fd = ::dup(listen_fd);
   Server server(&loop, &ledger, store.get(), &clock, &logger,
                 ServerOptions{.listen_host = config.listen_host,
                               .listen_port = config.listen_port,
@@ -643,7 +643,10 @@ int run(LedgerConfig config) {
                               .tick_interval_ms = config.tick_interval_ms,
                               .on_stopped = close_signals,
                               .metrics = &metrics,
-                              .tls = tls.value()});
+                              .tls = tls.value(),
+                              .refused_answer = [lease_store](const Status&) {
+                                return notPrimaryAnswer(lease_store);
+                              }});
   serving = &server;
   auto on_signal = [](uv_signal_t* handle, int signum) {
     auto* srv = static_cast<Server*>(handle->data);
@@ -689,7 +692,9 @@ int run(LedgerConfig config) {
         logger.warn("ready_fd_write_failed", {{"error", std::strerror(errno)}});
       }
       ::close(config.ready_fd);
+      config.ready_fd = -1;  // once: a ledger that serves again after a standby says nothing
     }
+    if (config.metrics_enabled) config.metrics_port = metrics_port;  // a standby's, later
     if (Status s = sdNotify("READY=1"); !s.isOk()) {
       logger.warn("sd_notify_failed", {{"error", s.toString()}});
     }
@@ -712,7 +717,11 @@ int run(LedgerConfig config) {
             if (renewed.isOk()) return;
             if (r->store->deposed()) {
               (void)uv_timer_stop(timer);
-              r->server->stop();  // its commits are refused from now on: nothing more is said
+              // Its commits are refused from now on: what it holds and what waits in its
+              // sockets is answered NOT_PRIMARY, naming the new holder; then it stops.
+              if (std::optional<wire::ErrorReply> answer = notPrimaryAnswer(r->store)) {
+                r->server->refuse(*answer);
+              }
               return;
             }
             r->logger->warn("lease_renew_failed", {{"error", renewed.toString()}});
@@ -724,17 +733,63 @@ int run(LedgerConfig config) {
   if (server.fatal()) exit_code = kExitIoError;
   if (lease_store != nullptr && lease_store->deposed()) {
     exit_code = kExitDeposed;
-    logger.error("deposed", {{"epoch", lease_store->epoch()},
-                             {"action",
-                              "stopped: another tally-ledger took the lease; nothing was "
-                              "committed after it, no unanswered request was acknowledged"}});
+    *primary = lease_store->deposedBy().address;
+    logger.error("deposed",
+                 {{"epoch", lease_store->epoch()},
+                  {"primary", *primary},
+                  {"action", config.standby
+                                 ? "serving stopped: another tally-ledger took the lease; nothing "
+                                   "was committed after it, its requests were answered "
+                                   "NOT_PRIMARY; waiting as a standby"
+                                 : "stopped: another tally-ledger took the lease; nothing was "
+                                   "committed after it, its requests were answered NOT_PRIMARY"}});
   }
-  opened.value().log_stats(&logger);
+  opened.log_stats(&logger);
   if (int rc = uv_loop_close(&loop); rc != 0) {
     logger.error("loop_close_failed", {{"error", uv_strerror(rc)}});
   }
-  logger.info("exit", {{"code", exit_code}});
   return exit_code;
+}
+
+int run(LedgerConfig config) {
+  Logger logger("ledger", parseLogLevel(config.log_level));
+  ::signal(SIGPIPE, SIG_IGN);
+  logFdLimit(raiseFdLimit(), &logger);  // every connection is a descriptor
+
+  int listen_fd = -1;
+  std::string listen;
+  if (int rc = bindBeforeTheLease(&config, &listen_fd, &listen, &logger); rc != kExitOk) return rc;
+  // Once deposed, a ledger that may be a standby waits as one on the same socket (answering
+  // NOT_PRIMARY, naming who deposed it) and serves again once the lease is its again.
+  std::string primary;
+  for (bool deposed = false;; deposed = true) {
+    uint16_t standby_metrics_port = 0;
+    Result<OpenedStore> opened =
+        config.store == "postgres" && config.standby
+            ? waitAsStandby(config, listen, primary, &listen_fd, &standby_metrics_port, &logger)
+            : openStore(config, listen, nullptr, &logger);
+    // The metrics port the standby served on (port 0 picked one) stays the primary's.
+    if (config.metrics_enabled && standby_metrics_port != 0) {
+      config.metrics_port = standby_metrics_port;
+    }
+    if (!opened.isOk()) {
+      if (listen_fd >= 0) ::close(listen_fd);
+      logger.error("store_open_failed", {{"data_dir", config.data_dir},
+                                         {"store", config.store},
+                                         {"error", opened.status().toString()}});
+      logger.info("exit", {{"code", deposed ? kExitDeposed : kExitStartup}});
+      return deposed ? kExitDeposed : kExitStartup;
+    }
+    int kept_fd = -1;
+    const int exit_code =
+        serve(&config, std::move(opened).value(), listen_fd, &kept_fd, &primary, logger);
+    listen_fd = kept_fd;
+    if (exit_code != kExitDeposed || listen_fd < 0) {
+      if (listen_fd >= 0) ::close(listen_fd);
+      logger.info("exit", {{"code", exit_code}});
+      return exit_code;
+    }
+  }
 }
 
 }  // namespace

@@ -174,11 +174,12 @@ Result<LeaseState> PostgresStore::readLease() {
 }
 
 Status PostgresStore::depose(const std::string& why) {
-  deposed_ = true;
   std::string now_held;
   if (Result<LeaseState> held = readLease(); held.isOk()) {
     now_held = " (the lease now: " + describeLease(held.value()) + ")";
+    deposed_by_ = held.value();
   }
+  deposed_ = true;
   failed_ =
       Status::failedPrecondition("postgres: deposed: " + why + ": epoch " + std::to_string(epoch_) +
                                  " is no longer this ledger's" + now_held);
@@ -186,6 +187,11 @@ Status PostgresStore::depose(const std::string& why) {
 }
 
 bool PostgresStore::deposed() const { return deposed_.load(); }
+
+LeaseState PostgresStore::deposedBy() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return deposed_by_;
+}
 
 Status PostgresStore::renewLease() {
   std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);

@@ -112,6 +112,10 @@ class PostgresStore final : public Store {
   // PostgreSQL cannot be reached. Thread-safe against commit().
   [[nodiscard]] Status renewLease();
   bool deposed() const;
+  // Once deposed(): the lease as read when this store found it was deposed (who holds it now
+  // and where it serves: a deposed primary names it to its clients); empty fields when it could
+  // not be read.
+  LeaseState deposedBy() const;
   int64_t epoch() const { return epoch_; }
   // The lease as the database has it now (a new query; not thread-safe against commit()).
   Result<LeaseState> readLease();
@@ -144,6 +148,7 @@ class PostgresStore final : public Store {
   int64_t epoch_ = 0;
   mutable std::mutex mutex_;  // the connection: commit() (commit thread) and renewLease() (loop)
   std::atomic<bool> deposed_{false};  // read by the loop without the mutex
+  LeaseState deposed_by_;             // under mutex_, set before deposed_
   PostgresStoreStats stats_;
 };
 

@@ -241,6 +241,7 @@ void Server::enqueueReply(Connection* connection, const wire::Response& response
     TALLY_ASSERT(status.isOk());
   }
   ++replies.count;
+  replies.request_ids.push_back(response.request_id);
   ++open_.requests;
   // Counted against the client's limits now, so a client that does not read is not served
   // past them while its replies wait for the commit.
@@ -250,6 +251,10 @@ void Server::enqueueReply(Connection* connection, const wire::Response& response
 void Server::onTick(uv_timer_t* timer) {
   auto* server = static_cast<Server*>(timer->data);
   if (server->fatal_) return;
+  if (server->refusal_.has_value()) {
+    server->stop();  // refuse() answered what was held; what was waiting has been read since
+    return;
+  }
   if (server->ledger_->tick(server->clock_->nowMs()).changed()) server->open_.tick_changes = true;
 }
 
@@ -260,6 +265,12 @@ void Server::onCheck(uv_check_t* check) {
 
 void Server::seal() {
   TALLY_ASSERT(!commit_in_flight_);
+  if (refusal_.has_value()) {  // nothing more is committed: the batch is answered refused
+    Batch refused = std::exchange(open_, Batch{});
+    answerRefused(&refused, *refusal_);
+    maybeFinishStop();
+    return;
+  }
   LedgerChangedRows rows = ledger_->takeChangedRows();
   Batch batch = std::exchange(open_, Batch{});
   if (rows.empty()) {
@@ -329,6 +340,23 @@ void Server::flush(Batch* batch) {
 }
 
 void Server::failFatally(const Status& status) {
+  std::optional<wire::ErrorReply> answer = refusal_;
+  if (!answer.has_value() && options_.refused_answer) answer = options_.refused_answer(status);
+  if (answer.has_value()) {
+    // Nothing of the refused batches was committed: they are answered the error, not left
+    // unanswered.
+    requests_.markFailed();
+    logger_->error("commit_failed",
+                   {{"error", status.toString()},
+                    {"action",
+                     "stopping; nothing of the batch was committed: its requests and "
+                     "those held after it are answered " +
+                         std::string(wire::errorCodeName(answer->code))}});
+    Batch refused = std::exchange(committing_, Batch{});
+    answerRefused(&refused, *answer);
+    refuse(*answer);
+    return;
+  }
   fatal_ = true;
   requests_.markFailed();
   logger_->error("commit_failed", {{"error", status.toString()},
@@ -340,6 +368,53 @@ void Server::failFatally(const Status& status) {
   open_ = Batch{};
   committing_ = Batch{};
   stop();
+}
+
+void Server::refuse(const wire::ErrorReply& answer) {
+  const bool first = !refusal_.has_value();
+  refusal_ = answer;
+  // A commit in flight is refused too (the store no longer commits): its afterCommit answers it
+  // and the open batch.
+  if (!commit_in_flight_) {
+    Batch refused = std::exchange(open_, Batch{});
+    answerRefused(&refused, answer);
+  }
+  if (stopping_) {
+    maybeFinishStop();
+  } else if (first && tick_timer_open_) {
+    // Stops at the next tick, a whole interval from now: the loop polls the sockets meanwhile,
+    // so requests already waiting in them are read and answered too.
+    (void)uv_timer_start(&tick_timer_, onTick, options_.tick_interval_ms,
+                         options_.tick_interval_ms);
+  }
+}
+
+void Server::answerRefused(Batch* batch, const wire::ErrorReply& answer) {
+  for (auto& [connection_id, replies] : batch->replies) {
+    auto it = connections_.find(connection_id);
+    if (it == connections_.end() || it->second->closing()) continue;
+    Connection* connection = it->second.get();
+    std::vector<uint8_t> bytes;
+    bool encoded = true;
+    for (uint64_t request_id : replies.request_ids) {
+      encoded = encoded && wire::encodeResponseFrameInto(
+                               wire::Response{.request_id = request_id, .body = answer}, &bytes,
+                               limits::kFrameBytesMaxDefault, &encode_scratch_)
+                               .isOk();
+    }
+    connection->settlePending(replies.count, replies.bytes.size());
+    if (!encoded) {  // an answer too large for a frame (a huge address): nothing is said
+      connection->close();
+      continue;
+    }
+    connection->write(std::move(bytes));
+    connection->flush();
+  }
+  for (uint64_t connection_id : batch->close_after_flush) {
+    auto it = connections_.find(connection_id);
+    if (it == connections_.end() || it->second->closing()) continue;
+    it->second->shutdownThenClose();
+  }
 }
 
 void Server::closeHandle(uv_handle_t* handle) {

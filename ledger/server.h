@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -37,7 +38,9 @@
 // A failed commit (I/O error, disk full) is fatal: memory is ahead of disk, so the server stops
 // serving, sends none of that batch's replies, and reports fatal(); the process exits and a
 // restart rebuilds from the durable record. Clients see a dropped connection (an unknown
-// outcome) and retry with the same ids.
+// outcome) and retry with the same ids. Unless the owner says none of the batch can be durable
+// (refused_answer: a deposed primary, whose fence rolled the transaction back): then every
+// request held is answered that error and the server stops (refuse()).
 //
 // Owns its handles and connections; borrows `loop`, `ledger`, `store`, `clock` and `logger`,
 // which must outlive it. Single-threaded: everything but Store::commit runs on the loop thread.
@@ -66,6 +69,11 @@ struct ServerOptions {
   // a refused handshake is logged (event=tls_refused) and the connection closed. Unset:
   // plaintext (--insecure).
   std::function<Result<std::unique_ptr<net::TlsSession>>()> tls;
+  // Called on the loop thread when a commit failed: the error to answer every request of the
+  // refused batches with, when none of their changes can be durable (a deposed primary: the
+  // fence rolled the transaction back; docs/scale-out.md), instead of dropping them; then the
+  // server refuses as refuse() does. Unset, or nullopt: the failure is fatal (nothing is said).
+  std::function<std::optional<wire::ErrorReply>(const Status& failure)> refused_answer;
 };
 
 class Server : private net::StreamHandler {
@@ -83,6 +91,12 @@ class Server : private net::StreamHandler {
   // committed and answered; then every handle is closed and the loop can run dry.
   void stop();
   bool fatal() const { return fatal_; }
+  // The store may no longer commit (this ledger was deposed): every request held for a commit,
+  // or read from now on, is answered `answer` and none is committed; at the next tick the
+  // server stops as stop() does (so requests already waiting in its sockets are read and
+  // answered first). refusing() is true from here on.
+  void refuse(const wire::ErrorReply& answer);
+  bool refusing() const { return refusal_.has_value(); }
   uint64_t connections() const { return connections_.size(); }
 
   class Connection;
@@ -93,6 +107,7 @@ class Server : private net::StreamHandler {
   struct ConnectionReplies {
     std::vector<uint8_t> bytes;
     uint64_t count = 0;
+    std::vector<uint64_t> request_ids;  // of each reply, in order (answered so when refused)
   };
   struct Batch {
     std::unordered_map<uint64_t, ConnectionReplies> replies;  // by connection id
@@ -128,6 +143,8 @@ class Server : private net::StreamHandler {
   // Copies the changed rows into a batch the commit thread owns (moves the deleted ids).
   void flush(Batch* batch);
   void failFatally(const Status& status);
+  // Answers every request of `batch` with `answer` instead of its reply (the batch is dropped).
+  void answerRefused(Batch* batch, const wire::ErrorReply& answer);
   void maybeFinishStop();
   void closeHandle(uv_handle_t* handle);
 
@@ -158,6 +175,7 @@ class Server : private net::StreamHandler {
   bool stopping_ = false;
   bool stopped_ = false;
   bool fatal_ = false;
+  std::optional<wire::ErrorReply> refusal_;  // set by refuse(): the answer to every request
   uint64_t commits_ = 0;
 };
 

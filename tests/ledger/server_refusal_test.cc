@@ -1,0 +1,139 @@
+// The Server's answer to a commit the store refuses (ledger/server.h, refused_answer and
+// refuse()): when the owner says none of the batch can be durable (a deposed primary), every
+// request held is answered with the owner's error under its own id, instead of being dropped,
+// and the server stops; without refused_answer a failed commit stays fatal and nothing is said.
+// In process: a real Server on a loop thread, a store whose every commit fails, a BlockingClient.
+
+#include <gtest/gtest.h>
+#include <uv.h>
+
+#include <memory>
+#include <optional>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "central-client/blocking_client.h"
+#include "common/log.h"
+#include "common/wall_clock.h"
+#include "core/ledger.h"
+#include "core/ledger_protocol.h"
+#include "ledger/server.h"
+#include "ledger/store.h"
+#include "tests/integration/ledger_harness.h"
+
+namespace tally::ledger {
+namespace {
+
+constexpr uint64_t kTimeoutMs = 10'000;
+
+// Every commit is refused, as a deposed primary's fence refuses it.
+class RefusingStore final : public Store {
+ public:
+  Status commit(const StoreBatch&) override {
+    ++commits;
+    return Status::failedPrecondition("postgres: deposed: committing a batch (test)");
+  }
+  Result<StoreContents> load() override { return StoreContents{}; }
+  int commits = 0;
+};
+
+struct Running {
+  uv_loop_t loop{};
+  Ledger ledger;
+  LedgerClock clock{0};
+  Logger logger{"ledger", LogLevel::kError};
+  RefusingStore store;
+  std::unique_ptr<Server> server;
+  std::thread thread;
+
+  explicit Running(ServerOptions options) {
+    EXPECT_EQ(uv_loop_init(&loop), 0);
+    options.listen_port = 0;
+    server = std::make_unique<Server>(&loop, &ledger, &store, &clock, &logger, std::move(options));
+    EXPECT_TRUE(server->start().isOk());
+    thread = std::thread([this] { uv_run(&loop, UV_RUN_DEFAULT); });
+  }
+  // The server stops by itself after the refused commit: the loop runs dry.
+  void join() {
+    thread.join();
+    EXPECT_EQ(uv_loop_close(&loop), 0);
+  }
+  std::unique_ptr<client::BlockingClient> connect() {
+    Result<std::unique_ptr<client::BlockingClient>> connected = client::BlockingClient::connect(
+        client::Endpoint{
+            .kind = client::Endpoint::Kind::kTcp, .host = "127.0.0.1", .port = server->port()},
+        kTimeoutMs);
+    EXPECT_TRUE(connected.isOk()) << connected.status().toString();
+    return connected.isOk() ? std::move(connected).value() : nullptr;
+  }
+};
+
+// A publish (a change: committed, refused), a health and a reserve behind it, pipelined.
+std::vector<uint64_t> sendThree(client::BlockingClient& client) {
+  std::vector<uint64_t> ids;
+  for (const wire::RequestBody& body : {wire::RequestBody{wire::PublishPolicyRequest{
+                                            .budgets = {testing::makeBudget({.burst = 1000})}}},
+                                        wire::RequestBody{wire::HealthRequest{}},
+                                        wire::RequestBody{testing::makeReserve({.id = "r-1"})}}) {
+    Result<uint64_t> sent = client.send(body, kTimeoutMs);
+    EXPECT_TRUE(sent.isOk()) << sent.status().toString();
+    ids.push_back(sent.isOk() ? sent.value() : 0);
+  }
+  return ids;
+}
+
+TEST(ServerRefusalTest, ARefusedBatchIsAnsweredWithTheOwnersErrorUnderEachIdAndTheServerStops) {
+  const std::string message = notPrimaryMessage("10.0.0.9:7411");
+  std::vector<Status> failures;
+  // A long tick: the three requests are read well within the interval the refusing server
+  // keeps reading before it stops.
+  Running running(
+      ServerOptions{.tick_interval_ms = 500, .refused_answer = [&](const Status& failure) {
+                      failures.push_back(failure);  // the loop thread; read after join()
+                      return std::optional<wire::ErrorReply>(wire::ErrorReply{
+                          .code = wire::ErrorCode::kNotPrimary, .message = message});
+                    }});
+  std::unique_ptr<client::BlockingClient> client = running.connect();
+  ASSERT_NE(client, nullptr);
+  const std::vector<uint64_t> ids = sendThree(*client);
+  for (uint64_t id : ids) {
+    Result<wire::Response> answer = client->receive(kTimeoutMs);
+    ASSERT_TRUE(answer.isOk()) << answer.status().toString();
+    EXPECT_EQ(answer.value().request_id, id);
+    const auto* error = std::get_if<wire::ErrorReply>(&answer.value().body);
+    ASSERT_NE(error, nullptr) << wire::describe(answer.value().body);
+    EXPECT_EQ(error->code, wire::ErrorCode::kNotPrimary);
+    EXPECT_EQ(error->message, message);
+  }
+  // A request sent while the refusing server still reads is answered the same.
+  Result<wire::Response> later = client->call(wire::HealthRequest{}, kTimeoutMs);
+  ASSERT_TRUE(later.isOk()) << later.status().toString();
+  const auto* error = std::get_if<wire::ErrorReply>(&later.value().body);
+  ASSERT_NE(error, nullptr) << wire::describe(later.value().body);
+  EXPECT_EQ(error->code, wire::ErrorCode::kNotPrimary);
+  // Then it stops at its tick and closes the connection: nothing else is said.
+  running.join();
+  EXPECT_FALSE(client->call(wire::HealthRequest{}, kTimeoutMs).isOk());
+  EXPECT_TRUE(running.server->refusing());
+  EXPECT_FALSE(running.server->fatal());
+  EXPECT_EQ(running.store.commits, 1);  // nothing after the refusal is even tried
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(failures[0].code(), StatusCode::kFailedPrecondition);
+}
+
+TEST(ServerRefusalTest, WithoutRefusedAnswerAFailedCommitIsFatalAndNothingIsSaid) {
+  Running running(ServerOptions{.tick_interval_ms = 500});
+  std::unique_ptr<client::BlockingClient> client = running.connect();
+  ASSERT_NE(client, nullptr);
+  (void)sendThree(*client);
+  Result<wire::Response> answer = client->receive(kTimeoutMs);
+  EXPECT_FALSE(answer.isOk()) << wire::describe(answer.value().body);
+  client.reset();
+  running.join();
+  EXPECT_TRUE(running.server->fatal());
+  EXPECT_FALSE(running.server->refusing());
+}
+
+}  // namespace
+}  // namespace tally::ledger
