@@ -483,16 +483,9 @@ void AgentCore::onForwardAnswer(uint64_t token, Step step, const AgentLedgerAnsw
 #ifdef TALLY_TEST_FAULTS
           if (options_.unknown_faults.answer_lost_as_reserved) {
             effects_.push_back(AgentReplyReservation{
-                token, ReservationReply{
-                           .code = ReplyCode::kOk,
-                           .receipt = Reservation{.reservation_id = request.reservation_id,
-                                                  .request_digest = request.request_digest,
-                                                  .subject = request.subject,
-                                                  .route = request.route,
-                                                  .policy_generation = request.policy_generation,
-                                                  .reserved_units = request.units,
-                                                  .created_at_ms = now_ms,
-                                                  .state = ReservationState::kReserved}}});
+                token, ReservationReply{.code = ReplyCode::kOk,
+                                        .receipt = agentReceiptOf(
+                                            request, ReservationState::kReserved, now_ms)}});
             return;
           }
 #endif

@@ -41,22 +41,26 @@ StartRoute startRoute(bool local, bool link_usable) {
   return link_usable ? StartRoute::kForward : StartRoute::kUnavailable;
 }
 
+Reservation agentReceiptOf(const ReserveRequest& request, ReservationState state, uint64_t now_ms) {
+  return Reservation{.reservation_id = request.reservation_id,
+                     .request_digest = request.request_digest,
+                     .subject = request.subject,
+                     .route = request.route,
+                     .policy_generation = request.policy_generation,
+                     .reserved_units = request.units,
+                     .created_at_ms = now_ms,
+                     .state = state};
+}
+
 ReservationReply ledgerUnavailableRejection(const ReserveRequest& request, int64_t retry_after_ms,
                                             uint64_t now_ms) {
-  return ReservationReply{
-      .code = ReplyCode::kRejected,
-      .receipt = Reservation{.reservation_id = request.reservation_id,
-                             .request_digest = request.request_digest,
-                             .subject = request.subject,
-                             .route = request.route,
-                             .policy_generation = request.policy_generation,
-                             .reserved_units = request.units,
-                             .created_at_ms = now_ms,
-                             .closed_at_ms = now_ms,
-                             .state = ReservationState::kRejected,
-                             .limiting_dimension = LimitingDimension::kLedgerUnavailable,
-                             .retry_after_ms = retry_after_ms},
-      .message = "the ledger is unreachable from this agent; retry later"};
+  Reservation receipt = agentReceiptOf(request, ReservationState::kRejected, now_ms);
+  receipt.closed_at_ms = now_ms;
+  receipt.limiting_dimension = LimitingDimension::kLedgerUnavailable;
+  receipt.retry_after_ms = retry_after_ms;
+  return ReservationReply{.code = ReplyCode::kRejected,
+                          .receipt = std::move(receipt),
+                          .message = "the ledger is unreachable from this agent; retry later"};
 }
 
 ShadowDecision classifyShadow(const ReservationReply* reply, bool transport_failed) {

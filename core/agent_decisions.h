@@ -63,6 +63,9 @@ FollowUp followUpRoute(bool local, bool outbox_nonempty, bool link_usable);
 enum class StartRoute : uint8_t { kLocal, kForward, kUnavailable };
 StartRoute startRoute(bool local, bool link_usable);
 
+// A receipt for `request` in `state`, made by the agent at `now_ms` (not the ledger's).
+Reservation agentReceiptOf(const ReserveRequest& request, ReservationState state, uint64_t now_ms);
+
 // The rejection a reserve gets while the ledger is unreachable (enforce mode, no shards).
 ReservationReply ledgerUnavailableRejection(const ReserveRequest& request, int64_t retry_after_ms,
                                             uint64_t now_ms);
