@@ -187,7 +187,10 @@ void FramedStream::decode(std::span<const uint8_t> bytes) {
   if (bytes.empty() || closing_ || shutting_down_) return;
   decoded_.clear();
   const Status status = decoder_.feed(bytes, &decoded_);
-  for (wire::Frame& frame : decoded_) held_.push_back(std::move(frame));
+  for (wire::Frame& frame : decoded_) {
+    held_bytes_ += frame.size();
+    held_.push_back(std::move(frame));
+  }
   if (!status.isOk()) {
     framing_lost_ = true;
     bad_frame_ = status;
@@ -264,6 +267,7 @@ void FramedStream::deliver() {
   while (!held_.empty() && want_reading_ && !closing_ && !shutting_down_ && !overLimit()) {
     wire::Frame frame = std::move(held_.front());
     held_.pop_front();
+    held_bytes_ -= frame.size();
     handler_->onFrame(this, std::move(frame));
   }
   delivering_ = false;
@@ -290,14 +294,61 @@ void FramedStream::updateReading() {
     (void)uv_read_stop(stream());
     reading_ = false;
   }
+  updateStallWatch();
+}
+
+// --- Stalled peers ----------------------------------------------------------------------------
+
+uint64_t FramedStream::libuvQueuedBytes() {
+  return initialized_ && !closed_ ? uv_stream_get_write_queue_size(stream()) : 0;
+}
+
+void FramedStream::updateStallWatch() {
+  const bool stalled = limits_.stall_timeout_ms > 0 && want_reading_ && !reading_ && !closing_ &&
+                       !shutting_down_ && overLimit() && libuvQueuedBytes() > 0;
+  if (!stalled) {
+    if (stall_watch_) {
+      stall_watch_ = false;
+      (void)uv_timer_stop(&linger_timer_);
+    }
+    return;
+  }
+  if (stall_watch_ || !ensureTimer()) return;
+  stall_watch_ = true;
+  stall_progress_ms_ = uv_now(loop_);
+  stall_queued_bytes_ = libuvQueuedBytes();
+  // Looked at four times per timeout: a peer is closed between 1 and 1.25 timeouts after the
+  // last byte it took.
+  const uint64_t poll_ms = std::clamp<uint64_t>(limits_.stall_timeout_ms / 4, 1, 1'000);
+  if (uv_timer_start(&linger_timer_, onStallTimer, poll_ms, poll_ms) != 0) stall_watch_ = false;
+}
+
+void FramedStream::onStallTimer(uv_timer_t* timer) {
+  auto* self = static_cast<FramedStream*>(timer->data);
+  if (!self->stall_watch_ || self->closing_) return;
+  const uint64_t now_ms = uv_now(self->loop_);
+  const uint64_t queued = self->libuvQueuedBytes();
+  if (queued < self->stall_queued_bytes_) self->stall_progress_ms_ = now_ms;  // the peer read
+  self->stall_queued_bytes_ = queued;
+  if (now_ms - self->stall_progress_ms_ < self->limits_.stall_timeout_ms) return;
+  self->stall_watch_ = false;
+  self->lost(Status::resourceExhausted(
+      "stalled: the peer read none of the " + std::to_string(self->queuedBytes()) +
+      " bytes owed to it for " + std::to_string(self->limits_.stall_timeout_ms) +
+      " ms (stall_timeout_ms) while its requests were paused (write_queue_bytes_max " +
+      std::to_string(self->limits_.write_queue_bytes_max) + ", pending_replies_max " +
+      std::to_string(self->limits_.pending_replies_max) + ")"));
 }
 
 // --- Writing ----------------------------------------------------------------------------------
 
 uint64_t FramedStream::queuedBytes() {
-  const uint64_t in_libuv = initialized_ && !closed_ ? uv_stream_get_write_queue_size(stream()) : 0;
   const uint64_t in_tls = tls_ != nullptr ? tls_->pendingPlaintextBytes() : 0;
-  return pending_bytes_ + output_.size() + in_tls + in_libuv;
+  return pending_bytes_ + output_.size() + in_tls + libuvQueuedBytes();
+}
+
+uint64_t FramedStream::bufferedBytes() {
+  return queuedBytes() + held_bytes_ + decoder_.bufferedBytes();
 }
 
 void FramedStream::addPending(uint64_t replies, uint64_t bytes) {
@@ -384,7 +435,8 @@ void FramedStream::onWrite(uv_write_t* req, int status) {
     self->lost(uvStatus("write", status));
     return;
   }
-  self->deliver();  // the queue drained a little: maybe resume
+  self->stall_progress_ms_ = uv_now(self->loop_);  // the peer took a whole write
+  self->deliver();                                 // the queue drained a little: maybe resume
 }
 
 // --- Closing ----------------------------------------------------------------------------------
@@ -409,7 +461,9 @@ void FramedStream::shutdownThenClose() {
 
 void FramedStream::beginShutdown() {
   shutting_down_ = true;
-  held_.clear();  // requests not served by now never will be
+  stall_watch_ = false;  // the timer becomes the linger wait
+  held_.clear();         // requests not served by now never will be
+  held_bytes_ = 0;
   startLingering();
   if (closing_) return;
   auto request = std::make_unique<uv_shutdown_t>();
@@ -421,14 +475,18 @@ void FramedStream::beginShutdown() {
   (void)request.release();  // owned by the shutdown callback now
 }
 
+bool FramedStream::ensureTimer() {
+  if (linger_timer_initialized_) return true;
+  if (uv_timer_init(loop_, &linger_timer_) != 0) return false;
+  linger_timer_.data = this;
+  linger_timer_initialized_ = true;
+  return true;
+}
+
 void FramedStream::startLingering() {
-  if (!linger_timer_initialized_) {
-    if (uv_timer_init(loop_, &linger_timer_) != 0) {
-      close();  // no bound on the wait: do not wait
-      return;
-    }
-    linger_timer_.data = this;
-    linger_timer_initialized_ = true;
+  if (!ensureTimer()) {
+    close();  // no bound on the wait: do not wait
+    return;
   }
   linger_deadline_ms_ = uv_now(loop_) + limits_.linger_ms;
   const uint64_t first_ms = std::min(kLingerPollMs, limits_.linger_ms);
@@ -500,7 +558,9 @@ void FramedStream::close() {
   }
   closing_ = true;
   reading_ = false;
+  stall_watch_ = false;
   held_.clear();
+  held_bytes_ = 0;
   if (!initialized_) return;
   handles_closing_ = 1;
   if (linger_timer_initialized_) {
