@@ -29,6 +29,9 @@ namespace {
 // serves every stream on it.
 constexpr size_t kReadBufferBytes = 64 * 1024;
 thread_local std::array<char, kReadBufferBytes> read_buffer;
+// The frames one read completes, handed over or held before the next read: shared the same way
+// (its capacity, a slot per frame of a 64 KiB read, is not kept per connection).
+thread_local std::vector<wire::Frame> decoded;
 
 // How often a lingering stream asks the kernel whether the peer has everything it was sent.
 constexpr uint64_t kLingerPollMs = 10;
@@ -71,6 +74,7 @@ Status tlsFailure(const TlsSession& session, const Status& error, bool peer_spok
 }  // namespace
 
 void StreamHandler::onConnected(FramedStream*, const Status&) {}
+void StreamHandler::onPaused(FramedStream*) {}
 
 FramedStream::FramedStream(uv_loop_t* loop, StreamKind kind, StreamHandler* handler,
                            StreamLimits limits, uint64_t id)
@@ -185,16 +189,26 @@ void FramedStream::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* bu
 
 void FramedStream::decode(std::span<const uint8_t> bytes) {
   if (bytes.empty() || closing_ || shutting_down_) return;
-  decoded_.clear();
-  const Status status = decoder_.feed(bytes, &decoded_);
-  for (wire::Frame& frame : decoded_) {
-    held_bytes_ += frame.size();
-    held_.push_back(std::move(frame));
-  }
+  decoded.clear();
+  const Status status = decoder_.feed(bytes, &decoded);
   if (!status.isOk()) {
     framing_lost_ = true;
     bad_frame_ = status;
   }
+  // Straight to the handler while it may be served and nothing is held before it; the rest is
+  // held, packed, in order. (onFrame cannot read or decode: `decoded` is not reentered.)
+  const bool nested = delivering_;
+  delivering_ = true;
+  for (wire::Frame& frame : decoded) {
+    if (closing_ || shutting_down_) break;  // nothing more is served
+    if (!nested && held_.empty() && want_reading_ && !overLimit()) {
+      handler_->onFrame(this, std::move(frame));
+    } else {
+      held_.push(frame);
+    }
+  }
+  delivering_ = nested;
+  decoded.clear();
   deliver();
 }
 
@@ -265,10 +279,7 @@ void FramedStream::deliver() {
   if (delivering_) return;  // the handler answered from inside onFrame: the outer loop goes on
   delivering_ = true;
   while (!held_.empty() && want_reading_ && !closing_ && !shutting_down_ && !overLimit()) {
-    wire::Frame frame = std::move(held_.front());
-    held_.pop_front();
-    held_bytes_ -= frame.size();
-    handler_->onFrame(this, std::move(frame));
+    handler_->onFrame(this, held_.pop());
   }
   delivering_ = false;
   if (framing_lost_ && held_.empty() && !bad_frame_reported_ && !closing_) {
@@ -320,7 +331,11 @@ void FramedStream::updateStallWatch() {
   // Looked at four times per timeout: a peer is closed between 1 and 1.25 timeouts after the
   // last byte it took.
   const uint64_t poll_ms = std::clamp<uint64_t>(limits_.stall_timeout_ms / 4, 1, 1'000);
-  if (uv_timer_start(&linger_timer_, onStallTimer, poll_ms, poll_ms) != 0) stall_watch_ = false;
+  if (uv_timer_start(&linger_timer_, onStallTimer, poll_ms, poll_ms) != 0) {
+    stall_watch_ = false;
+    return;
+  }
+  handler_->onPaused(this);
 }
 
 void FramedStream::onStallTimer(uv_timer_t* timer) {
@@ -348,7 +363,7 @@ uint64_t FramedStream::queuedBytes() {
 }
 
 uint64_t FramedStream::bufferedBytes() {
-  return queuedBytes() + held_bytes_ + decoder_.bufferedBytes();
+  return queuedBytes() + held_.bytes() + decoder_.bufferedBytes();
 }
 
 void FramedStream::addPending(uint64_t replies, uint64_t bytes) {
@@ -410,7 +425,12 @@ void FramedStream::writeRaw(std::vector<uint8_t>&& bytes) {
       lost(uvStatus("write", written));
       return;
     }
-    if (written > 0) bytes.erase(bytes.begin(), bytes.begin() + written);
+    if (written > 0) {
+      // What is left goes into a buffer of its own size: the write queue then holds what it
+      // counts (uv_stream_get_write_queue_size), not the whole buffer the socket took most of.
+      std::vector<uint8_t> rest(bytes.begin() + written, bytes.end());
+      bytes.swap(rest);
+    }
   }
   if (!bytes.empty()) {
     auto request = std::make_unique<WriteRequest>();
@@ -463,7 +483,6 @@ void FramedStream::beginShutdown() {
   shutting_down_ = true;
   stall_watch_ = false;  // the timer becomes the linger wait
   held_.clear();         // requests not served by now never will be
-  held_bytes_ = 0;
   startLingering();
   if (closing_) return;
   auto request = std::make_unique<uv_shutdown_t>();
@@ -560,7 +579,6 @@ void FramedStream::close() {
   reading_ = false;
   stall_watch_ = false;
   held_.clear();
-  held_bytes_ = 0;
   if (!initialized_) return;
   handles_closing_ = 1;
   if (linger_timer_initialized_) {

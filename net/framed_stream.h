@@ -3,7 +3,6 @@
 #include <uv.h>
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -11,6 +10,7 @@
 #include "core/limits.h"
 #include "core/status.h"
 #include "net/connection_limits.h"
+#include "net/held_frames.h"
 #include "wire/frame.h"
 
 // The one framed-stream layer: every server and client of the length-framed protocol (ledger
@@ -100,6 +100,9 @@ class StreamHandler {
   virtual void onLost(FramedStream* stream, const Status& status) = 0;
   // The result of connect()/connectPipe(); not called if the stream was closed meanwhile.
   virtual void onConnected(FramedStream* stream, const Status& status);
+  // The stall watch started: paused by back-pressure, and the peer's socket takes none of the
+  // bytes owed to it; unless it takes some within stall_timeout_ms it is closed (onLost).
+  virtual void onPaused(FramedStream* stream);
   // The close callback: the last call for this stream; the owner may destroy it here.
   virtual void onClosed(FramedStream* stream) = 0;
 
@@ -239,9 +242,7 @@ class FramedStream {
   Status bad_frame_;
 
   wire::FrameDecoder decoder_;
-  std::vector<wire::Frame> decoded_;  // reused between reads
-  std::deque<wire::Frame> held_;      // decoded, not delivered yet (back-pressure)
-  uint64_t held_bytes_ = 0;           // their sizes
+  HeldFrames held_;  // decoded, not delivered yet (back-pressure)
   std::vector<uint8_t> output_;
   uint64_t pending_replies_ = 0;
   uint64_t pending_bytes_ = 0;

@@ -37,11 +37,13 @@ class Recorder final : public StreamHandler {
   void onBadFrame(FramedStream*, const Status& status) override { bad_frames.push_back(status); }
   void onLost(FramedStream*, const Status& status) override { lost.push_back(status); }
   void onClosed(FramedStream*) override { ++closed; }
+  void onPaused(FramedStream*) override { ++paused; }
 
   std::vector<std::string> frames;
   std::vector<Status> bad_frames;
   std::vector<Status> lost;
   int closed = 0;
+  int paused = 0;
   std::function<void(FramedStream*)> on_frame;
 };
 
@@ -246,6 +248,7 @@ TEST_F(FramedStreamTest, APausedPeerThatReadsNothingIsClosedAfterTheStallTimeout
   ASSERT_EQ(handler_.frames.size(), 1u);
   EXPECT_FALSE(stream_->reading());
   EXPECT_TRUE(stream_->stalled());
+  EXPECT_EQ(handler_.paused, 1);
   // UV_RUN_ONCE waits for the next event, here the stall watch's timer: a handful of turns.
   for (int i = 0; i < 1'000 && handler_.closed == 0; ++i) (void)uv_run(&loop_, UV_RUN_ONCE);
   ASSERT_EQ(handler_.closed, 1);
@@ -270,6 +273,7 @@ TEST_F(FramedStreamTest, APeerPausedOnlyByUnansweredRequestsIsNotClosed) {
   ASSERT_EQ(handler_.frames.size(), 1u);
   EXPECT_FALSE(stream_->reading());
   EXPECT_FALSE(stream_->stalled());
+  EXPECT_EQ(handler_.paused, 0);
   // Ten stall timeouts pass on the loop's clock (a timer of the test's own, the only event).
   uv_timer_t later{};
   ASSERT_EQ(uv_timer_init(&loop_, &later), 0);
@@ -304,7 +308,7 @@ TEST_F(FramedStreamTest, BufferedBytesCountHeldRequestsAndTheIncompleteFrame) {
   turn();
   ASSERT_EQ(handler_.frames.size(), 1u);
   EXPECT_EQ(stream_->heldFrames(), 2u);
-  EXPECT_EQ(stream_->bufferedBytes(), 100u + 2 * 1000u + 2004u);
+  EXPECT_EQ(stream_->bufferedBytes(), 100u + 2 * (4u + 1000u) + 2004u);  // held: length + payload
 }
 
 TEST_F(FramedStreamTest, CloseWithWritesPendingFreesThemAndReportsClosedOnce) {
