@@ -22,6 +22,7 @@ class GatewayServer::Connection final : public net::FramedStream {
 
   bool dirty_ = false;              // listed in dirty_: has reply bytes to flush
   bool close_after_flush_ = false;  // shut down once the queued replies are flushed
+  bool pause_logged_ = false;       // connection_paused is logged once per connection
   std::string refusal_;             // non-empty: the peer is not allowed
   uint32_t uid_ = 0;
   uint32_t gid_ = 0;
@@ -275,6 +276,16 @@ void GatewayServer::onLost(net::FramedStream* stream, const Status& status) {
     logger_->debug("connection_error",
                    {{"connection", stream->id()}, {"error", status.toString()}});
   }
+}
+
+void GatewayServer::onPaused(net::FramedStream* stream) {
+  auto* connection = static_cast<Connection*>(stream);
+  if (std::exchange(connection->pause_logged_, true)) return;
+  logger_->info("connection_paused", {{"connection", connection->id()},
+                                      {"uid", connection->uid_},
+                                      {"pid", connection->pid_},
+                                      {"owed_bytes", connection->queuedBytes()},
+                                      {"stall_timeout_ms", options_.stall_timeout_ms}});
 }
 
 void GatewayServer::onClosed(net::FramedStream* stream) {

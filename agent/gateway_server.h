@@ -106,6 +106,7 @@ class GatewayServer : private net::StreamHandler {
   void onBadFrame(net::FramedStream* stream, const Status& status) override;
   void onLost(net::FramedStream* stream, const Status& status) override;
   void onClosed(net::FramedStream* stream) override;
+  void onPaused(net::FramedStream* stream) override;
   void refuse(Connection* connection, uint64_t request_id);
   void answer(uint64_t connection_id, uint64_t request_id, wire::ResponseBody body);
   void queueReply(Connection* connection, const wire::Response& response);

@@ -19,6 +19,7 @@ class Server::Connection final : public net::FramedStream {
  public:
   using FramedStream::FramedStream;
   std::string peer_;
+  bool pause_logged_ = false;  // connection_paused is logged once per connection
 };
 
 namespace {
@@ -203,6 +204,15 @@ void Server::onLost(net::FramedStream* stream, const Status& status) {
     logger_->debug("connection_error",
                    {{"connection", stream->id()}, {"error", status.toString()}});
   }
+}
+
+void Server::onPaused(net::FramedStream* stream) {
+  auto* connection = static_cast<Connection*>(stream);
+  if (std::exchange(connection->pause_logged_, true)) return;
+  logger_->info("connection_paused", {{"connection", connection->id()},
+                                      {"peer", connection->peer_},
+                                      {"owed_bytes", connection->queuedBytes()},
+                                      {"stall_timeout_ms", options_.stream.stall_timeout_ms}});
 }
 
 void Server::onClosed(net::FramedStream* stream) {

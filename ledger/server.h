@@ -126,6 +126,7 @@ class Server : private net::StreamHandler {
   void onBadFrame(net::FramedStream* stream, const Status& status) override;
   void onLost(net::FramedStream* stream, const Status& status) override;
   void onClosed(net::FramedStream* stream) override;
+  void onPaused(net::FramedStream* stream) override;
   // Logs each event, or feeds it to the metrics.
   void report(const std::vector<LedgerEvent>& events);
   void enqueueReply(Connection* connection, const wire::Response& response);
