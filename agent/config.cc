@@ -33,7 +33,11 @@ const std::vector<std::string> kTopKeys = {"socket",
                                            "http_socket",
                                            "http_listen",
                                            "scheduling",
-                                           "insecure"};
+                                           "insecure",
+                                           "connections_max",
+                                           "buffered_bytes_max",
+                                           "connection_write_queue_bytes_max",
+                                           "connection_stall_timeout_ms"};
 const std::vector<std::string> kHealthKeys = {"failures_to_degrade", "failures_to_partition",
                                               "slow_request_us", "partition_after_ms",
                                               "successes_to_recover"};
@@ -418,6 +422,26 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
           readUnsigned(table, path, "frame_bytes_max", 1024, 64u << 20, &config->frame_bytes_max);
       !s.isOk()) {
     return s;
+  }
+  // Connections: global bounds, then per connection (docs/security.md "Connections and limits").
+  struct Bounded {
+    const char* key;
+    uint64_t min;
+    uint64_t max;
+    uint64_t* target;
+  };
+  for (const Bounded& bounded :
+       {Bounded{"connections_max", 1, 1'000'000, &config->connections_max},
+        Bounded{"buffered_bytes_max", uint64_t{1} << 20, uint64_t{1} << 40,
+                &config->buffered_bytes_max},
+        Bounded{"connection_write_queue_bytes_max", uint64_t{64} << 10, uint64_t{1} << 30,
+                &config->connection_write_queue_bytes_max},
+        Bounded{"connection_stall_timeout_ms", 0, 3'600'000,
+                &config->connection_stall_timeout_ms}}) {
+    if (Status s = readUnsigned(table, path, bounded.key, bounded.min, bounded.max, bounded.target);
+        !s.isOk()) {
+      return s;
+    }
   }
   for (auto [key, target] : {std::pair{"http_header_timeout_ms", &config->http_header_timeout_ms},
                              std::pair{"http_idle_timeout_ms", &config->http_idle_timeout_ms},

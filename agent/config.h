@@ -14,6 +14,7 @@
 #include "core/limits.h"
 #include "core/link_health.h"
 #include "core/status.h"
+#include "net/connection_limits.h"
 
 // tally-agent's configuration: defaults, then the TOML file (--config), then flags.
 //
@@ -97,6 +98,12 @@ struct AgentConfig {
   uint64_t policy_refresh_ms = 5'000;
   uint64_t drain_timeout_ms = 5'000;
   uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault;
+  // The gateway socket's connections (docs/security.md "Connections and limits"), as the
+  // ledger's: global bounds, then per connection.
+  uint64_t connections_max = limits::kConnectionsPerServerMax;
+  uint64_t buffered_bytes_max = net::kBufferedBytesMaxDefault;
+  uint64_t connection_write_queue_bytes_max = limits::kWriteQueueBytesPerConnectionMax;
+  uint64_t connection_stall_timeout_ms = net::kStallTimeoutMsDefault;
   std::string log_level = "info";
   std::string gateway_name;   // empty: the host name (used only when DIR/gateway.name is absent)
   std::string identity_file;  // empty: DIR/gateway.key

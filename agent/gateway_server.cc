@@ -22,6 +22,7 @@ class GatewayServer::Connection final : public net::FramedStream {
 
   bool dirty_ = false;              // listed in dirty_: has reply bytes to flush
   bool close_after_flush_ = false;  // shut down once the queued replies are flushed
+  bool pause_logged_ = false;       // connection_paused is logged once per connection
   std::string refusal_;             // non-empty: the peer is not allowed
   uint32_t uid_ = 0;
   uint32_t gid_ = 0;
@@ -31,6 +32,13 @@ class GatewayServer::Connection final : public net::FramedStream {
 namespace {
 
 // Whether some process accepts connections on the socket file at `path`.
+net::StreamLimits streamLimitsOf(const GatewayServerOptions& options) {
+  return {.frame_bytes_max = options.frame_bytes_max,
+          .write_queue_bytes_max = options.write_queue_bytes_max,
+          .pending_replies_max = options.pending_replies_per_connection_max,
+          .stall_timeout_ms = options.stall_timeout_ms};
+}
+
 bool someoneListens(const std::string& path) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
@@ -53,14 +61,23 @@ bool peerAllowed(uint32_t uid, uint32_t gid, const std::vector<uint32_t>& allowe
 
 GatewayServer::GatewayServer(uv_loop_t* loop, Logger* logger, GatewayServerOptions options,
                              RequestHandler handler)
-    : loop_(loop), logger_(logger), options_(std::move(options)), handler_(std::move(handler)) {
+    : loop_(loop),
+      logger_(logger),
+      options_(std::move(options)),
+      handler_(std::move(handler)),
+      connections_(loop, logger, streamLimitsOf(options_),
+                   {.connections_max = options_.connections_max,
+                    .buffered_bytes_max = options_.buffered_bytes_max}) {
   listener_.data = this;
   prepare_.data = this;
   check_.data = this;
   drain_timer_.data = this;
 }
 
-GatewayServer::~GatewayServer() { TALLY_ASSERT(open_handles_ == 0); }
+GatewayServer::~GatewayServer() {
+  TALLY_ASSERT(open_handles_ == 0);
+  TALLY_ASSERT(connections_.empty());
+}
 
 Status bindSocketPath(uv_pipe_t* pipe, const std::string& path, uint32_t mode, Logger* logger,
                       bool* bound) {
@@ -143,32 +160,15 @@ void GatewayServer::onConnection(uv_stream_t* listener, int status) {
 }
 
 void GatewayServer::accept() {
-  const uint64_t id = next_connection_id_++;
   net::StreamHandler* handler = this;  // a private base: converted here, not in make_unique
-  auto connection = std::make_unique<Connection>(
-      loop_, net::StreamKind::kPipe, handler,
-      net::StreamLimits{.frame_bytes_max = options_.frame_bytes_max,
-                        .write_queue_bytes_max = options_.write_queue_bytes_max,
-                        .pending_replies_max = options_.pending_replies_per_connection_max},
-      id);
-  if (Status s = connection->init(); !s.isOk()) {
-    logger_->error("accept_failed", {{"error", s.toString()}});
-    return;
-  }
-  Connection* raw = connection.get();
-  connections_.emplace(id, std::move(connection));
-  ++open_handles_;
-  if (Status s = raw->accept(reinterpret_cast<uv_stream_t*>(&listener_)); !s.isOk()) {
-    logger_->warn("accept_failed", {{"error", s.toString()}});
-    raw->close();
-    return;
-  }
-  if (stopping_ || connections_.size() > options_.connections_max) {
-    logger_->warn("connection_refused", {{"reason", stopping_ ? "stopping" : "connections_max"},
-                                         {"connections_max", options_.connections_max}});
-    raw->close();
-    return;
-  }
+  auto* raw = static_cast<Connection*>(connections_.accept(
+      reinterpret_cast<uv_stream_t*>(&listener_),
+      [this, handler](uint64_t id, const net::StreamLimits& limits) {
+        return std::make_unique<Connection>(loop_, net::StreamKind::kPipe, handler, limits, id);
+      },
+      stopping_));
+  if (raw == nullptr) return;  // refused or failed: logged, and closing
+  const uint64_t id = raw->id();
   if (!checkPeer(raw)) return;  // refused: reading only to answer with the refusal
   logger_->debug("connection_opened",
                  {{"connection", id}, {"uid", raw->uid_}, {"gid", raw->gid_}, {"pid", raw->pid_}});
@@ -244,8 +244,8 @@ void GatewayServer::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
         answer(connection_id, request_id, std::move(body));
       },
       [this, connection_id] {
-        auto it = connections_.find(connection_id);
-        return it != connections_.end() && !it->second->closing();
+        const net::FramedStream* connection = connections_.find(connection_id);
+        return connection != nullptr && !connection->closing();
       });
 }
 
@@ -264,15 +264,32 @@ void GatewayServer::onBadFrame(net::FramedStream* stream, const Status& status) 
 }
 
 void GatewayServer::onLost(net::FramedStream* stream, const Status& status) {
+  if (status.message().starts_with("stalled: ")) {  // paused, and it read nothing for too long
+    const auto* connection = static_cast<Connection*>(stream);
+    logger_->warn("connection_stalled", {{"connection", stream->id()},
+                                         {"uid", connection->uid_},
+                                         {"pid", connection->pid_},
+                                         {"reason", status.message()}});
+    return;
+  }
   if (status.code() != StatusCode::kUnavailable) {  // unavailable: the peer closed
     logger_->debug("connection_error",
                    {{"connection", stream->id()}, {"error", status.toString()}});
   }
 }
 
+void GatewayServer::onPaused(net::FramedStream* stream) {
+  auto* connection = static_cast<Connection*>(stream);
+  if (std::exchange(connection->pause_logged_, true)) return;
+  logger_->info("connection_paused", {{"connection", connection->id()},
+                                      {"uid", connection->uid_},
+                                      {"pid", connection->pid_},
+                                      {"owed_bytes", connection->queuedBytes()},
+                                      {"stall_timeout_ms", options_.stall_timeout_ms}});
+}
+
 void GatewayServer::onClosed(net::FramedStream* stream) {
   logger_->debug("connection_closed", {{"connection", stream->id()}});
-  --open_handles_;
   std::erase(dirty_, stream->id());
   connections_.erase(stream->id());  // frees the stream
   maybeFinishStop();
@@ -281,9 +298,8 @@ void GatewayServer::onClosed(net::FramedStream* stream) {
 void GatewayServer::answer(uint64_t connection_id, uint64_t request_id, wire::ResponseBody body) {
   TALLY_ASSERT(in_flight_ > 0);
   --in_flight_;
-  auto it = connections_.find(connection_id);
-  if (it != connections_.end() && !it->second->closing()) {
-    Connection* connection = it->second.get();
+  auto* connection = static_cast<Connection*>(connections_.find(connection_id));
+  if (connection != nullptr && !connection->closing()) {
     TALLY_ASSERT(connection->pendingReplies() > 0);
     queueReply(connection, wire::Response{.request_id = request_id, .body = std::move(body)});
     connection->settlePending(1, 0);  // after queueing: the reply's bytes count from now on
@@ -320,9 +336,9 @@ void GatewayServer::onFlushCheck(uv_check_t* handle) {
 void GatewayServer::flushAll() {
   std::vector<uint64_t> dirty = std::exchange(dirty_, {});
   for (uint64_t id : dirty) {
-    auto it = connections_.find(id);
-    if (it == connections_.end()) continue;
-    flush(it->second.get());
+    auto* connection = static_cast<Connection*>(connections_.find(id));
+    if (connection == nullptr) continue;
+    flush(connection);
   }
 }
 
@@ -353,7 +369,7 @@ void GatewayServer::stop(std::function<void()> on_stopped) {
       bound_path_ = false;
     }
   }
-  for (auto& [id, connection] : connections_) connection->stopReading();
+  for (net::FramedStream* connection : connections_.all()) connection->stopReading();
   if (drain_timer_open_) {
     (void)uv_timer_start(&drain_timer_, onDrainDeadline, options_.drain_timeout_ms, 0);
   }
@@ -364,13 +380,11 @@ void GatewayServer::onDrainDeadline(uv_timer_t* timer) {
   auto* server = static_cast<GatewayServer*>(timer->data);
   server->logger_->warn("gateway_drain_deadline",
                         {{"unanswered", server->in_flight_},
-                         {"connections", uint64_t{server->connections_.size()}},
+                         {"connections", server->connections_.served()},
                          {"drain_timeout_ms", server->options_.drain_timeout_ms}});
   server->drain_expired_ = true;  // late answers are dropped: their connections are gone
   server->closing_connections_ = true;
-  std::vector<Connection*> open;
-  for (auto& [id, connection] : server->connections_) open.push_back(connection.get());
-  for (Connection* connection : open) connection->close();
+  for (net::FramedStream* connection : server->connections_.all()) connection->close();
   server->maybeFinishStop();
 }
 
@@ -380,9 +394,7 @@ void GatewayServer::maybeFinishStop() {
   if (!closing_connections_) {
     closing_connections_ = true;
     flushAll();
-    std::vector<Connection*> open;
-    for (auto& [id, connection] : connections_) open.push_back(connection.get());
-    for (Connection* connection : open) connection->shutdownThenClose();
+    for (net::FramedStream* connection : connections_.all()) connection->shutdownThenClose();
   }
   if (!connections_.empty()) return;
   finishStop();

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "core/limits.h"
 #include "core/status.h"
+#include "net/connection_set.h"
 #include "net/framed_stream.h"
 #include "wire/codec.h"
 #include "wire/frame.h"
@@ -28,7 +29,11 @@
 //    ErrorReply; a framing error gets one ErrorReply and the connection is closed after it.
 //  * Back-pressure (net/framed_stream.h): a connection with pending_replies_per_connection_max
 //    unanswered requests, or more than write_queue_bytes_max unsent reply bytes, is neither read
-//    nor served until it drains.
+//    nor served until it drains; one that takes none of its replies for stall_timeout_ms
+//    meanwhile is closed (warn "connection_stalled").
+//  * Global bounds (net/connection_set.h): past connections_max connections, or while the
+//    connections hold buffered_bytes_max bytes, a new connection gets one ErrorReply UNAVAILABLE
+//    (request id 0) and is closed.
 //
 // Every decoded request is handed to the RequestHandler with a Respond callback that must be
 // called exactly once, on the loop thread, possibly later; answering a connection that has gone
@@ -47,6 +52,8 @@ struct GatewayServerOptions {
   uint64_t connections_max = limits::kConnectionsPerServerMax;
   uint64_t pending_replies_per_connection_max = limits::kRequestsInFlightPerConnectionMax;
   uint64_t write_queue_bytes_max = limits::kWriteQueueBytesPerConnectionMax;
+  uint64_t stall_timeout_ms = net::kStallTimeoutMsDefault;
+  uint64_t buffered_bytes_max = net::kBufferedBytesMaxDefault;
   uint64_t drain_timeout_ms = 5'000;  // on stop, connections get this long for their answers
 };
 
@@ -82,7 +89,7 @@ class GatewayServer : private net::StreamHandler {
   void stop(std::function<void()> on_stopped);
 
   uint64_t inFlight() const { return in_flight_; }
-  uint64_t connections() const { return connections_.size(); }
+  uint64_t connections() const { return connections_.served(); }
 
   class Connection;
 
@@ -99,6 +106,7 @@ class GatewayServer : private net::StreamHandler {
   void onBadFrame(net::FramedStream* stream, const Status& status) override;
   void onLost(net::FramedStream* stream, const Status& status) override;
   void onClosed(net::FramedStream* stream) override;
+  void onPaused(net::FramedStream* stream) override;
   void refuse(Connection* connection, uint64_t request_id);
   void answer(uint64_t connection_id, uint64_t request_id, wire::ResponseBody body);
   void queueReply(Connection* connection, const wire::Response& response);
@@ -122,12 +130,11 @@ class GatewayServer : private net::StreamHandler {
   bool check_open_ = false;
   bool drain_timer_open_ = false;
   bool bound_path_ = false;  // we created the socket file (and remove it on stop)
-  int open_handles_ = 0;
+  int open_handles_ = 0;     // the listener, prepare, check and timer (not the connections)
 
-  uint64_t next_connection_id_ = 1;
-  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
-  std::vector<uint64_t> dirty_;  // connections with unsent reply bytes
-  wire::EncodeScratch scratch_;  // first segment of every reply's encoding
+  net::ConnectionSet connections_;  // every Connection, from accept to its close callback
+  std::vector<uint64_t> dirty_;     // connections with unsent reply bytes
+  wire::EncodeScratch scratch_;     // first segment of every reply's encoding
   uint64_t in_flight_ = 0;
   bool stopping_ = false;
   bool closing_connections_ = false;

@@ -27,6 +27,7 @@
 #include "common/daemon_args.h"
 #include "common/fd_limit.h"
 #include "common/log.h"
+#include "common/malloc_tuning.h"
 #include "common/sd_notify.h"
 #include "common/sd_watchdog.h"
 #include "common/wall_clock.h"
@@ -355,6 +356,11 @@ struct Daemon {
                    .allowed_uids = config.allowed_uids,
                    .allowed_gids = config.allowed_gids,
                    .frame_bytes_max = config.frame_bytes_max,
+                   .connections_max =
+                       net::connectionsMaxForThisProcess(config.connections_max, logger),
+                   .write_queue_bytes_max = config.connection_write_queue_bytes_max,
+                   .stall_timeout_ms = config.connection_stall_timeout_ms,
+                   .buffered_bytes_max = config.buffered_bytes_max,
                    .drain_timeout_ms = config.drain_timeout_ms + kGatewayDrainGraceMs},
                [this](wire::RequestBody body, Respond respond, Alive alive) {
                  service.handle(std::move(body), std::move(respond), std::move(alive));
@@ -457,6 +463,7 @@ int run(const AgentConfig& config) {
   Logger logger("agent", parseLogLevel(config.log_level));
   ::signal(SIGPIPE, SIG_IGN);
   logFdLimit(raiseFdLimit(), &logger);  // every connection is a descriptor
+  if (!fixMallocMmapThreshold()) logger.warn("mallopt_failed", {{"option", "M_MMAP_THRESHOLD"}});
 
   Result<std::unique_ptr<OutboxStore>> opened = OutboxStore::open(config.data_dir);
   if (!opened.isOk()) {

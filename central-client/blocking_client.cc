@@ -82,6 +82,7 @@ Status connectAddress(int fd, const sockaddr* address, socklen_t length,
   if (errno == EINPROGRESS || errno == EAGAIN || errno == EINTR) {
     return finishConnect(fd, deadline);
   }
+  if (errno == EACCES || errno == EPERM) return Status::failedPrecondition(errnoText(errno));
   return Status::unavailable(errnoText(errno));
 }
 
@@ -188,6 +189,11 @@ Result<std::unique_ptr<BlockingClient>> BlockingClient::connect(const Endpoint& 
     const Status& s = fd.status();
     const std::string message = "cannot connect to " + endpointName(endpoint) + ": " + s.message();
     if (s.code() == StatusCode::kInvalidArgument) return Status::invalidArgument(message);
+    if (s.code() == StatusCode::kFailedPrecondition) {  // EACCES, EPERM
+      return Status::failedPrecondition(std::string(kPermissionDeniedPrefix) + message +
+                                        " (the socket's mode or owner, or allowed peers: is this "
+                                        "user in the agent's socket group?)");
+    }
     return Status::unavailable(message);
   }
   std::unique_ptr<BlockingClient> client(new BlockingClient(fd.value(), endpoint, options));

@@ -85,6 +85,11 @@ struct BlockingClientOptions {
 // our key, we refused its key, a bad record) and a plaintext peer are kFailedPrecondition with a
 // message starting "TLS: " (a TLS 1.3 client learns that the server refused its key only at its
 // first read, so call() reports it); without TLS, a peer that answers with TLS is the same.
+// A connect the socket file's permissions refuse (EACCES, EPERM: the mode or owner of an agent's
+// Unix socket or of a directory on its path) is kFailedPrecondition with a message starting
+// kPermissionDeniedPrefix, so that tools report it as permission denied, not as unavailable.
+inline constexpr std::string_view kPermissionDeniedPrefix = "permission denied: ";
+
 class BlockingClient {
  public:
   // Connects within `timeout_ms` (name resolution included, except that getaddrinfo itself is

@@ -687,7 +687,8 @@ Exit codes:
   10  protocol error: malformed or unexpected answer, or another error reply from the peer
   11  permission denied: the gateway is unknown or disabled, or a signature did not verify;
       or the TLS link failed: the ledger refused our key, its key is not the pinned one, or
-      one side runs with --insecure and the other does not
+      one side runs with --insecure and the other does not; or the agent's socket refused
+      us: its file mode or owner (EACCES on connect), or the agent's allowed_uids/gids
   1   internal error in tallyctl
 )";
 }

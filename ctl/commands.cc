@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "central-client/blocking_client.h"
 #include "ctl/json.h"
 #include "ctl/policy_toml.h"
 #include "ctl/render.h"
@@ -47,6 +48,7 @@ int exitCodeForError(wire::ErrorCode code) {
     case wire::ErrorCode::kUnavailable:
     case wire::ErrorCode::kNotPrimary: return kExitUnavailable;  // no primary among the addresses
     case wire::ErrorCode::kNotFound: return kExitNotFound;
+    case wire::ErrorCode::kPermissionDenied: return kExitPermissionDenied;  // SO_PEERCRED refusal
     default: return kExitProtocol;
   }
 }
@@ -189,7 +191,8 @@ Result<wire::RequestBody> buildRequest(const Invocation& inv) {
 CommandOutput renderAnswer(const Invocation& inv, const Result<wire::Response>& answer) {
   if (!answer.isOk()) {
     const Status& status = answer.status();
-    if (status.message().starts_with("TLS: ")) {  // the link's authentication failed
+    if (status.message().starts_with("TLS: ") ||  // the link's authentication failed
+        status.message().starts_with(client::kPermissionDeniedPrefix)) {  // EACCES on connect
       return failure(inv, kExitPermissionDenied, "PERMISSION_DENIED", status.message());
     }
     return failure(inv, exitCodeForStatus(status.code()), statusCodeName(status.code()),

@@ -19,7 +19,9 @@ enum ExitCode : int {
   kExitInvalidState = 8,  // INVALID_STATE
   kExitRefused = 9,       // RESOURCE_EXHAUSTED or ARITHMETIC_OVERFLOW: the ledger changed nothing
   kExitProtocol = 10,     // malformed or unexpected answer; peer error other than the above
-  kExitPermissionDenied = 11,  // ShardReply.permission_denied: unknown/disabled gateway, bad key
+  // ShardReply.permission_denied (unknown/disabled gateway, bad key), a refused TLS link, an
+  // agent socket that refuses the connect (EACCES) or the peer (PERMISSION_DENIED reply).
+  kExitPermissionDenied = 11,
 };
 
 // The exit code for a ledger reply code.

@@ -6,6 +6,7 @@
 
 #include "core/limits.h"
 #include "core/status.h"
+#include "net/connection_limits.h"
 
 // tally-ledger's configuration: defaults, then the TOML file (--config), then flags.
 //
@@ -23,6 +24,10 @@
 //   lease_ms = 3000                  # postgres: the writer lease (failover after a lapse)
 //   standby = false                  # postgres: wait for the lease instead of refusing
 //   insecure = false                 # plaintext link, no authentication: loopback only
+//   connections_max = 4096           # connections served at once; more are refused
+//   buffered_bytes_max = 1073741824  # bytes all connections may hold before new ones are refused
+//   connection_write_queue_bytes_max = 16777216  # replies owed one client before it is paused
+//   connection_stall_timeout_ms = 30000          # a paused client reading nothing is closed
 //
 // Unknown keys, wrong types and impossible values are errors naming the key.
 
@@ -71,6 +76,13 @@ struct LedgerConfig {
   // Plaintext link without authentication (today's protocol; `--insecure`): refused unless
   // listen_host is a loopback address. Otherwise every connection is TLS (ledger/link_tls.h).
   bool insecure = false;
+  // Connections (docs/security.md "Connections and limits"): global bounds past which new
+  // connections are refused, and per connection the replies owed before the client is paused
+  // and how long a paused client that reads nothing is kept.
+  uint64_t connections_max = limits::kConnectionsPerServerMax;
+  uint64_t buffered_bytes_max = net::kBufferedBytesMaxDefault;
+  uint64_t connection_write_queue_bytes_max = limits::kWriteQueueBytesPerConnectionMax;
+  uint64_t connection_stall_timeout_ms = net::kStallTimeoutMsDefault;
 };
 
 // The signing key file `config` names: signing_key_file, else DIR/ledger.key.

@@ -23,6 +23,7 @@
 #include "common/daemon_args.h"
 #include "common/fd_limit.h"
 #include "common/log.h"
+#include "common/malloc_tuning.h"
 #include "common/sd_notify.h"
 #include "common/sd_watchdog.h"
 #include "common/wall_clock.h"
@@ -249,6 +250,13 @@ void logSqliteStoreStats(const SqliteStore& store, Logger* logger) {
 }
 
 // The signing key, created if absent (its directory too: the data dir may not exist yet).
+// Per connection: the frame size, the replies owed before a client is paused, the stall deadline.
+net::StreamLimits connectionLimitsOf(const LedgerConfig& config) {
+  return {.frame_bytes_max = config.frame_bytes_max,
+          .write_queue_bytes_max = config.connection_write_queue_bytes_max,
+          .stall_timeout_ms = config.connection_stall_timeout_ms};
+}
+
 Result<identity::KeyPair> signingKey(const LedgerConfig& config) {
   const std::string path = signingKeyPath(config);
   if (config.signing_key_file.empty() && ::mkdir(config.data_dir.c_str(), 0750) != 0 &&
@@ -378,7 +386,10 @@ Result<OpenedStore> waitAsStandby(const LedgerConfig& config, const std::string&
   }
   StandbyServer standby(&loop, logger,
                         StandbyServerOptions{.listen_fd = std::exchange(*listen_fd, -1),
-                                             .stream = {.frame_bytes_max = config.frame_bytes_max},
+                                             .stream = connectionLimitsOf(config),
+                                             .connections_max = net::connectionsMaxForThisProcess(
+                                                 config.connections_max, logger),
+                                             .buffered_bytes_max = config.buffered_bytes_max,
                                              .tls = std::move(tls)});
   standby.setPrimary(primary);
   if (status.isOk()) status = standby.start();
@@ -639,8 +650,11 @@ int serve(LedgerConfig* config_in, OpenedStore opened, int listen_fd, int* kept_
                 ServerOptions{.listen_host = config.listen_host,
                               .listen_port = config.listen_port,
                               .listen_fd = listen_fd,
-                              .stream = {.frame_bytes_max = config.frame_bytes_max},
+                              .stream = connectionLimitsOf(config),
                               .tick_interval_ms = config.tick_interval_ms,
+                              .connections_max = net::connectionsMaxForThisProcess(
+                                  config.connections_max, &logger),
+                              .buffered_bytes_max = config.buffered_bytes_max,
                               .on_stopped = close_signals,
                               .metrics = &metrics,
                               .tls = tls.value(),
@@ -755,6 +769,7 @@ int run(LedgerConfig config) {
   Logger logger("ledger", parseLogLevel(config.log_level));
   ::signal(SIGPIPE, SIG_IGN);
   logFdLimit(raiseFdLimit(), &logger);  // every connection is a descriptor
+  if (!fixMallocMmapThreshold()) logger.warn("mallopt_failed", {{"option", "M_MMAP_THRESHOLD"}});
 
   int listen_fd = -1;
   std::string listen;

@@ -19,6 +19,7 @@ class Server::Connection final : public net::FramedStream {
  public:
   using FramedStream::FramedStream;
   std::string peer_;
+  bool pause_logged_ = false;  // connection_paused is logged once per connection
 };
 
 namespace {
@@ -59,7 +60,11 @@ Server::Server(uv_loop_t* loop, Ledger* ledger, Store* store, LedgerClock* clock
       clock_(clock),
       logger_(logger),
       options_(std::move(options)),
-      requests_(ledger, kVersion) {
+      requests_(ledger, kVersion),
+      connections_(loop, logger, options_.stream,
+                   {.connections_max = options_.connections_max,
+                    .buffered_bytes_max = options_.buffered_bytes_max,
+                    .refusal_frame = !options_.tls}) {
   listener_.data = this;
   check_.data = this;
   tick_timer_.data = this;
@@ -69,6 +74,7 @@ Server::Server(uv_loop_t* loop, Ledger* ledger, Store* store, LedgerClock* clock
 Server::~Server() {
   // The loop must have run dry: every handle closed, no work queued.
   TALLY_ASSERT(open_handles_ == 0);
+  TALLY_ASSERT(connections_.empty());
   TALLY_ASSERT(!commit_in_flight_);
 }
 
@@ -134,31 +140,17 @@ void Server::onConnection(uv_stream_t* listener, int status) {
 }
 
 void Server::accept() {
-  const uint64_t id = next_connection_id_++;
   net::StreamHandler* handler = this;  // a private base: converted here, not in make_unique
-  auto connection =
-      std::make_unique<Connection>(loop_, net::StreamKind::kTcp, handler, options_.stream, id);
-  if (Status s = connection->init(); !s.isOk()) {
-    logger_->error("accept_failed", {{"error", s.toString()}});
-    return;
-  }
-  Connection* raw = connection.get();
-  connections_.emplace(id, std::move(connection));
-  ++open_handles_;
-  if (Status s = raw->accept(reinterpret_cast<uv_stream_t*>(&listener_)); !s.isOk()) {
-    logger_->warn("accept_failed", {{"error", s.toString()}});
-    raw->close();
-    return;
-  }
-  if (stopping_ || connections_.size() > options_.connections_max) {
-    logger_->warn("connection_refused", {{"reason", stopping_ ? "stopping" : "connections_max"},
-                                         {"connections_max", options_.connections_max}});
-    raw->close();
-    return;
-  }
+  auto* raw = static_cast<Connection*>(connections_.accept(
+      reinterpret_cast<uv_stream_t*>(&listener_),
+      [this, handler](uint64_t id, const net::StreamLimits& limits) {
+        return std::make_unique<Connection>(loop_, net::StreamKind::kTcp, handler, limits, id);
+      },
+      stopping_));
+  if (raw == nullptr) return;  // refused or failed: logged, and closing
   (void)uv_tcp_nodelay(raw->tcp(), 1);
   raw->peer_ = peerName(raw->tcp());
-  logger_->debug("connection_opened", {{"connection", id}, {"peer", raw->peer_}});
+  logger_->debug("connection_opened", {{"connection", raw->id()}, {"peer", raw->peer_}});
   if (options_.tls && !startServerTls(raw, options_.tls, logger_)) return;
   raw->startReading();
 }
@@ -202,15 +194,29 @@ void Server::onLost(net::FramedStream* stream, const Status& status) {
                                   {"error", status.toString()}});
     return;
   }
+  if (status.message().starts_with("stalled: ")) {  // paused, and it read nothing for too long
+    logger_->warn("connection_stalled", {{"connection", stream->id()},
+                                         {"peer", static_cast<Connection*>(stream)->peer_},
+                                         {"reason", status.message()}});
+    return;
+  }
   if (status.code() != StatusCode::kUnavailable) {  // unavailable: the client closed
     logger_->debug("connection_error",
                    {{"connection", stream->id()}, {"error", status.toString()}});
   }
 }
 
+void Server::onPaused(net::FramedStream* stream) {
+  auto* connection = static_cast<Connection*>(stream);
+  if (std::exchange(connection->pause_logged_, true)) return;
+  logger_->info("connection_paused", {{"connection", connection->id()},
+                                      {"peer", connection->peer_},
+                                      {"owed_bytes", connection->queuedBytes()},
+                                      {"stall_timeout_ms", options_.stream.stall_timeout_ms}});
+}
+
 void Server::onClosed(net::FramedStream* stream) {
   logger_->debug("connection_closed", {{"connection", stream->id()}});
-  --open_handles_;
   connections_.erase(stream->id());  // frees the stream
   maybeFinishStop();
   closeTimerIfDrained();
@@ -323,9 +329,8 @@ void Server::afterCommit(uv_work_t* work, int status) {
 
 void Server::flush(Batch* batch) {
   for (auto& [connection_id, replies] : batch->replies) {
-    auto it = connections_.find(connection_id);
-    if (it == connections_.end() || it->second->closing()) continue;
-    Connection* connection = it->second.get();
+    auto* connection = static_cast<Connection*>(connections_.find(connection_id));
+    if (connection == nullptr || connection->closing()) continue;
     const uint64_t bytes = replies.bytes.size();
     // Written before the promise is settled, so the bytes count against the limits throughout.
     connection->write(std::move(replies.bytes));
@@ -333,9 +338,9 @@ void Server::flush(Batch* batch) {
     connection->flush();
   }
   for (uint64_t connection_id : batch->close_after_flush) {
-    auto it = connections_.find(connection_id);
-    if (it == connections_.end() || it->second->closing()) continue;
-    it->second->shutdownThenClose();  // the queued error reply goes out first
+    net::FramedStream* connection = connections_.find(connection_id);
+    if (connection == nullptr || connection->closing()) continue;
+    connection->shutdownThenClose();  // the queued error reply goes out first
   }
 }
 
@@ -391,9 +396,8 @@ void Server::refuse(const wire::ErrorReply& answer) {
 
 void Server::answerRefused(Batch* batch, const wire::ErrorReply& answer) {
   for (auto& [connection_id, replies] : batch->replies) {
-    auto it = connections_.find(connection_id);
-    if (it == connections_.end() || it->second->closing()) continue;
-    Connection* connection = it->second.get();
+    auto* connection = static_cast<Connection*>(connections_.find(connection_id));
+    if (connection == nullptr || connection->closing()) continue;
     std::vector<uint8_t> bytes;
     bool encoded = true;
     for (uint64_t request_id : replies.request_ids) {
@@ -411,9 +415,9 @@ void Server::answerRefused(Batch* batch, const wire::ErrorReply& answer) {
     connection->flush();
   }
   for (uint64_t connection_id : batch->close_after_flush) {
-    auto it = connections_.find(connection_id);
-    if (it == connections_.end() || it->second->closing()) continue;
-    it->second->shutdownThenClose();
+    net::FramedStream* connection = connections_.find(connection_id);
+    if (connection == nullptr || connection->closing()) continue;
+    connection->shutdownThenClose();
   }
 }
 
@@ -430,7 +434,7 @@ void Server::stop() {
     closeHandle(reinterpret_cast<uv_handle_t*>(&listener_));
   }
   if (tick_timer_open_) (void)uv_timer_stop(&tick_timer_);
-  for (auto& [id, connection] : connections_) connection->stopReading();
+  for (net::FramedStream* connection : connections_.all()) connection->stopReading();
   maybeFinishStop();
 }
 
@@ -456,9 +460,7 @@ void Server::maybeFinishStop() {
       closeHandle(reinterpret_cast<uv_handle_t*>(&tick_timer_));
     }
   }
-  std::vector<Connection*> open;
-  for (auto& [id, connection] : connections_) open.push_back(connection.get());
-  for (Connection* connection : open) {
+  for (net::FramedStream* connection : connections_.all()) {
     if (fatal_) {
       connection->close();  // nothing more may be said
     } else {
@@ -471,17 +473,15 @@ void Server::maybeFinishStop() {
 void Server::onDrainDeadline(uv_timer_t* timer) {
   auto* server = static_cast<Server*>(timer->data);
   server->logger_->warn("drain_deadline",
-                        {{"connections_closed", uint64_t{server->connections_.size()}},
+                        {{"connections_closed", server->connections_.served()},
                          {"drain_timeout_ms", server->options_.drain_timeout_ms}});
-  std::vector<Connection*> open;
-  for (auto& [id, connection] : server->connections_) open.push_back(connection.get());
-  for (Connection* connection : open) connection->close();
+  for (net::FramedStream* connection : server->connections_.all()) connection->close();
   server->closeTimerIfDrained();
 }
 
 void Server::closeTimerIfDrained() {
   if (!stopped_ || !tick_timer_open_) return;
-  for (auto& [id, connection] : connections_) {
+  for (net::FramedStream* connection : connections_.all()) {
     if (!connection->closing()) return;
   }
   tick_timer_open_ = false;

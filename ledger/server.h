@@ -18,6 +18,7 @@
 #include "core/status.h"
 #include "ledger/metrics.h"
 #include "ledger/store.h"
+#include "net/connection_set.h"
 #include "net/framed_stream.h"
 #include "net/tls_session.h"
 #include "wire/codec.h"
@@ -54,10 +55,13 @@ struct ServerOptions {
   // postgres store's, bound before the lease is taken; a standby's at takeover). Adopted.
   int listen_fd = -1;
   // Per connection: frame size, and the replies (count, bytes) a client may be owed before it
-  // is neither read nor served until it takes them (net/framed_stream.h).
+  // is neither read nor served until it takes them, and how long a paused client that reads
+  // nothing is kept (net/framed_stream.h).
   net::StreamLimits stream;
   uint64_t tick_interval_ms = 10;
+  // Global bounds: past them new connections are refused (net/connection_set.h).
   uint64_t connections_max = limits::kConnectionsPerServerMax;
+  uint64_t buffered_bytes_max = net::kBufferedBytesMaxDefault;
   // On stop, connections get this long to take their last replies; then they are closed.
   uint64_t drain_timeout_ms = 5'000;
   // Called once on the loop thread when the server has stopped (gracefully or fatally) and
@@ -97,7 +101,8 @@ class Server : private net::StreamHandler {
   // answered first). refusing() is true from here on.
   void refuse(const wire::ErrorReply& answer);
   bool refusing() const { return refusal_.has_value(); }
-  uint64_t connections() const { return connections_.size(); }
+  uint64_t connections() const { return connections_.served(); }
+  uint64_t connectionsRefused() const { return connections_.refusedTotal(); }
 
   class Connection;
 
@@ -136,6 +141,7 @@ class Server : private net::StreamHandler {
   void onBadFrame(net::FramedStream* stream, const Status& status) override;
   void onLost(net::FramedStream* stream, const Status& status) override;
   void onClosed(net::FramedStream* stream) override;
+  void onPaused(net::FramedStream* stream) override;
   // Logs each event, or feeds it to the metrics.
   void report(const std::vector<LedgerEvent>& events);
   void enqueueReply(Connection* connection, const wire::Response& response);
@@ -167,8 +173,7 @@ class Server : private net::StreamHandler {
   uint16_t bound_port_ = 0;
 
   wire::EncodeScratch encode_scratch_;  // every reply is built here, on the loop thread
-  uint64_t next_connection_id_ = 1;
-  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
+  net::ConnectionSet connections_;      // every Connection, from accept to its close callback
   Batch open_;
   Batch committing_;
   bool commit_in_flight_ = false;

@@ -24,7 +24,13 @@ constexpr int kBacklog = 511;  // as the Server's
 }  // namespace
 
 StandbyServer::StandbyServer(uv_loop_t* loop, Logger* logger, StandbyServerOptions options)
-    : loop_(loop), logger_(logger), options_(std::move(options)) {
+    : loop_(loop),
+      logger_(logger),
+      options_(std::move(options)),
+      connections_(loop, logger, options_.stream,
+                   {.connections_max = options_.connections_max,
+                    .buffered_bytes_max = options_.buffered_bytes_max,
+                    .refusal_frame = !options_.tls}) {
   listener_.data = this;
 }
 
@@ -59,21 +65,14 @@ void StandbyServer::onConnection(uv_stream_t* listener, int status) {
 }
 
 void StandbyServer::accept() {
-  const uint64_t id = next_connection_id_++;
-  net::StreamHandler* handler = this;
-  auto connection =
-      std::make_unique<Connection>(loop_, net::StreamKind::kTcp, handler, options_.stream, id);
-  if (Status s = connection->init(); !s.isOk()) {
-    logger_->error("accept_failed", {{"error", s.toString()}});
-    return;
-  }
-  Connection* raw = connection.get();
-  connections_.emplace(id, std::move(connection));
-  if (Status s = raw->accept(reinterpret_cast<uv_stream_t*>(&listener_));
-      !s.isOk() || connections_.size() > options_.connections_max) {
-    raw->close();
-    return;
-  }
+  net::StreamHandler* handler = this;  // a private base: converted here, not in make_unique
+  net::FramedStream* raw = connections_.accept(
+      reinterpret_cast<uv_stream_t*>(&listener_),
+      [this, handler](uint64_t id, const net::StreamLimits& limits) {
+        return std::make_unique<Connection>(loop_, net::StreamKind::kTcp, handler, limits, id);
+      },
+      false);
+  if (raw == nullptr) return;  // refused or failed: logged, and closing
   (void)uv_tcp_nodelay(raw->tcp(), 1);
   if (options_.tls && !startServerTls(raw, options_.tls, logger_)) return;
   raw->startReading();
@@ -107,6 +106,9 @@ void StandbyServer::onBadFrame(net::FramedStream* stream, const Status& status) 
 void StandbyServer::onLost(net::FramedStream* stream, const Status& status) {
   if (status.message().starts_with("TLS: ")) {  // a bad record, a plaintext client
     logger_->warn("tls_refused", {{"connection", stream->id()}, {"error", status.toString()}});
+  } else if (status.message().starts_with("stalled: ")) {  // paused, and read nothing for long
+    logger_->warn("connection_stalled",
+                  {{"connection", stream->id()}, {"reason", status.message()}});
   }
 }
 
@@ -125,9 +127,7 @@ int StandbyServer::handOver() {
 }
 
 void StandbyServer::stop() {
-  std::vector<Connection*> open;
-  for (auto& [id, connection] : connections_) open.push_back(connection.get());
-  for (Connection* connection : open) connection->close();
+  for (net::FramedStream* connection : connections_.all()) connection->close();
   if (listener_open_ && !uv_is_closing(reinterpret_cast<uv_handle_t*>(&listener_))) {
     uv_close(reinterpret_cast<uv_handle_t*>(&listener_), nullptr);
   }

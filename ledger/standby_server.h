@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "core/limits.h"
 #include "core/status.h"
+#include "net/connection_set.h"
 #include "net/framed_stream.h"
 #include "net/tls_session.h"
 #include "wire/codec.h"
@@ -37,6 +38,7 @@ struct StandbyServerOptions {
   int listen_fd = -1;  // a bound, listening TCP socket (adopted: closed by stop/handOver)
   net::StreamLimits stream;
   uint64_t connections_max = limits::kConnectionsPerServerMax;
+  uint64_t buffered_bytes_max = net::kBufferedBytesMaxDefault;
   // Set: connections speak TLS through a session this makes (ledger/link_tls.h
   // standbyTlsSessions), as the primary's do. Unset: plaintext (--insecure).
   std::function<Result<std::unique_ptr<net::TlsSession>>()> tls;
@@ -56,7 +58,7 @@ class StandbyServer : private net::StreamHandler {
   // socket (a dup, still listening: its backlog is kept) for the Server, or -1 on failure.
   int handOver();
   void stop();
-  uint64_t connections() const { return connections_.size(); }
+  uint64_t connections() const { return connections_.served(); }
   uint64_t answered() const { return answered_; }
 
   class Connection;
@@ -76,9 +78,8 @@ class StandbyServer : private net::StreamHandler {
   uv_tcp_t listener_{};
   bool listener_open_ = false;
   std::string primary_;
-  uint64_t next_connection_id_ = 1;
   uint64_t answered_ = 0;
-  std::unordered_map<uint64_t, std::unique_ptr<Connection>> connections_;
+  net::ConnectionSet connections_;
 };
 
 // A TCP socket bound to HOST:PORT (IPv4; port 0 picks one) and listening, for the ledger to

@@ -29,6 +29,9 @@ namespace {
 // serves every stream on it.
 constexpr size_t kReadBufferBytes = 64 * 1024;
 thread_local std::array<char, kReadBufferBytes> read_buffer;
+// The frames one read completes, handed over or held before the next read: shared the same way
+// (its capacity, a slot per frame of a 64 KiB read, is not kept per connection).
+thread_local std::vector<wire::Frame> decoded;
 
 // How often a lingering stream asks the kernel whether the peer has everything it was sent.
 constexpr uint64_t kLingerPollMs = 10;
@@ -71,6 +74,7 @@ Status tlsFailure(const TlsSession& session, const Status& error, bool peer_spok
 }  // namespace
 
 void StreamHandler::onConnected(FramedStream*, const Status&) {}
+void StreamHandler::onPaused(FramedStream*) {}
 
 FramedStream::FramedStream(uv_loop_t* loop, StreamKind kind, StreamHandler* handler,
                            StreamLimits limits, uint64_t id)
@@ -185,13 +189,26 @@ void FramedStream::onRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* bu
 
 void FramedStream::decode(std::span<const uint8_t> bytes) {
   if (bytes.empty() || closing_ || shutting_down_) return;
-  decoded_.clear();
-  const Status status = decoder_.feed(bytes, &decoded_);
-  for (wire::Frame& frame : decoded_) held_.push_back(std::move(frame));
+  decoded.clear();
+  const Status status = decoder_.feed(bytes, &decoded);
   if (!status.isOk()) {
     framing_lost_ = true;
     bad_frame_ = status;
   }
+  // Straight to the handler while it may be served and nothing is held before it; the rest is
+  // held, packed, in order. (onFrame cannot read or decode: `decoded` is not reentered.)
+  const bool nested = delivering_;
+  delivering_ = true;
+  for (wire::Frame& frame : decoded) {
+    if (closing_ || shutting_down_) break;  // nothing more is served
+    if (!nested && held_.empty() && want_reading_ && !overLimit()) {
+      handler_->onFrame(this, std::move(frame));
+    } else {
+      held_.push(frame);
+    }
+  }
+  delivering_ = nested;
+  decoded.clear();
   deliver();
 }
 
@@ -262,9 +279,7 @@ void FramedStream::deliver() {
   if (delivering_) return;  // the handler answered from inside onFrame: the outer loop goes on
   delivering_ = true;
   while (!held_.empty() && want_reading_ && !closing_ && !shutting_down_ && !overLimit()) {
-    wire::Frame frame = std::move(held_.front());
-    held_.pop_front();
-    handler_->onFrame(this, std::move(frame));
+    handler_->onFrame(this, held_.pop());
   }
   delivering_ = false;
   if (framing_lost_ && held_.empty() && !bad_frame_reported_ && !closing_) {
@@ -290,14 +305,65 @@ void FramedStream::updateReading() {
     (void)uv_read_stop(stream());
     reading_ = false;
   }
+  updateStallWatch();
+}
+
+// --- Stalled peers ----------------------------------------------------------------------------
+
+uint64_t FramedStream::libuvQueuedBytes() {
+  return initialized_ && !closed_ ? uv_stream_get_write_queue_size(stream()) : 0;
+}
+
+void FramedStream::updateStallWatch() {
+  const bool stalled = limits_.stall_timeout_ms > 0 && want_reading_ && !reading_ && !closing_ &&
+                       !shutting_down_ && overLimit() && libuvQueuedBytes() > 0;
+  if (!stalled) {
+    if (stall_watch_) {
+      stall_watch_ = false;
+      (void)uv_timer_stop(&linger_timer_);
+    }
+    return;
+  }
+  if (stall_watch_ || !ensureTimer()) return;
+  stall_watch_ = true;
+  stall_progress_ms_ = uv_now(loop_);
+  stall_queued_bytes_ = libuvQueuedBytes();
+  // Looked at four times per timeout: a peer is closed between 1 and 1.25 timeouts after the
+  // last byte it took.
+  const uint64_t poll_ms = std::clamp<uint64_t>(limits_.stall_timeout_ms / 4, 1, 1'000);
+  if (uv_timer_start(&linger_timer_, onStallTimer, poll_ms, poll_ms) != 0) {
+    stall_watch_ = false;
+    return;
+  }
+  handler_->onPaused(this);
+}
+
+void FramedStream::onStallTimer(uv_timer_t* timer) {
+  auto* self = static_cast<FramedStream*>(timer->data);
+  if (!self->stall_watch_ || self->closing_) return;
+  const uint64_t now_ms = uv_now(self->loop_);
+  const uint64_t queued = self->libuvQueuedBytes();
+  if (queued < self->stall_queued_bytes_) self->stall_progress_ms_ = now_ms;  // the peer read
+  self->stall_queued_bytes_ = queued;
+  if (now_ms - self->stall_progress_ms_ < self->limits_.stall_timeout_ms) return;
+  self->stall_watch_ = false;
+  self->lost(Status::resourceExhausted(
+      "stalled: the peer read none of the " + std::to_string(self->queuedBytes()) +
+      " bytes owed to it for " + std::to_string(self->limits_.stall_timeout_ms) +
+      " ms (stall_timeout_ms) while its requests were paused (write_queue_bytes_max " +
+      std::to_string(self->limits_.write_queue_bytes_max) + ", pending_replies_max " +
+      std::to_string(self->limits_.pending_replies_max) + ")"));
 }
 
 // --- Writing ----------------------------------------------------------------------------------
 
 uint64_t FramedStream::queuedBytes() {
-  const uint64_t in_libuv = initialized_ && !closed_ ? uv_stream_get_write_queue_size(stream()) : 0;
   const uint64_t in_tls = tls_ != nullptr ? tls_->pendingPlaintextBytes() : 0;
-  return pending_bytes_ + output_.size() + in_tls + in_libuv;
+  return pending_bytes_ + output_.size() + in_tls + libuvQueuedBytes();
+}
+
+uint64_t FramedStream::bufferedBytes() {
+  return queuedBytes() + held_.bytes() + decoder_.bufferedBytes();
 }
 
 void FramedStream::addPending(uint64_t replies, uint64_t bytes) {
@@ -359,7 +425,12 @@ void FramedStream::writeRaw(std::vector<uint8_t>&& bytes) {
       lost(uvStatus("write", written));
       return;
     }
-    if (written > 0) bytes.erase(bytes.begin(), bytes.begin() + written);
+    if (written > 0) {
+      // What is left goes into a buffer of its own size: the write queue then holds what it
+      // counts (uv_stream_get_write_queue_size), not the whole buffer the socket took most of.
+      std::vector<uint8_t> rest(bytes.begin() + written, bytes.end());
+      bytes.swap(rest);
+    }
   }
   if (!bytes.empty()) {
     auto request = std::make_unique<WriteRequest>();
@@ -384,7 +455,8 @@ void FramedStream::onWrite(uv_write_t* req, int status) {
     self->lost(uvStatus("write", status));
     return;
   }
-  self->deliver();  // the queue drained a little: maybe resume
+  self->stall_progress_ms_ = uv_now(self->loop_);  // the peer took a whole write
+  self->deliver();                                 // the queue drained a little: maybe resume
 }
 
 // --- Closing ----------------------------------------------------------------------------------
@@ -409,7 +481,8 @@ void FramedStream::shutdownThenClose() {
 
 void FramedStream::beginShutdown() {
   shutting_down_ = true;
-  held_.clear();  // requests not served by now never will be
+  stall_watch_ = false;  // the timer becomes the linger wait
+  held_.clear();         // requests not served by now never will be
   startLingering();
   if (closing_) return;
   auto request = std::make_unique<uv_shutdown_t>();
@@ -421,14 +494,18 @@ void FramedStream::beginShutdown() {
   (void)request.release();  // owned by the shutdown callback now
 }
 
+bool FramedStream::ensureTimer() {
+  if (linger_timer_initialized_) return true;
+  if (uv_timer_init(loop_, &linger_timer_) != 0) return false;
+  linger_timer_.data = this;
+  linger_timer_initialized_ = true;
+  return true;
+}
+
 void FramedStream::startLingering() {
-  if (!linger_timer_initialized_) {
-    if (uv_timer_init(loop_, &linger_timer_) != 0) {
-      close();  // no bound on the wait: do not wait
-      return;
-    }
-    linger_timer_.data = this;
-    linger_timer_initialized_ = true;
+  if (!ensureTimer()) {
+    close();  // no bound on the wait: do not wait
+    return;
   }
   linger_deadline_ms_ = uv_now(loop_) + limits_.linger_ms;
   const uint64_t first_ms = std::min(kLingerPollMs, limits_.linger_ms);
@@ -500,6 +577,7 @@ void FramedStream::close() {
   }
   closing_ = true;
   reading_ = false;
+  stall_watch_ = false;
   held_.clear();
   if (!initialized_) return;
   handles_closing_ = 1;

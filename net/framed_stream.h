@@ -3,13 +3,14 @@
 #include <uv.h>
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "core/limits.h"
 #include "core/status.h"
+#include "net/connection_limits.h"
+#include "net/held_frames.h"
 #include "wire/frame.h"
 
 // The one framed-stream layer: every server and client of the length-framed protocol (ledger
@@ -28,9 +29,15 @@
 //    write_queue_bytes_max bytes owed to it (promised + buffered + queued in libuv), the stream
 //    stops delivering the frames it already decoded and stops reading; it resumes by itself as
 //    the replies are settled and written. So a peer that never reads holds at most about
-//    write_queue_bytes_max of replies plus one read (64 KiB) of undelivered requests, and costs
-//    the loop nothing more. A client stream (backpressure = false) always reads: its answers
-//    are what drain its queue; its owner bounds what it sends with queuedBytes().
+//    write_queue_bytes_max of replies plus one read (64 KiB) of undelivered requests and one
+//    incomplete frame (frame_bytes_max) in the decoder, and costs the loop nothing more. A client
+//    stream (backpressure = false) always reads: its answers are what drain its queue; its owner
+//    bounds what it sends with queuedBytes().
+//  * Stalled peers (servers, stall_timeout_ms > 0): a stream paused by back-pressure while bytes
+//    wait in libuv's queue (the socket takes none of them: the peer does not read) is closed once
+//    no byte has left that queue for stall_timeout_ms; onLost reports kResourceExhausted, its
+//    message starting "stalled: ". A stream paused only because its owner has not answered yet
+//    (addPending) is never closed for it: that is the server's delay, not the peer's.
 //  * Shutdown: shutdownThenClose() flushes, stops delivering frames, lets the queued writes go
 //    out and sends FIN (uv_shutdown), then lingers: it reads and discards until the peer's end
 //    of stream, and only then closes, or after linger_ms at the latest. Closing a TCP socket
@@ -71,6 +78,9 @@ struct StreamLimits {
   bool backpressure = true;
   // shutdownThenClose(): the longest wait for the queued writes and the peer's end of stream.
   uint64_t linger_ms = limits::kLingerMsDefault;
+  // Paused by back-pressure and no byte taken by the peer for this long: closed (see above).
+  // 0: never.
+  uint64_t stall_timeout_ms = kStallTimeoutMsDefault;
 };
 
 enum class StreamKind : uint8_t { kTcp, kPipe };
@@ -90,6 +100,9 @@ class StreamHandler {
   virtual void onLost(FramedStream* stream, const Status& status) = 0;
   // The result of connect()/connectPipe(); not called if the stream was closed meanwhile.
   virtual void onConnected(FramedStream* stream, const Status& status);
+  // The stall watch started: paused by back-pressure, and the peer's socket takes none of the
+  // bytes owed to it; unless it takes some within stall_timeout_ms it is closed (onLost).
+  virtual void onPaused(FramedStream* stream);
   // The close callback: the last call for this stream; the owner may destroy it here.
   virtual void onClosed(FramedStream* stream) = 0;
 
@@ -154,6 +167,12 @@ class FramedStream {
   uint64_t queuedBytes();
   uint64_t pendingReplies() const { return pending_replies_; }
   size_t heldFrames() const { return held_.size(); }
+  // Every byte this stream holds for its peer or from it: queuedBytes(), the requests decoded
+  // and not delivered yet, and the decoder's incomplete frame (the global bound of
+  // net/connection_set.h sums this).
+  uint64_t bufferedBytes();
+  // Paused by back-pressure with bytes the peer's socket does not take: the stall watch runs.
+  bool stalled() const { return stall_watch_; }
 
  private:
   struct WriteRequest;
@@ -164,6 +183,7 @@ class FramedStream {
   static void onConnect(uv_connect_t* request, int status);
   static void onShutdown(uv_shutdown_t* request, int status);
   static void onLingerTimer(uv_timer_t* timer);
+  static void onStallTimer(uv_timer_t* timer);
   static void onClose(uv_handle_t* handle);
 
   bool overLimit();
@@ -172,6 +192,11 @@ class FramedStream {
   void updateReading();
   void lost(Status status);
   void startLingering();
+  // Initializes the timer on first use (the linger wait, or before a shutdown the stall watch).
+  bool ensureTimer();
+  // Starts or stops the stall watch to match the stream's state (called by updateReading).
+  void updateStallWatch();
+  uint64_t libuvQueuedBytes();
   // The kernel holds nothing of ours the peer has not received, and no unread input of its.
   bool peerHasEverything();
   // A read while shutting down: input is discarded; the peer's end of stream ends the wait.
@@ -195,8 +220,12 @@ class FramedStream {
   uv_tcp_t tcp_{};
   uv_pipe_t pipe_{};
   uv_connect_t connect_request_{};
+  // The linger wait once shut down; before that, the stall watch. One handle for both.
   uv_timer_t linger_timer_{};
   uint64_t linger_deadline_ms_ = 0;  // uv_now() past which a lingering stream closes
+  bool stall_watch_ = false;         // the timer runs onStallTimer
+  uint64_t stall_progress_ms_ = 0;   // uv_now() when a byte last left libuv's queue
+  uint64_t stall_queued_bytes_ = 0;  // libuv's queue at the last look
   bool initialized_ = false;
   bool linger_timer_initialized_ = false;
   int handles_closing_ = 0;  // close callbacks still to come
@@ -213,8 +242,7 @@ class FramedStream {
   Status bad_frame_;
 
   wire::FrameDecoder decoder_;
-  std::vector<wire::Frame> decoded_;  // reused between reads
-  std::deque<wire::Frame> held_;      // decoded, not delivered yet (back-pressure)
+  HeldFrames held_;  // decoded, not delivered yet (back-pressure)
   std::vector<uint8_t> output_;
   uint64_t pending_replies_ = 0;
   uint64_t pending_bytes_ = 0;

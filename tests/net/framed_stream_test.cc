@@ -37,11 +37,13 @@ class Recorder final : public StreamHandler {
   void onBadFrame(FramedStream*, const Status& status) override { bad_frames.push_back(status); }
   void onLost(FramedStream*, const Status& status) override { lost.push_back(status); }
   void onClosed(FramedStream*) override { ++closed; }
+  void onPaused(FramedStream*) override { ++paused; }
 
   std::vector<std::string> frames;
   std::vector<Status> bad_frames;
   std::vector<Status> lost;
   int closed = 0;
+  int paused = 0;
   std::function<void(FramedStream*)> on_frame;
 };
 
@@ -223,6 +225,90 @@ TEST_F(FramedStreamTest, UndrainedRepliesStopServingAndResumeWhenThePeerReads) {
   EXPECT_EQ(received, 8 * reply.size());
   EXPECT_EQ(handler_.frames.size(), 8u);
   EXPECT_TRUE(stream_->reading());
+}
+
+// A peer that never reads: paused by back-pressure with bytes the socket does not take, it is
+// closed after stall_timeout_ms with a typed reason. The wait is bounded by the loop's own timer
+// (the stall watch); no clock is read by the test.
+TEST_F(FramedStreamTest, APausedPeerThatReadsNothingIsClosedAfterTheStallTimeout) {
+  constexpr uint64_t kQueueMax = 64 * 1024;
+  open({.write_queue_bytes_max = kQueueMax, .stall_timeout_ms = 40});
+  const std::vector<uint8_t> reply = frameOf(std::string(512 * 1024, 'r'));  // > socket buffers
+  handler_.on_frame = [&reply](FramedStream* stream) {
+    stream->write(std::vector<uint8_t>(reply));
+    stream->flush();
+  };
+  std::vector<uint8_t> bytes;
+  for (int i = 0; i < 4; ++i) {
+    const std::vector<uint8_t> frame = frameOf("req" + std::to_string(i));
+    bytes.insert(bytes.end(), frame.begin(), frame.end());
+  }
+  peerWrite(bytes);
+  turn();
+  ASSERT_EQ(handler_.frames.size(), 1u);
+  EXPECT_FALSE(stream_->reading());
+  EXPECT_TRUE(stream_->stalled());
+  EXPECT_EQ(handler_.paused, 1);
+  // UV_RUN_ONCE waits for the next event, here the stall watch's timer: a handful of turns.
+  for (int i = 0; i < 1'000 && handler_.closed == 0; ++i) (void)uv_run(&loop_, UV_RUN_ONCE);
+  ASSERT_EQ(handler_.closed, 1);
+  ASSERT_EQ(handler_.lost.size(), 1u);
+  EXPECT_EQ(handler_.lost[0].code(), StatusCode::kResourceExhausted);
+  EXPECT_TRUE(handler_.lost[0].message().starts_with("stalled: ")) << handler_.lost[0].message();
+  EXPECT_EQ(handler_.frames.size(), 1u) << "nothing more was served";
+}
+
+// Paused only because the owner has not answered (replies promised, none queued in the socket):
+// the server's delay, not the peer's. The stream is never closed for it.
+TEST_F(FramedStreamTest, APeerPausedOnlyByUnansweredRequestsIsNotClosed) {
+  open({.pending_replies_max = 1, .stall_timeout_ms = 10});
+  handler_.on_frame = [](FramedStream* stream) { stream->addPending(1, 0); };
+  std::vector<uint8_t> bytes;
+  for (int i = 0; i < 2; ++i) {
+    const std::vector<uint8_t> frame = frameOf("req" + std::to_string(i));
+    bytes.insert(bytes.end(), frame.begin(), frame.end());
+  }
+  peerWrite(bytes);
+  turn();
+  ASSERT_EQ(handler_.frames.size(), 1u);
+  EXPECT_FALSE(stream_->reading());
+  EXPECT_FALSE(stream_->stalled());
+  EXPECT_EQ(handler_.paused, 0);
+  // Ten stall timeouts pass on the loop's clock (a timer of the test's own, the only event).
+  uv_timer_t later{};
+  ASSERT_EQ(uv_timer_init(&loop_, &later), 0);
+  bool fired = false;
+  later.data = &fired;
+  ASSERT_EQ(uv_timer_start(
+                &later, [](uv_timer_t* t) { *static_cast<bool*>(t->data) = true; }, 100, 0),
+            0);
+  for (int i = 0; i < 1'000 && !fired; ++i) (void)uv_run(&loop_, UV_RUN_ONCE);
+  uv_close(reinterpret_cast<uv_handle_t*>(&later), nullptr);
+  turn();  // runs the close callback: `later` may go out of scope
+  ASSERT_TRUE(fired);
+  EXPECT_EQ(handler_.closed, 0);
+  EXPECT_TRUE(handler_.lost.empty());
+  // Answered: served again.
+  stream_->settlePending(1, 0);
+  EXPECT_EQ(handler_.frames.size(), 2u);
+}
+
+// What the global bound sums: replies owed, requests held undelivered, the incomplete frame.
+TEST_F(FramedStreamTest, BufferedBytesCountHeldRequestsAndTheIncompleteFrame) {
+  open({.pending_replies_max = 1});
+  handler_.on_frame = [](FramedStream* stream) { stream->addPending(1, 100); };
+  std::vector<uint8_t> bytes;
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<uint8_t> frame = frameOf(std::string(1000, 'a'));
+    bytes.insert(bytes.end(), frame.begin(), frame.end());
+  }
+  const std::vector<uint8_t> partial = frameOf(std::string(5000, 'p'));
+  bytes.insert(bytes.end(), partial.begin(), partial.begin() + 2004);  // header + 2,000 bytes
+  peerWrite(bytes);
+  turn();
+  ASSERT_EQ(handler_.frames.size(), 1u);
+  EXPECT_EQ(stream_->heldFrames(), 2u);
+  EXPECT_EQ(stream_->bufferedBytes(), 100u + 2 * (4u + 1000u) + 2004u);  // held: length + payload
 }
 
 TEST_F(FramedStreamTest, CloseWithWritesPendingFreesThemAndReportsClosedOnce) {
