@@ -644,7 +644,9 @@ Exit codes:
   10  protocol error: malformed or unexpected answer, or another error reply from the peer
   11  permission denied: the gateway is unknown or disabled, or a signature did not verify;
       or the TLS link failed: the ledger refused our key, its key is not the pinned one, or
-      one side runs with --insecure and the other does not
+      one side runs with --insecure and the other does not; or PERMISSION_DENIED: the key
+      given with --key may not send this request (a gateway's key sends no operator
+      request and acts only for its own gateway: use the operator key)
   1   internal error in tallyctl
 )";
 }

@@ -47,6 +47,9 @@ int exitCodeForError(wire::ErrorCode code) {
     case wire::ErrorCode::kUnavailable:
     case wire::ErrorCode::kNotPrimary: return kExitUnavailable;  // no primary among the addresses
     case wire::ErrorCode::kNotFound: return kExitNotFound;
+    // The ledger refused the request for the key we presented (a gateway key sending an
+    // operator request or acting for another gateway), or an agent refused our uid.
+    case wire::ErrorCode::kPermissionDenied: return kExitPermissionDenied;
     default: return kExitProtocol;
   }
 }

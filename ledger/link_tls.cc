@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include "core/link_authority.h"
+
 namespace tally::ledger {
 
 std::string operatorKeyPath(const std::string& data_dir) { return data_dir + "/operator.key"; }
@@ -22,12 +24,7 @@ Result<identity::KeyPair> loadOrCreateOperatorKey(const std::string& data_dir, L
 }
 
 bool admitsPeer(const Ledger& ledger, const PublicKey& operator_key, const PublicKey& key) {
-  if (key == operator_key) return true;
-  const GatewayReply gateways = ledger.listGateways();
-  for (const GatewayRecord& gateway : gateways.gateways) {
-    if (gateway.public_key == key) return gateway.enabled;
-  }
-  return false;
+  return identifyLinkPeer(ledger.shards(), operator_key, key).role != LinkRole::kNobody;
 }
 
 std::function<Result<std::unique_ptr<net::TlsSession>>()> serverTlsSessions(

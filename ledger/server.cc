@@ -19,6 +19,8 @@ class Server::Connection final : public net::FramedStream {
  public:
   using FramedStream::FramedStream;
   std::string peer_;
+  // Who it was at its last request (core/link_authority.h); identified again before each.
+  std::optional<LinkPeer> link_peer_;
 };
 
 namespace {
@@ -172,6 +174,9 @@ void Server::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
                                   {"peer", connection->peer_},
                                   {"error", decoded.body.status().toString()}});
     response.body = wire::errorReplyFor(decoded.body.status());
+  } else if (std::optional<std::string> refusal = refusalOf(connection, decoded.body.value())) {
+    response.body = wire::ErrorReply{.code = wire::ErrorCode::kPermissionDenied,
+                                     .message = std::move(*refusal)};
   } else {
     LedgerOutcome outcome = requests_.apply(decoded.body.value(), clock_->nowMs());
     report(outcome.events);
@@ -182,6 +187,44 @@ void Server::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
                                    response.body);
   }
   enqueueReply(connection, response);
+}
+
+LinkPeer Server::linkPeerOf(Connection* connection) {
+  if (!options_.tls) return LinkPeer{.role = LinkRole::kUnauthenticated};
+  const net::TlsSession* tls = connection->tls();
+  LinkPeer peer;
+  if (tls == nullptr || !tls->peerKey().has_value()) {  // frames arrive only after the handshake
+    peer = LinkPeer{.role = LinkRole::kNobody, .why_nobody = "no key was presented"};
+  } else {
+    const std::string hint =
+        connection->link_peer_.has_value() ? connection->link_peer_->gateway_name : std::string();
+    peer = identifyLinkPeer(ledger_->shards(), options_.operator_key.value_or(PublicKey{}),
+                            *tls->peerKey(), hint);
+  }
+  if (!connection->link_peer_.has_value() || *connection->link_peer_ != peer) {
+    logger_->info("link_peer", {{"connection", connection->id()},
+                                {"peer", connection->peer_},
+                                {"role", linkRoleName(peer.role)},
+                                {"gateway", peer.gateway_name},
+                                {"why", peer.why_nobody}});
+    connection->link_peer_ = peer;
+  }
+  return peer;
+}
+
+std::optional<std::string> Server::refusalOf(Connection* connection,
+                                             const wire::RequestBody& request) {
+  const LinkPeer peer = linkPeerOf(connection);
+  std::optional<std::string> refusal = linkRefusal(peer, request);
+  if (refusal.has_value()) {
+    logger_->warn("request_refused", {{"connection", connection->id()},
+                                      {"peer", connection->peer_},
+                                      {"role", linkRoleName(peer.role)},
+                                      {"gateway", peer.gateway_name},
+                                      {"request", linkRequestName(request)},
+                                      {"reason", *refusal}});
+  }
+  return refusal;
 }
 
 void Server::onBadFrame(net::FramedStream* stream, const Status& status) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "core/ledger.h"
 #include "core/ledger_requests.h"
 #include "core/limits.h"
+#include "core/link_authority.h"
 #include "core/status.h"
 #include "ledger/metrics.h"
 #include "ledger/store.h"
@@ -66,6 +68,11 @@ struct ServerOptions {
   // a refused handshake is logged (event=tls_refused) and the connection closed. Unset:
   // plaintext (--insecure).
   std::function<Result<std::unique_ptr<net::TlsSession>>()> tls;
+  // With tls: the operator key (every request). Every other key a session admitted is a
+  // gateway's, and every request on its connection is checked against that gateway
+  // (core/link_authority.h); refusals are answered PERMISSION_DENIED and logged
+  // (event=request_refused). Without tls every request is allowed, as before TLS.
+  std::optional<PublicKey> operator_key;
 };
 
 class Server : private net::StreamHandler {
@@ -123,6 +130,10 @@ class Server : private net::StreamHandler {
   void onClosed(net::FramedStream* stream) override;
   // Logs each event, or feeds it to the metrics.
   void report(const std::vector<LedgerEvent>& events);
+  // Who `connection` is now (core/link_authority.h), and why `request` is refused on it, if it
+  // is (logged: event=request_refused).
+  LinkPeer linkPeerOf(Connection* connection);
+  std::optional<std::string> refusalOf(Connection* connection, const wire::RequestBody& request);
   void enqueueReply(Connection* connection, const wire::Response& response);
   void seal();
   // Copies the changed rows into a batch the commit thread owns (moves the deleted ids).

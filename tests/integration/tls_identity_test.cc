@@ -1,0 +1,179 @@
+// Who a TLS connection to the ledger is (docs/security.md "The link", core/link_authority.h),
+// with the real tally-ledger: every request is checked against the key the connection
+// presented — a gateway acts only as itself and sends no operator request; the operator key may
+// do everything.
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "shard/crypto.h"
+#include "shard/identity.h"
+#include "tests/integration/ledger_harness.h"
+#include "tests/integration/tls_link_fixture.h"
+
+namespace tally::testing {
+namespace {
+
+identity::KeyPair seededKey(uint8_t fill) {
+  identity::Seed seed{};
+  seed.fill(fill);
+  return identity::keyPairFromSeed(seed);
+}
+
+// The answer to `body` on `client`, or a failed expectation and a default answer.
+wire::ResponseBody answerTo(client::BlockingClient& client, const wire::RequestBody& body) {
+  Result<wire::Response> response = client.call(body, kCallTimeoutMs);
+  EXPECT_TRUE(response.isOk()) << response.status().toString();
+  return response.isOk() ? response.value().body : wire::ResponseBody{};
+}
+
+// The permission-denied message of `body`, or "" (with a failed expectation) if it is another
+// answer.
+std::string refusalOf(const wire::ResponseBody& body) {
+  const auto* error = std::get_if<wire::ErrorReply>(&body);
+  if (error == nullptr || error->code != wire::ErrorCode::kPermissionDenied) {
+    ADD_FAILURE() << "expected PERMISSION_DENIED, got " << wire::describe(body);
+    return {};
+  }
+  return error->message;
+}
+
+class TlsIdentityTest : public TlsLinkFixture {};
+
+TEST_F(TlsIdentityTest, AGatewayPresentingItsOwnKeyCannotReconcileAnotherGatewaysShard) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  TALLY_ASSIGN_OR_FAIL(identity::KeyPair operator_key, identity::loadKeyPair(operatorKey()));
+  const identity::KeyPair key_a = seededKey(11);
+  const identity::KeyPair key_b = seededKey(12);
+  TALLY_ASSIGN_OR_FAIL(std::unique_ptr<client::BlockingClient> as_operator,
+                       tlsClient(operator_key));
+  Budget budget = makeBudget({.subject = "tenant-1", .route = "chat", .burst = 1000});
+  budget.emergency = {.enabled = true, .shard_units = 100, .shard_ttl_ms = 600'000};
+  TALLY_ASSIGN_OR_FAIL(PolicyReply published, testing::publishPolicy(*as_operator, {budget}));
+  ASSERT_EQ(published.code, ReplyCode::kOk) << published.message;
+  for (const auto& [name, key] : {std::pair{"gw-a", key_a}, std::pair{"gw-b", key_b}}) {
+    const wire::ResponseBody enrolled =
+        answerTo(*as_operator,
+                 wire::EnrollGatewayRequest{.gateway_name = name, .public_key = key.public_key});
+    ASSERT_TRUE(std::holds_alternative<GatewayReply>(enrolled)) << wire::describe(enrolled);
+    ASSERT_EQ(std::get<GatewayReply>(enrolled).code, ReplyCode::kOk);
+  }
+  TALLY_ASSIGN_OR_FAIL(std::unique_ptr<client::BlockingClient> as_a, tlsClient(key_a));
+  TALLY_ASSIGN_OR_FAIL(std::unique_ptr<client::BlockingClient> as_b, tlsClient(key_b));
+
+  // gw-a is issued a shard on its own connection.
+  auto issueRequestOfA = [&](const std::string& request_id) {
+    ShardIssueRequest request{.request_id = request_id,
+                              .gateway_name = "gw-a",
+                              .gateway_id = key_a.public_key,
+                              .gateway_boot_epoch = 1,
+                              .subject = "tenant-1",
+                              .route = "chat"};
+    wire::signIssueRequest(key_a, &request);
+    return request;
+  };
+  const wire::ResponseBody issued = answerTo(*as_a, issueRequestOfA("q1"));
+  ASSERT_TRUE(std::holds_alternative<ShardReply>(issued)) << wire::describe(issued);
+  ASSERT_EQ(std::get<ShardReply>(issued).code, ReplyCode::kOk);
+  const ShardGrant grant = std::get<ShardReply>(issued).shards.at(0).grant;
+
+  // A report of that shard, as gw-a signs it: 30 spent, 70 proven unused.
+  ShardReport report{.shard = grant,
+                     .balances = {.allocated = 100, .local_spent = 30, .local_retired = 70},
+                     .receipts = {Reservation{.reservation_id = "s1",
+                                              .subject = "tenant-1",
+                                              .route = "chat",
+                                              .reserved_units = 40,
+                                              .actual_units = 30,
+                                              .operation_id = "op-s1",
+                                              .state = ReservationState::kSettled,
+                                              .origin = grant.shard_id}},
+                     .gateway_boot_epoch = 1,
+                     .reported_at_ms = wallNowMs()};
+  wire::signReport(key_a, &report);
+
+  // gw-b, presenting its own enrolled key, sends it (as a relay of gw-a's bytes would): refused
+  // before the ledger looks at it, and so is every other request naming gw-a.
+  const std::string refused_report = refusalOf(answerTo(*as_b, report));
+  EXPECT_NE(refused_report.find("shard report refused: gateway 'gw-b' may act only for itself"),
+            std::string::npos)
+      << refused_report;
+  EXPECT_NE(refused_report.find("names gateway 'gw-a'"), std::string::npos) << refused_report;
+  (void)refusalOf(answerTo(
+      *as_b, wire::ShardStatusRequest{.gateway_name = "gw-a", .shard_ids = {grant.shard_id}}));
+  (void)refusalOf(answerTo(*as_b, issueRequestOfA("q2")));
+  (void)refusalOf(answerTo(*as_b, wire::ListShardsRequest{}));  // every gateway's shards
+  EXPECT_NE(ledger_->log().find("event=request_refused"), std::string::npos) << ledger_->log();
+  EXPECT_NE(ledger_->log().find("gateway=gw-b request=\"shard report\""), std::string::npos)
+      << ledger_->log();
+
+  // Nothing was reconciled: the shard is still ISSUED.
+  const wire::ResponseBody listed = answerTo(*as_operator, wire::ListShardsRequest{});
+  ASSERT_TRUE(std::holds_alternative<ShardReply>(listed)) << wire::describe(listed);
+  ASSERT_EQ(std::get<ShardReply>(listed).shards.size(), 1u);
+  EXPECT_EQ(std::get<ShardReply>(listed).shards[0].state, ShardState::kIssued);
+
+  // The same report on gw-a's own connection reconciles: only the binding refused it.
+  const wire::ResponseBody reconciled = answerTo(*as_a, report);
+  ASSERT_TRUE(std::holds_alternative<ShardReply>(reconciled)) << wire::describe(reconciled);
+  EXPECT_EQ(std::get<ShardReply>(reconciled).code, ReplyCode::kOk);
+  EXPECT_EQ(std::get<ShardReply>(reconciled).reminted_units, 70u);
+  EXPECT_EQ(std::get<ShardReply>(reconciled).shards.at(0).state, ShardState::kReconciled);
+}
+
+TEST_F(TlsIdentityTest, AGatewayKeyCannotPublishAPolicyNorSendAnyOtherOperatorRequest) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  ASSERT_NO_FATAL_FAILURE(publishPolicy());  // generation 1, as the operator
+  const std::string agent_dir = dir_.file("agent");
+  const std::string gateway_key = agentIdentity(agent_dir, "gw-1");
+  ASSERT_EQ(asOperator({"gateway", "enroll", "--id", "gw-1", "--public-key", gateway_key}).code, 0);
+  const std::string ledger_key = ledgerPublicKey();
+  auto asGateway = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--ledger", address_, "--key", agent_dir + "/gateway.key",
+                               "--ledger-key", ledger_key, "--json"});
+    return tallyctl(args);
+  };
+
+  // Admitted: what a gateway may ask is served.
+  const CtlRun health = asGateway({"health"});
+  EXPECT_EQ(health.code, 0) << health.output;
+
+  const CtlRun published = asGateway({"policy", "publish", dir_.file("policy.toml")});
+  EXPECT_EQ(published.code, 11) << published.output;
+  EXPECT_NE(published.output.find("PERMISSION_DENIED"), std::string::npos) << published.output;
+  EXPECT_NE(published.output.find("policy publish refused: an operator request, and this "
+                                  "connection is gateway 'gw-1'"),
+            std::string::npos)
+      << published.output;
+  for (const std::vector<std::string>& operator_request : std::vector<std::vector<std::string>>{
+           {"policy", "rollback"},
+           {"gateway", "enroll", "--id", "gw-2", "--public-key", gateway_key},
+           {"gateway", "list"},
+           {"gateway", "disable", "--id", "gw-1"},
+           {"shard", "revoke", "--gateway", "gw-1"},
+           {"shard", "write-off", "--id", "no-such-shard"}}) {
+    const CtlRun refused = asGateway(operator_request);
+    EXPECT_EQ(refused.code, 11) << operator_request[0] << " " << operator_request[1] << ": "
+                                << refused.output;
+    EXPECT_NE(refused.output.find("an operator request"), std::string::npos) << refused.output;
+  }
+  EXPECT_NE(ledger_->log().find("event=request_refused"), std::string::npos) << ledger_->log();
+  EXPECT_NE(ledger_->log().find("role=gateway gateway=gw-1 request=\"policy publish\""),
+            std::string::npos)
+      << ledger_->log();
+
+  // Nothing changed: generation 1 is still the active policy, gw-1 still enabled.
+  const CtlRun shown = asOperator({"policy", "show"});
+  ASSERT_EQ(shown.code, 0) << shown.output;
+  EXPECT_NE(shown.output.find("\"policyGeneration\":1"), std::string::npos) << shown.output;
+  const CtlRun gateways = asOperator({"gateway", "list"});
+  ASSERT_EQ(gateways.code, 0) << gateways.output;
+  EXPECT_NE(gateways.output.find("\"enabled\":true"), std::string::npos) << gateways.output;
+}
+
+}  // namespace
+}  // namespace tally::testing
