@@ -175,5 +175,58 @@ TEST_F(TlsIdentityTest, AGatewayKeyCannotPublishAPolicyNorSendAnyOtherOperatorRe
   EXPECT_NE(gateways.output.find("\"enabled\":true"), std::string::npos) << gateways.output;
 }
 
+// The agent's socket is no side door: a gateway peer of it may use the reservation requests and
+// the reads, not the operator requests, which the agent refuses before they reach its link.
+TEST_F(TlsIdentityTest, GatewayPeersOfTheAgentSocketCannotPublishOrRollBackAPolicy) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  ASSERT_NO_FATAL_FAILURE(publishPolicy());  // generation 1, as the operator
+  const std::string agent_dir = dir_.file("agent");
+  const std::string gateway_key = agentIdentity(agent_dir, "gw-1");
+  ASSERT_EQ(asOperator({"gateway", "enroll", "--id", "gw-1", "--public-key", gateway_key}).code, 0);
+  ASSERT_NO_FATAL_FAILURE(startAgent(agent_dir, ledgerPublicKey()));
+  auto viaAgent = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--agent", agent_socket_, "--json"});
+    return tallyctl(args);
+  };
+
+  // Served through the agent: reserve (once the agent has fetched the policy), query, release,
+  // and the reads.
+  CtlRun reserved;
+  ASSERT_TRUE(eventually([&] {
+    reserved = viaAgent(
+        {"reserve", "--id", "r1", "--subject", "tenant-1", "--route", "chat", "--units", "10"});
+    return reserved.code == 0;
+  })) << reserved.output;
+  EXPECT_EQ(viaAgent({"query", "--id", "r1"}).code, 0);
+  EXPECT_EQ(viaAgent({"release", "--id", "r1"}).code, 0);
+  EXPECT_EQ(viaAgent({"policy", "show"}).code, 0);
+  EXPECT_EQ(viaAgent({"audit"}).code, 0);
+
+  // Refused by the agent: publish and rollback (permission denied), as enroll, revoke and
+  // write-off already were (not served).
+  for (const std::vector<std::string>& change : std::vector<std::vector<std::string>>{
+           {"policy", "publish", dir_.file("policy.toml")}, {"policy", "rollback"}}) {
+    const CtlRun refused = viaAgent(change);
+    EXPECT_EQ(refused.code, 11) << change[1] << ": " << refused.output;
+    EXPECT_NE(refused.output.find("PERMISSION_DENIED"), std::string::npos) << refused.output;
+    EXPECT_NE(refused.output.find("not served on the agent's socket"), std::string::npos)
+        << refused.output;
+  }
+  for (const std::vector<std::string>& operator_request : std::vector<std::vector<std::string>>{
+           {"gateway", "enroll", "--id", "gw-2", "--public-key", gateway_key},
+           {"shard", "revoke", "--gateway", "gw-1"},
+           {"shard", "write-off", "--id", "no-such-shard"}}) {
+    const CtlRun refused = viaAgent(operator_request);
+    EXPECT_NE(refused.code, 0) << refused.output;
+    EXPECT_NE(refused.output.find("not served by the agent"), std::string::npos) << refused.output;
+  }
+  // The ledger never saw them: generation 1 is still the active policy, and the agent's link was
+  // never refused anything.
+  const CtlRun shown = asOperator({"policy", "show"});
+  ASSERT_EQ(shown.code, 0) << shown.output;
+  EXPECT_NE(shown.output.find("\"policyGeneration\":1"), std::string::npos) << shown.output;
+  EXPECT_EQ(ledger_->log().find("event=request_refused"), std::string::npos) << ledger_->log();
+}
+
 }  // namespace
 }  // namespace tally::testing
