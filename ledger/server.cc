@@ -180,6 +180,11 @@ void Server::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
   } else {
     LedgerOutcome outcome = requests_.apply(decoded.body.value(), clock_->nowMs());
     report(outcome.events);
+    for (const LedgerEvent& event : outcome.events) {
+      if (const auto* set = std::get_if<GatewayEnabledSet>(&event); set && !set->enabled) {
+        open_.disabled_gateways.push_back(set->gateway_name);
+      }
+    }
     response.body = responseBodyOf(std::move(outcome.reply));
   }
   if (options_.metrics != nullptr) {
@@ -225,6 +230,27 @@ std::optional<std::string> Server::refusalOf(Connection* connection,
                                       {"reason", *refusal}});
   }
   return refusal;
+}
+
+void Server::cutConnectionsOf(const std::string& gateway_name) {
+  const GatewayRecord* gateway = ledger_->shards().findGateway(gateway_name);
+  if (gateway == nullptr || gateway->enabled) return;  // enabled again meanwhile
+  std::vector<Connection*> cut;
+  for (auto& [id, connection] : connections_) {
+    const net::TlsSession* tls = connection->tls();
+    if (connection->closing() || connection->shuttingDown() || tls == nullptr ||
+        tls->peerKey() != gateway->public_key) {
+      continue;
+    }
+    cut.push_back(connection.get());
+  }
+  for (Connection* connection : cut) {
+    logger_->warn("connection_cut", {{"connection", connection->id()},
+                                     {"peer", connection->peer_},
+                                     {"gateway", gateway_name},
+                                     {"reason", "gateway '" + gateway_name + "' was disabled"}});
+    connection->shutdownThenClose();
+  }
 }
 
 void Server::onBadFrame(net::FramedStream* stream, const Status& status) {
@@ -369,6 +395,8 @@ void Server::flush(Batch* batch) {
     if (it == connections_.end() || it->second->closing()) continue;
     it->second->shutdownThenClose();  // the queued error reply goes out first
   }
+  // After the disable's answer went out (to the operator's connection, in the loop above).
+  for (const std::string& gateway_name : batch->disabled_gateways) cutConnectionsOf(gateway_name);
 }
 
 void Server::failFatally(const Status& status) {

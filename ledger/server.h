@@ -104,6 +104,8 @@ class Server : private net::StreamHandler {
   struct Batch {
     std::unordered_map<uint64_t, ConnectionReplies> replies;  // by connection id
     std::vector<uint64_t> close_after_flush;
+    // Gateways disabled by this batch: their open connections are cut once it is durable.
+    std::vector<std::string> disabled_gateways;
     bool tick_changes = false;
     StoreBatch store;
     Status result;
@@ -111,7 +113,10 @@ class Server : private net::StreamHandler {
     uint64_t sealed_ns = 0;  // uv_hrtime at seal
     uint64_t store_us = 0;   // time in Store::commit (commit thread)
 
-    bool idle() const { return replies.empty() && close_after_flush.empty() && !tick_changes; }
+    bool idle() const {
+      return replies.empty() && close_after_flush.empty() && disabled_gateways.empty() &&
+             !tick_changes;
+    }
   };
 
   static void onConnection(uv_stream_t* listener, int status);
@@ -134,6 +139,9 @@ class Server : private net::StreamHandler {
   // is (logged: event=request_refused).
   LinkPeer linkPeerOf(Connection* connection);
   std::optional<std::string> refusalOf(Connection* connection, const wire::RequestBody& request);
+  // Closes the open connections that presented the key of `gateway_name` if it is disabled
+  // (logged: event=connection_cut).
+  void cutConnectionsOf(const std::string& gateway_name);
   void enqueueReply(Connection* connection, const wire::Response& response);
   void seal();
   // Copies the changed rows into a batch the commit thread owns (moves the deleted ids).

@@ -228,5 +228,49 @@ TEST_F(TlsIdentityTest, GatewayPeersOfTheAgentSocketCannotPublishOrRollBackAPoli
   EXPECT_EQ(ledger_->log().find("event=request_refused"), std::string::npos) << ledger_->log();
 }
 
+// `tallyctl gateway disable` cuts the gateway's open connections once the disable is durable,
+// not only its next handshake: the agent sees its link lost, and its reconnect refused.
+TEST_F(TlsIdentityTest, ADisabledGatewaysOpenConnectionIsCut) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  ASSERT_NO_FATAL_FAILURE(publishPolicy());
+  const std::string agent_dir = dir_.file("agent");
+  const std::string gateway_key = agentIdentity(agent_dir, "gw-1");
+  ASSERT_EQ(asOperator({"gateway", "enroll", "--id", "gw-1", "--public-key", gateway_key}).code, 0);
+  ASSERT_NO_FATAL_FAILURE(startAgent(agent_dir, ledgerPublicKey()));
+  CtlRun reserved;
+  ASSERT_TRUE(eventually([&] {
+    reserved = tallyctl({"--agent", agent_socket_, "--json", "reserve", "--id", "r1", "--subject",
+                         "tenant-1", "--route", "chat", "--units", "10"});
+    return reserved.code == 0;
+  })) << reserved.output;
+  ASSERT_EQ(agent_->log().find("ledger_link_lost"), std::string::npos) << agent_->log();
+  ASSERT_EQ(ledger_->log().find("event=tls_refused"), std::string::npos) << ledger_->log();
+
+  const CtlRun disabled = asOperator({"gateway", "disable", "--id", "gw-1"});
+  ASSERT_EQ(disabled.code, 0) << disabled.output;
+  EXPECT_TRUE(eventually([&] {
+    return ledger_->log().find("event=connection_cut") != std::string::npos &&
+           agent_->log().find("ledger_link_lost") != std::string::npos;
+  })) << "ledger:\n"
+      << ledger_->log() << "\nagent:\n"
+      << agent_->log();
+  const std::string ledger_log = ledger_->log();
+  const size_t cut = ledger_log.find("event=connection_cut");
+  ASSERT_NE(cut, std::string::npos);
+  EXPECT_NE(ledger_log.find("gateway=gw-1 reason=\"gateway 'gw-1' was disabled\"", cut),
+            std::string::npos)
+      << ledger_log;
+  // Its reconnect is refused at the handshake; nothing more of it is served.
+  EXPECT_TRUE(eventually([&] {
+    const std::string log = ledger_->log();
+    return log.find("event=tls_refused", log.find("event=connection_cut")) != std::string::npos;
+  })) << ledger_->log();
+  const CtlRun after = tallyctl({"--agent", agent_socket_, "--json", "reserve", "--id", "r2",
+                                 "--subject", "tenant-1", "--route", "chat", "--units", "10"});
+  EXPECT_NE(after.code, 0) << after.output;
+  const CtlRun audit = asOperator({"query", "--id", "r2"});
+  EXPECT_EQ(audit.code, 7) << audit.output;  // NOT_FOUND: the ledger never saw r2
+}
+
 }  // namespace
 }  // namespace tally::testing
