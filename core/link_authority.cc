@@ -72,16 +72,22 @@ const char* linkRequestName(const LedgerRequest& request) {
   return kNames[request.index()];
 }
 
+bool gatewayHoldsKey(const GatewayRecord& gateway, const PublicKey& key, uint64_t now_ms) {
+  if (gateway.public_key == key) return true;
+  return gateway.previous_public_key == key && gateway.previous_public_key != PublicKey{} &&
+         now_ms < gateway.previous_key_until_ms;
+}
+
 LinkPeer identifyLinkPeer(const ShardRegistry& registry, const PublicKey& operator_key,
-                          const PublicKey& key, const std::string& gateway_hint) {
+                          const PublicKey& key, uint64_t now_ms, const std::string& gateway_hint) {
   if (key == operator_key) return LinkPeer{.role = LinkRole::kOperator};
   const GatewayRecord* gateway = nullptr;
   if (const GatewayRecord* hinted = registry.findGateway(gateway_hint);
-      hinted != nullptr && hinted->public_key == key) {
+      hinted != nullptr && gatewayHoldsKey(*hinted, key, now_ms)) {
     gateway = hinted;
   } else {
     for (const GatewayRecord& record : registry.listGateways().gateways) {
-      if (record.public_key == key) {
+      if (gatewayHoldsKey(record, key, now_ms)) {
         gateway = registry.findGateway(record.gateway_name);
         break;
       }
@@ -91,15 +97,24 @@ LinkPeer identifyLinkPeer(const ShardRegistry& registry, const PublicKey& operat
     return LinkPeer{.role = LinkRole::kNobody,
                     .gateway_name = gateway_hint,
                     .why_nobody = gateway_hint.empty() ? "the key is not an enrolled gateway's"
-                                                       : "the key is no longer gateway " +
-                                                             quoted(gateway_hint) + "'s"};
+                                                       : "the key is no longer that of gateway " +
+                                                             quoted(gateway_hint)};
   }
   if (!gateway->enabled) {
     return LinkPeer{.role = LinkRole::kNobody,
                     .gateway_name = gateway->gateway_name,
                     .why_nobody = "gateway " + quoted(gateway->gateway_name) + " is disabled"};
   }
-  return LinkPeer{.role = LinkRole::kGateway, .gateway_name = gateway->gateway_name};
+  return LinkPeer{.role = LinkRole::kGateway,
+                  .gateway_name = gateway->gateway_name,
+                  .previous_key = gateway->public_key != key};
+}
+
+bool endsKeyOverlap(const ShardRegistry& registry, const LinkPeer& peer, uint64_t now_ms) {
+  if (peer.role != LinkRole::kGateway || peer.previous_key) return false;
+  const GatewayRecord* gateway = registry.findGateway(peer.gateway_name);
+  return gateway != nullptr && gateway->previous_public_key != PublicKey{} &&
+         now_ms < gateway->previous_key_until_ms;
 }
 
 std::optional<std::string> linkRefusal(const LinkPeer& peer, const LedgerRequest& request) {

@@ -35,19 +35,29 @@ const char* linkRoleName(LinkRole role);  // "unauthenticated", "operator", "gat
 
 struct LinkPeer {
   LinkRole role = LinkRole::kNobody;
-  std::string gateway_name;  // kGateway; kNobody when the key was (or names) a gateway's
-  std::string why_nobody;    // kNobody: why the key is not admitted now
+  std::string gateway_name;   // kGateway; kNobody when the key was (or names) a gateway's
+  std::string why_nobody;     // kNobody: why the key is not admitted now
+  bool previous_key = false;  // kGateway: the key a rotation is replacing (still admitted)
 
   bool operator==(const LinkPeer&) const = default;
 };
 
-// The peer `key` is now: the operator if it is `operator_key`, else the enrolled gateway whose
-// key it is if that gateway is enabled, else nobody. `gateway_hint` (the gateway the same key
-// was earlier on the connection) is looked up first, so a connection that stays who it was costs
-// one lookup per request; without it, or if the hint no longer holds the key, every gateway is
-// scanned.
+// The peer `key` is at `now_ms`: the operator if it is `operator_key`, else the enrolled gateway
+// whose key it is — its current key, or during a rotation its previous key (before
+// previous_key_until_ms) — if that gateway is enabled, else nobody. `gateway_hint` (the gateway
+// the same key was earlier on the connection) is looked up first, so a connection that stays
+// who it was costs one lookup per request; without it, or if the hint no longer holds the key,
+// every gateway is scanned.
 LinkPeer identifyLinkPeer(const ShardRegistry& registry, const PublicKey& operator_key,
-                          const PublicKey& key, const std::string& gateway_hint = {});
+                          const PublicKey& key, uint64_t now_ms,
+                          const std::string& gateway_hint = {});
+
+// Whether `gateway` holds `key` at `now_ms` (its current key, or its admitted previous key).
+bool gatewayHoldsKey(const GatewayRecord& gateway, const PublicKey& key, uint64_t now_ms);
+// Whether `peer`'s request is the first use of its gateway's new key during a rotation: the
+// shell then ends the overlap (ShardRegistry::endKeyOverlap) and cuts the connections of the
+// previous key.
+bool endsKeyOverlap(const ShardRegistry& registry, const LinkPeer& peer, uint64_t now_ms);
 
 // Whether `peer` may send `request`: nullopt if it may, else why not (a message for the
 // kPermissionDenied answer, naming the request and who asked).

@@ -64,6 +64,7 @@ Expect expectedAnswer(Command command) {
     case Command::kAudit: return Expect::kAudit;
     case Command::kHealth: return Expect::kHealth;
     case Command::kGatewayEnroll:
+    case Command::kGatewayRotate:
     case Command::kGatewayList:
     case Command::kGatewayDisable:
     case Command::kGatewayEnable: return Expect::kGateway;
@@ -172,6 +173,12 @@ Result<wire::RequestBody> buildRequest(const Invocation& inv) {
     case Command::kGatewayEnroll:
       return wire::RequestBody(wire::EnrollGatewayRequest{
           .gateway_name = inv.gateway_name, .public_key = inv.public_key.value_or(PublicKey{})});
+    case Command::kGatewayRotate:
+      return wire::RequestBody(
+          wire::EnrollGatewayRequest{.gateway_name = inv.gateway_name,
+                                     .public_key = inv.public_key.value_or(PublicKey{}),
+                                     .rotate = true,
+                                     .rotate_overlap_ms = inv.overlap_ms});
     case Command::kGatewayList: return wire::RequestBody(wire::ListGatewaysRequest{});
     case Command::kGatewayDisable:
     case Command::kGatewayEnable:

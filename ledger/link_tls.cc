@@ -4,6 +4,7 @@
 
 #include <utility>
 
+#include "common/wall_clock.h"
 #include "core/link_authority.h"
 
 namespace tally::ledger {
@@ -24,7 +25,10 @@ Result<identity::KeyPair> loadOrCreateOperatorKey(const std::string& data_dir, L
 }
 
 bool admitsPeer(const Ledger& ledger, const PublicKey& operator_key, const PublicKey& key) {
-  return identifyLinkPeer(ledger.shards(), operator_key, key).role != LinkRole::kNobody;
+  // The wall clock: the ledger clock is Unix ms too (it only never goes back), and a rotation's
+  // window is minutes to days long.
+  return identifyLinkPeer(ledger.shards(), operator_key, key, wallClockMs()).role !=
+         LinkRole::kNobody;
 }
 
 std::function<Result<std::unique_ptr<net::TlsSession>>()> serverTlsSessions(

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <utility>
 #include <variant>
 
@@ -203,8 +204,21 @@ LinkPeer Server::linkPeerOf(Connection* connection) {
   } else {
     const std::string hint =
         connection->link_peer_.has_value() ? connection->link_peer_->gateway_name : std::string();
+    const uint64_t now_ms = clock_->nowMs();
     peer = identifyLinkPeer(ledger_->shards(), options_.operator_key.value_or(PublicKey{}),
-                            *tls->peerKey(), hint);
+                            *tls->peerKey(), now_ms, hint);
+    if (endsKeyOverlap(ledger_->shards(), peer, now_ms)) {
+      // The first use of a rotated gateway's new key: its previous key is no longer admitted
+      // (durable with this batch; its connections are cut after it).
+      if (std::optional<PublicKey> retired =
+              ledger_->shards().endKeyOverlap(peer.gateway_name, now_ms)) {
+        logger_->info("gateway_key_overlap_ended", {{"gateway", peer.gateway_name},
+                                                    {"connection", connection->id()},
+                                                    {"peer", connection->peer_},
+                                                    {"reason", "its new key was used"}});
+        open_.retired_keys.emplace_back(peer.gateway_name, *retired);
+      }
+    }
   }
   if (!connection->link_peer_.has_value() || *connection->link_peer_ != peer) {
     logger_->info("link_peer", {{"connection", connection->id()},
@@ -235,11 +249,26 @@ std::optional<std::string> Server::refusalOf(Connection* connection,
 void Server::cutConnectionsOf(const std::string& gateway_name) {
   const GatewayRecord* gateway = ledger_->shards().findGateway(gateway_name);
   if (gateway == nullptr || gateway->enabled) return;  // enabled again meanwhile
+  std::vector<PublicKey> keys{gateway->public_key};
+  if (gateway->previous_public_key != PublicKey{}) keys.push_back(gateway->previous_public_key);
+  cutConnections(keys, gateway_name, "gateway '" + gateway_name + "' was disabled");
+}
+
+void Server::cutConnectionsOfRetiredKey(const std::string& gateway_name, const PublicKey& key) {
+  const GatewayRecord* gateway = ledger_->shards().findGateway(gateway_name);
+  if (gateway != nullptr && gatewayHoldsKey(*gateway, key, clock_->nowMs())) return;
+  cutConnections({key}, gateway_name,
+                 "gateway '" + gateway_name + "' was rotated to a new key, now in use");
+}
+
+void Server::cutConnections(const std::vector<PublicKey>& keys, const std::string& gateway_name,
+                            const std::string& reason) {
   std::vector<Connection*> cut;
   for (auto& [id, connection] : connections_) {
     const net::TlsSession* tls = connection->tls();
     if (connection->closing() || connection->shuttingDown() || tls == nullptr ||
-        tls->peerKey() != gateway->public_key) {
+        !tls->peerKey().has_value() ||
+        std::find(keys.begin(), keys.end(), *tls->peerKey()) == keys.end()) {
       continue;
     }
     cut.push_back(connection.get());
@@ -248,7 +277,7 @@ void Server::cutConnectionsOf(const std::string& gateway_name) {
     logger_->warn("connection_cut", {{"connection", connection->id()},
                                      {"peer", connection->peer_},
                                      {"gateway", gateway_name},
-                                     {"reason", "gateway '" + gateway_name + "' was disabled"}});
+                                     {"reason", reason}});
     connection->shutdownThenClose();
   }
 }
@@ -397,6 +426,9 @@ void Server::flush(Batch* batch) {
   }
   // After the disable's answer went out (to the operator's connection, in the loop above).
   for (const std::string& gateway_name : batch->disabled_gateways) cutConnectionsOf(gateway_name);
+  for (const auto& [gateway_name, key] : batch->retired_keys) {
+    cutConnectionsOfRetiredKey(gateway_name, key);
+  }
 }
 
 void Server::failFatally(const Status& status) {

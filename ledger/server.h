@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
@@ -106,6 +107,9 @@ class Server : private net::StreamHandler {
     std::vector<uint64_t> close_after_flush;
     // Gateways disabled by this batch: their open connections are cut once it is durable.
     std::vector<std::string> disabled_gateways;
+    // Previous keys of gateways whose rotation this batch ended (their new key was used): the
+    // connections that presented them are cut once it is durable.
+    std::vector<std::pair<std::string, PublicKey>> retired_keys;
     bool tick_changes = false;
     StoreBatch store;
     Status result;
@@ -115,7 +119,7 @@ class Server : private net::StreamHandler {
 
     bool idle() const {
       return replies.empty() && close_after_flush.empty() && disabled_gateways.empty() &&
-             !tick_changes;
+             retired_keys.empty() && !tick_changes;
     }
   };
 
@@ -139,9 +143,13 @@ class Server : private net::StreamHandler {
   // is (logged: event=request_refused).
   LinkPeer linkPeerOf(Connection* connection);
   std::optional<std::string> refusalOf(Connection* connection, const wire::RequestBody& request);
-  // Closes the open connections that presented the key of `gateway_name` if it is disabled
+  // Closes the open connections that presented the keys of `gateway_name` if it is disabled
   // (logged: event=connection_cut).
   void cutConnectionsOf(const std::string& gateway_name);
+  // Closes the open connections that presented `key` if `gateway_name` no longer holds it.
+  void cutConnectionsOfRetiredKey(const std::string& gateway_name, const PublicKey& key);
+  void cutConnections(const std::vector<PublicKey>& keys, const std::string& gateway_name,
+                      const std::string& reason);
   void enqueueReply(Connection* connection, const wire::Response& response);
   void seal();
   // Copies the changed rows into a batch the commit thread owns (moves the deleted ids).

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/ledger.h"
+#include "core/limits.h"
 
 namespace tally {
 namespace {
@@ -79,10 +80,11 @@ class LinkAuthorityTest : public ::testing::Test {
   }
 
   LinkPeer identify(const PublicKey& key, const std::string& hint = {}) const {
-    return identifyLinkPeer(ledger_.shards(), kOperatorKey, key, hint);
+    return identifyLinkPeer(ledger_.shards(), kOperatorKey, key, now_ms_, hint);
   }
 
   Ledger ledger_;
+  uint64_t now_ms_ = kT0;
 };
 
 TEST_F(LinkAuthorityTest, TheOperatorKeyIsTheOperatorAndAGatewayKeyItsGateway) {
@@ -182,6 +184,70 @@ TEST_F(LinkAuthorityTest, AReportIsBoundByTheGatewayOfItsShard) {
   EXPECT_THAT(*refusal, HasSubstr("shard report refused: gateway 'gw-b' may act only for itself"));
   report.shard.gateway_name = "gw-b";
   EXPECT_EQ(linkRefusal(b, report), std::nullopt);
+}
+
+TEST_F(LinkAuthorityTest, DuringARotationBothKeysAreTheGatewayUntilTheWindowEnds) {
+  ASSERT_EQ(ledger_.rotateGatewayKey("gw-a", linkKey(5), 60'000, kT0).code, ReplyCode::kOk);
+  const GatewayRecord* record = ledger_.shards().findGateway("gw-a");
+  ASSERT_NE(record, nullptr);
+  EXPECT_EQ(record->public_key, linkKey(5));
+  EXPECT_EQ(record->previous_public_key, linkKey(1));
+  EXPECT_EQ(record->previous_key_until_ms, kT0 + 60'000);
+
+  const LinkPeer old_key = identify(linkKey(1));
+  EXPECT_EQ(old_key.role, LinkRole::kGateway);
+  EXPECT_EQ(old_key.gateway_name, "gw-a");
+  EXPECT_TRUE(old_key.previous_key);
+  EXPECT_FALSE(endsKeyOverlap(ledger_.shards(), old_key, now_ms_));
+  const LinkPeer new_key = identify(linkKey(5));
+  EXPECT_EQ(new_key.role, LinkRole::kGateway);
+  EXPECT_EQ(new_key.gateway_name, "gw-a");
+  EXPECT_FALSE(new_key.previous_key);
+  EXPECT_TRUE(endsKeyOverlap(ledger_.shards(), new_key, now_ms_));
+
+  // The window ends: the old key is nobody, the new one needs no overlap to end.
+  now_ms_ = kT0 + 60'000;
+  EXPECT_EQ(identify(linkKey(1), "gw-a").role, LinkRole::kNobody);
+  EXPECT_THAT(identify(linkKey(1), "gw-a").why_nobody,
+              HasSubstr("no longer that of gateway 'gw-a'"));
+  EXPECT_EQ(identify(linkKey(5), "gw-a").role, LinkRole::kGateway);
+  EXPECT_FALSE(endsKeyOverlap(ledger_.shards(), identify(linkKey(5)), now_ms_));
+}
+
+TEST_F(LinkAuthorityTest, TheFirstUseOfTheNewKeyEndsTheOverlap) {
+  ASSERT_EQ(ledger_.rotateGatewayKey("gw-a", linkKey(5), 60'000, kT0).code, ReplyCode::kOk);
+  (void)ledger_.takeChangedRows();
+  EXPECT_EQ(ledger_.shards().endKeyOverlap("gw-a", kT0 + 10), linkKey(1));
+  EXPECT_EQ(ledger_.takeChangedRows().shards.gateways.size(), 1u);  // durable
+  EXPECT_EQ(identify(linkKey(1), "gw-a").role, LinkRole::kNobody);
+  EXPECT_EQ(identify(linkKey(5)).role, LinkRole::kGateway);
+  EXPECT_EQ(ledger_.shards().endKeyOverlap("gw-a", kT0 + 20), std::nullopt);  // nothing left
+}
+
+TEST_F(LinkAuthorityTest, ARotationIsValidatedAndARepeatIsADuplicate) {
+  EXPECT_EQ(ledger_.rotateGatewayKey("gw-x", linkKey(5), 1'000, kT0).code, ReplyCode::kNotFound);
+  EXPECT_EQ(ledger_.rotateGatewayKey("gw-a", PublicKey{}, 1'000, kT0).code,
+            ReplyCode::kInvalidArgument);
+  EXPECT_EQ(
+      ledger_.rotateGatewayKey("gw-a", linkKey(5), limits::kGatewayKeyOverlapMsMax + 1, kT0).code,
+      ReplyCode::kInvalidArgument);
+  const GatewayReply taken = ledger_.rotateGatewayKey("gw-a", linkKey(2), 1'000, kT0);
+  EXPECT_EQ(taken.code, ReplyCode::kInvalidArgument);  // gw-b's key
+  EXPECT_THAT(taken.message, HasSubstr("gateway 'gw-b'"));
+
+  ASSERT_EQ(ledger_.rotateGatewayKey("gw-a", linkKey(5), 1'000, kT0).code, ReplyCode::kOk);
+  const GatewayReply repeat = ledger_.rotateGatewayKey("gw-a", linkKey(5), 1'000, kT0 + 5);
+  EXPECT_EQ(repeat.code, ReplyCode::kOk);
+  EXPECT_TRUE(repeat.duplicate);
+  EXPECT_EQ(ledger_.shards().findGateway("gw-a")->previous_key_until_ms, kT0 + 1'000);
+  // A second rotation within the window keeps the key the gateway has been using as previous.
+  ASSERT_EQ(ledger_.rotateGatewayKey("gw-a", linkKey(6), 1'000, kT0 + 10).code, ReplyCode::kOk);
+  EXPECT_EQ(ledger_.shards().findGateway("gw-a")->previous_public_key, linkKey(1));
+  EXPECT_EQ(identify(linkKey(5)).role, LinkRole::kNobody);
+  // No overlap at all: the old key is refused at once.
+  ASSERT_EQ(ledger_.rotateGatewayKey("gw-b", linkKey(7), 0, kT0).code, ReplyCode::kOk);
+  EXPECT_EQ(identify(linkKey(2)).role, LinkRole::kNobody);
+  EXPECT_EQ(identify(linkKey(7)).gateway_name, "gw-b");
 }
 
 }  // namespace

@@ -272,5 +272,115 @@ TEST_F(TlsIdentityTest, ADisabledGatewaysOpenConnectionIsCut) {
   EXPECT_EQ(audit.code, 7) << audit.output;  // NOT_FOUND: the ledger never saw r2
 }
 
+// `tallyctl gateway rotate`: the new key is the gateway's at once and the old one stays admitted
+// during the overlap; the first use of the new key ends the overlap and cuts the old key's
+// connections.
+TEST_F(TlsIdentityTest, ARotatedGatewayKeepsItsOldKeyUntilTheNewOneIsUsed) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  ASSERT_NO_FATAL_FAILURE(publishPolicy());
+  const std::string agent_dir = dir_.file("agent");
+  const std::string old_key = agentIdentity(agent_dir, "gw-1");
+  ASSERT_EQ(asOperator({"gateway", "enroll", "--id", "gw-1", "--public-key", old_key}).code, 0);
+  ASSERT_NO_FATAL_FAILURE(startAgent(agent_dir, ledgerPublicKey()));
+  CtlRun reserved;
+  ASSERT_TRUE(eventually([&] {
+    reserved = tallyctl({"--agent", agent_socket_, "--json", "reserve", "--id", "r1", "--subject",
+                         "tenant-1", "--route", "chat", "--units", "10"});
+    return reserved.code == 0;
+  })) << reserved.output;
+  const std::string new_dir = dir_.file("agent-new");
+  const std::string new_key = agentIdentity(new_dir, "gw-1");
+  const std::string ledger_key = ledgerPublicKey();
+  auto withKey = [&](const std::string& dir, std::vector<std::string> args) {
+    args.insert(args.begin(), {"--ledger", address_, "--key", dir + "/gateway.key", "--ledger-key",
+                               ledger_key, "--json"});
+    return tallyctl(args);
+  };
+
+  const CtlRun rotated = asOperator(
+      {"gateway", "rotate", "--id", "gw-1", "--public-key", new_key, "--overlap-ms", "600000"});
+  ASSERT_EQ(rotated.code, 0) << rotated.output;
+  EXPECT_NE(rotated.output.find("\"publicKey\":\"" + new_key + "\""), std::string::npos)
+      << rotated.output;
+  EXPECT_NE(rotated.output.find("\"previousPublicKey\":\"" + old_key + "\""), std::string::npos)
+      << rotated.output;
+  EXPECT_NE(ledger_->log().find("event=gateway_key_rotated gateway=gw-1"), std::string::npos);
+
+  // During the overlap the old key is still the gateway: its open link is served, and so is a
+  // new connection presenting it.
+  const CtlRun during = tallyctl({"--agent", agent_socket_, "--json", "reserve", "--id", "r2",
+                                  "--subject", "tenant-1", "--route", "chat", "--units", "10"});
+  EXPECT_EQ(during.code, 0) << during.output;
+  EXPECT_EQ(withKey(agent_dir, {"health"}).code, 0);
+
+  // The new key's first use ends the overlap: the old key's connections are cut, and it is
+  // refused from then on.
+  const CtlRun first_use = withKey(new_dir, {"health"});
+  EXPECT_EQ(first_use.code, 0) << first_use.output;
+  EXPECT_TRUE(eventually([&] {
+    return ledger_->log().find("event=connection_cut") != std::string::npos &&
+           agent_->log().find("ledger_link_lost") != std::string::npos;
+  })) << "ledger:\n"
+      << ledger_->log() << "\nagent:\n"
+      << agent_->log();
+  const std::string log = ledger_->log();
+  EXPECT_NE(log.find("event=gateway_key_overlap_ended gateway=gw-1"), std::string::npos) << log;
+  EXPECT_NE(log.find("reason=\"gateway 'gw-1' was rotated to a new key, now in use\""),
+            std::string::npos)
+      << log;
+  const CtlRun old_after = withKey(agent_dir, {"health"});
+  EXPECT_EQ(old_after.code, 11) << old_after.output;
+  EXPECT_EQ(withKey(new_dir, {"health"}).code, 0);
+  const CtlRun listed = asOperator({"gateway", "list"});
+  ASSERT_EQ(listed.code, 0) << listed.output;
+  EXPECT_NE(listed.output.find("\"publicKey\":\"" + new_key + "\""), std::string::npos)
+      << listed.output;
+  EXPECT_EQ(listed.output.find("previousPublicKey"), std::string::npos) << listed.output;
+}
+
+// The overlap is durable (a restarted ledger still admits the old key), and once its window ends
+// the old key is refused even if the new one was never used.
+TEST_F(TlsIdentityTest, TheOldKeyIsRefusedWhenTheOverlapWindowEndsAndTheWindowSurvivesARestart) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  const std::string old_dir = dir_.file("gw-old");
+  const std::string old_key = agentIdentity(old_dir, "gw-1");
+  const std::string second_dir = dir_.file("gw-second");
+  const std::string second_key = agentIdentity(second_dir, "gw-1");
+  const std::string third_dir = dir_.file("gw-third");
+  const std::string third_key = agentIdentity(third_dir, "gw-1");
+  ASSERT_EQ(asOperator({"gateway", "enroll", "--id", "gw-1", "--public-key", old_key}).code, 0);
+  ASSERT_EQ(asOperator({"gateway", "rotate", "--id", "gw-1", "--public-key", second_key,
+                        "--overlap-ms", "600000"})
+                .code,
+            0);
+  const std::string ledger_key = ledgerPublicKey();
+  auto health = [&](const std::string& dir) {
+    return tallyctl({"--ledger", address_, "--key", dir + "/gateway.key", "--ledger-key",
+                     ledger_key, "health"});
+  };
+
+  ledger_->kill9();
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  const CtlRun listed = asOperator({"gateway", "list"});
+  ASSERT_EQ(listed.code, 0) << listed.output;
+  EXPECT_NE(listed.output.find("\"previousPublicKey\":\"" + old_key + "\""), std::string::npos)
+      << listed.output;
+  EXPECT_EQ(health(old_dir).code, 0);
+
+  // A second rotation within the window: the old key stays the previous one (it is the key the
+  // gateway has been using), now for 300 ms; the unused second key is nobody at once.
+  ASSERT_EQ(asOperator({"gateway", "rotate", "--id", "gw-1", "--public-key", third_key,
+                        "--overlap-ms", "300"})
+                .code,
+            0);
+  EXPECT_EQ(health(second_dir).code, 11);
+  CtlRun refused;
+  EXPECT_TRUE(eventually([&] {
+    refused = health(old_dir);
+    return refused.code == 11;
+  })) << refused.output;
+  EXPECT_EQ(health(third_dir).code, 0);
+}
+
 }  // namespace
 }  // namespace tally::testing

@@ -96,7 +96,7 @@ class TlsLinkFixture : public ::testing::Test {
     Result<std::string> out =
         runForOutput(binaryPath("tally-agent"),
                      {"--data-dir", data_dir, "--gateway-name", name, "identity", "--json"},
-                     dir_.file("identity-" + name + ".log"));
+                     dir_.file("identity-" + name + "-" + std::to_string(++calls_) + ".log"));
     EXPECT_TRUE(out.isOk()) << out.status().toString();
     return out.isOk() ? jsonString(out.value(), "publicKey") : std::string();
   }
