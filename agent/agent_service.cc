@@ -24,6 +24,14 @@ constexpr bool kGatewayOrShardRequest =
     std::is_same_v<T, wire::ListShardsRequest> || std::is_same_v<T, wire::RevokeShardsRequest> ||
     std::is_same_v<T, wire::WriteOffShardRequest>;
 
+template <typename T>
+constexpr bool kPolicyChange =
+    std::is_same_v<T, wire::PublishPolicyRequest> || std::is_same_v<T, wire::RollbackPolicyRequest>;
+
+constexpr const char* kPolicyChangeRefused =
+    "policy publish and rollback are operator requests, not served on the agent's socket: send "
+    "them to the ledger with the operator key (tallyctl --ledger HOST:PORT --key operator.key)";
+
 ReservationReply queuedReply(const OutboxEntry& entry) {
   return {.code = ReplyCode::kQueued,
           .message = std::string(outboxKindName(entry.kind)) + " of " + entry.reservation_id +
@@ -183,10 +191,16 @@ void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) 
           // Operator and agent-to-ledger messages: never forwarded from a gateway's socket.
           measured(wire::ErrorReply{.code = wire::ErrorCode::kUnknownMessage,
                                     .message = "request kind not served by the agent"});
+        } else if constexpr (kPolicyChange<T>) {
+          // Operator requests: a gateway peer of the agent's socket may not change the policy
+          // of every tenant through the agent's link (docs/security.md "Agents").
+          measured(wire::ErrorReply{.code = wire::ErrorCode::kPermissionDenied,
+                                    .message = kPolicyChangeRefused});
         } else {
-          request =
-              AgentOtherRequest{.changes_policy = std::is_same_v<T, wire::PublishPolicyRequest> ||
-                                                  std::is_same_v<T, wire::RollbackPolicyRequest>};
+          static_assert(
+              std::is_same_v<T, wire::AuditRequest> || std::is_same_v<T, wire::ShowPolicyRequest>,
+              "only the operator's reads are forwarded as other requests");
+          request = AgentOtherRequest{};
         }
       },
       body);

@@ -718,6 +718,11 @@ GatewayReply Ledger::setGatewayEnabled(const std::string& gateway_name, bool ena
   return shards_.setGatewayEnabled(gateway_name, enabled);
 }
 
+GatewayReply Ledger::rotateGatewayKey(const std::string& gateway_name, const PublicKey& new_key,
+                                      uint64_t overlap_ms, uint64_t now_ms) {
+  return shards_.rotateGatewayKey(gateway_name, new_key, overlap_ms, advance(now_ms));
+}
+
 ShardReply Ledger::issueShard(const ShardIssueRequest& request, uint64_t now_ms) {
   return shards_.issue(request, advance(now_ms));
 }

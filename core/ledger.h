@@ -193,6 +193,8 @@ class Ledger {
                              uint64_t now_ms);
   GatewayReply listGateways() const { return shards_.listGateways(); }
   GatewayReply setGatewayEnabled(const std::string& gateway_name, bool enabled, uint64_t now_ms);
+  GatewayReply rotateGatewayKey(const std::string& gateway_name, const PublicKey& new_key,
+                                uint64_t overlap_ms, uint64_t now_ms);
   ShardReply issueShard(const ShardIssueRequest& request, uint64_t now_ms);
   ShardReply reportShard(const ShardReport& report, uint64_t now_ms);
   ShardReply shardStatus(const std::string& gateway_name,

@@ -42,6 +42,10 @@ struct ShowPolicyRequest {
 struct EnrollGatewayRequest {
   std::string gateway_name;
   PublicKey public_key{};
+  // `tallyctl gateway rotate`: public_key replaces the enrolled gateway's key, the old one
+  // admitted for rotate_overlap_ms more (ShardRegistry::rotateGatewayKey).
+  bool rotate = false;
+  uint64_t rotate_overlap_ms = 0;
 };
 struct ListGatewaysRequest {};
 struct SetGatewayEnabledRequest {

@@ -44,6 +44,22 @@ LedgerOutcome rollbackPolicy(Ledger* ledger, uint64_t now_ms) {
 }
 
 LedgerOutcome enrollGateway(Ledger* ledger, const EnrollGatewayRequest& request, uint64_t now_ms) {
+  if (request.rotate) {
+    GatewayReply reply = ledger->rotateGatewayKey(request.gateway_name, request.public_key,
+                                                  request.rotate_overlap_ms, now_ms);
+    LedgerOutcome outcome;
+    if (firstSuccess(reply.code, reply.duplicate) && !reply.gateways.empty()) {
+      const GatewayRecord& record = reply.gateways.front();
+      outcome.events.emplace_back(
+          GatewayEnrolled{.gateway_name = request.gateway_name,
+                          .public_key = record.public_key,
+                          .rotated = true,
+                          .previous_public_key = record.previous_public_key,
+                          .previous_key_until_ms = record.previous_key_until_ms});
+    }
+    outcome.reply = std::move(reply);
+    return outcome;
+  }
   GatewayReply reply = ledger->enrollGateway(request.gateway_name, request.public_key, now_ms);
   LedgerOutcome outcome;
   if (firstSuccess(reply.code, reply.duplicate)) {

@@ -44,6 +44,11 @@ struct Audited {
 struct GatewayEnrolled {
   std::string gateway_name;
   PublicKey public_key{};
+  // A rotation (EnrollGatewayRequest::rotate): public_key replaced previous_public_key, which is
+  // admitted until previous_key_until_ms (zero key: not at all).
+  bool rotated = false;
+  PublicKey previous_public_key{};
+  uint64_t previous_key_until_ms = 0;
 };
 struct GatewayEnabledSet {
   std::string gateway_name;

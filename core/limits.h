@@ -37,6 +37,10 @@ inline constexpr uint64_t kGenerationsMax = 1'000'000;
 // Emergency shards (docs/SHARDS.md): the ledger's registry.
 inline constexpr uint64_t kShardRequestIdBytesMax = 128;
 inline constexpr uint64_t kGatewaysMax = 10'000;
+// Key rotation (`tallyctl gateway rotate --overlap-ms`): how long the replaced key stays
+// admitted at most (a week), and by default (an hour).
+inline constexpr uint64_t kGatewayKeyOverlapMsMax = 7ull * 24 * 3'600'000;
+inline constexpr uint64_t kGatewayKeyOverlapMsDefault = 3'600'000;
 // Shards kept at once (RECONCILED ones are compacted after retention): every one fits one
 // reply (wire kShardsPerReplyMax).
 inline constexpr uint64_t kShardsMax = 100'000;

@@ -62,6 +62,14 @@ class ShardRegistry {
                              uint64_t now_ms);
   GatewayReply listGateways() const;
   GatewayReply setGatewayEnabled(const std::string& gateway_name, bool enabled);
+  // Replaces the gateway's key with `new_key` now; the key it replaces stays admitted as its
+  // previous key until now_ms + overlap_ms (at most limits::kGatewayKeyOverlapMsMax) or until
+  // endKeyOverlap(). During a rotation the previous key stays the one the gateway had before it.
+  GatewayReply rotateGatewayKey(const std::string& gateway_name, const PublicKey& new_key,
+                                uint64_t overlap_ms, uint64_t now_ms);
+  // The gateway's current key was used (on the link): its previous key is no longer admitted.
+  // The previous key it retired, if one was admitted at `now_ms`.
+  std::optional<PublicKey> endKeyOverlap(const std::string& gateway_name, uint64_t now_ms);
 
   ShardReply issue(const ShardIssueRequest& request, uint64_t now_ms);
   // kNotFound (typed: "this ledger has no record of the shard", never retried by the agent)

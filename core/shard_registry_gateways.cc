@@ -1,6 +1,7 @@
 // ShardRegistry: enrolled gateways (docs/SHARDS.md "Gateways"). The rest of the registry is in
 // shard_registry.cc.
 
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -77,6 +78,61 @@ GatewayReply ShardRegistry::setGatewayEnabled(const std::string& gateway_name, b
   record.enabled = enabled;
   touchedGateway(gateway_name);
   return {.code = ReplyCode::kOk, .gateways = {record}};
+}
+
+GatewayReply ShardRegistry::rotateGatewayKey(const std::string& gateway_name,
+                                             const PublicKey& new_key, uint64_t overlap_ms,
+                                             uint64_t now_ms) {
+  auto it = gateways_.find(gateway_name);
+  if (it == gateways_.end()) {
+    return gatewayError(ReplyCode::kNotFound, "no gateway '" + gateway_name + "'");
+  }
+  if (new_key == PublicKey{}) {
+    return gatewayError(ReplyCode::kInvalidArgument, "public key must be set");
+  }
+  if (overlap_ms > limits::kGatewayKeyOverlapMsMax) {
+    return gatewayError(
+        ReplyCode::kInvalidArgument,
+        "overlap must be at most " + std::to_string(limits::kGatewayKeyOverlapMsMax) + " ms");
+  }
+  GatewayRecord& record = it->second;
+  if (record.public_key == new_key) {  // a repeat (or a rotation to the key it has)
+    return {.code = ReplyCode::kOk, .gateways = {record}, .duplicate = true};
+  }
+  for (const auto& [name, other] : gateways_) {
+    if (name != gateway_name &&
+        (other.public_key == new_key || other.previous_public_key == new_key)) {
+      return gatewayError(ReplyCode::kInvalidArgument,
+                          "the key is gateway '" + name + "'s; a key is one gateway's");
+    }
+  }
+  // The previous key is the one the gateway has been using: kept if a rotation is under way.
+  const bool rotating = record.previous_public_key != PublicKey{} &&
+                        now_ms < record.previous_key_until_ms &&
+                        record.previous_public_key != new_key;
+  if (!rotating) record.previous_public_key = record.public_key;
+  record.public_key = new_key;
+  record.previous_key_until_ms = now_ms + overlap_ms;  // overlap_ms is bounded: no overflow
+  if (overlap_ms == 0) {
+    record.previous_public_key = PublicKey{};
+    record.previous_key_until_ms = 0;
+  }
+  touchedGateway(gateway_name);
+  return {.code = ReplyCode::kOk, .gateways = {record}};
+}
+
+std::optional<PublicKey> ShardRegistry::endKeyOverlap(const std::string& gateway_name,
+                                                      uint64_t now_ms) {
+  auto it = gateways_.find(gateway_name);
+  if (it == gateways_.end() || it->second.previous_public_key == PublicKey{}) return std::nullopt;
+  GatewayRecord& record = it->second;
+  const PublicKey previous = record.previous_public_key;
+  const bool admitted = now_ms < record.previous_key_until_ms;
+  record.previous_public_key = PublicKey{};
+  record.previous_key_until_ms = 0;
+  touchedGateway(gateway_name);
+  if (!admitted) return std::nullopt;
+  return previous;
 }
 
 const GatewayRecord* ShardRegistry::findGateway(const std::string& gateway_name) const {

@@ -106,6 +106,11 @@ struct GatewayRecord {
   PublicKey public_key{};
   bool enabled = true;
   uint64_t enrolled_at_ms = 0;
+  // A key rotation (`tallyctl gateway rotate`, docs/security.md "Rotation"): the key public_key
+  // replaced, still admitted on the link (and for the shards it signed) while now_ms <
+  // previous_key_until_ms, until public_key is first used on the link. Zero: none.
+  PublicKey previous_public_key{};
+  uint64_t previous_key_until_ms = 0;
 
   bool operator==(const GatewayRecord&) const = default;
 };

@@ -34,6 +34,7 @@ enum class Flag : uint8_t {
   kPeriod,
   kPeriods,  // the one command flag without a value (audit --periods)
   kTotal,
+  kOverlapMs,
 };
 
 struct FlagName {
@@ -57,6 +58,7 @@ constexpr FlagName kFlags[] = {
     {"period", Flag::kPeriod},
     {"periods", Flag::kPeriods},
     {"total", Flag::kTotal},
+    {"overlap-ms", Flag::kOverlapMs},
 };
 
 struct CommandSpec {
@@ -92,6 +94,7 @@ const CommandSpec& specFor(Command command) {
       {Command::kShardRevoke, {}, {F::kId, F::kGateway}},  // exactly one: checkShardRevoke()
       {Command::kShardWriteOff, {F::kId}, {}},
       {Command::kExtend, {F::kId, F::kOperation, F::kTotal}, {}},
+      {Command::kGatewayRotate, {F::kId, F::kPublicKey}, {F::kOverlapMs}},
   };
   for (const CommandSpec& spec : kSpecs) {
     if (spec.command == command) return spec;
@@ -143,7 +146,8 @@ Status checkText(std::string_view flag, const std::string& value, uint64_t bytes
 
 bool isGatewayCommand(Command command) {
   return command == Command::kGatewayEnroll || command == Command::kGatewayList ||
-         command == Command::kGatewayDisable || command == Command::kGatewayEnable;
+         command == Command::kGatewayDisable || command == Command::kGatewayEnable ||
+         command == Command::kGatewayRotate;
 }
 
 bool isShardCommand(Command command) {
@@ -211,6 +215,8 @@ Status applyFlag(Flag flag, const std::string& value, Invocation* inv) {
     case Flag::kUnits: return parseNumber(name, value, 1, UINT64_MAX, &inv->units);
     case Flag::kActual: return parseNumber(name, value, 0, UINT64_MAX, &inv->actual_units);
     case Flag::kTotal: return parseNumber(name, value, 1, UINT64_MAX, &inv->total_units);
+    case Flag::kOverlapMs:
+      return parseNumber(name, value, 0, limits::kGatewayKeyOverlapMsMax, &inv->overlap_ms);
     case Flag::kGeneration: return parseNumber(name, value, 0, UINT64_MAX, &inv->generation);
     case Flag::kPeriod: {
       Status s = parseNumber(name, value, 0, UINT64_MAX, &number);
@@ -407,10 +413,9 @@ Status resolveCommand(const std::vector<std::string>& words, Invocation* inv) {
   };
   size_t used = 1;
   static const std::map<std::string_view, Command> kGateway = {
-      {"enroll", Command::kGatewayEnroll},
-      {"list", Command::kGatewayList},
-      {"disable", Command::kGatewayDisable},
-      {"enable", Command::kGatewayEnable},
+      {"enroll", Command::kGatewayEnroll},   {"list", Command::kGatewayList},
+      {"disable", Command::kGatewayDisable}, {"enable", Command::kGatewayEnable},
+      {"rotate", Command::kGatewayRotate},
   };
   static const std::map<std::string_view, Command> kShard = {
       {"list", Command::kShardList},
@@ -420,7 +425,7 @@ Status resolveCommand(const std::vector<std::string>& words, Invocation* inv) {
   if (words[0] == "gateway" || words[0] == "shard") {
     const bool gateway = words[0] == "gateway";
     const char* expected =
-        gateway ? "enroll, list, disable or enable" : "list, revoke or write-off";
+        gateway ? "enroll, list, disable, enable or rotate" : "list, revoke or write-off";
     if (words.size() < 2) return usage("'" + words[0] + "' needs a subcommand: " + expected);
     const auto& table = gateway ? kGateway : kShard;
     const auto it = table.find(words[1]);
@@ -512,6 +517,7 @@ const char* commandName(Command command) {
     case Command::kShardRevoke: return "shard revoke";
     case Command::kShardWriteOff: return "shard write-off";
     case Command::kExtend: return "extend";
+    case Command::kGatewayRotate: return "gateway rotate";
   }
   return "?";
 }
@@ -600,6 +606,10 @@ Gateways and emergency shards (ledger only; an agent refuses these):
   gateway list                    every enrolled gateway
   gateway disable --id NAME       no more shards for NAME; its reports are refused
   gateway enable --id NAME        undo disable
+  gateway rotate --id NAME --public-key BASE64 [--overlap-ms N]
+                                  NAME's key becomes BASE64 at once; its old key stays admitted
+                                  on the link for N ms (default 3600000, at most 604800000) or
+                                  until the new key is first used, whichever comes first
   shard list [--gateway NAME] [--state S]
                                   shards and their central equations; S is one of ISSUED,
                                   REVOKED, RECONCILING, RECONCILED, CONFLICT, WRITTEN_OFF
@@ -655,7 +665,8 @@ JSON fields:
                conserved)
   policy       code, policyGeneration, message (show adds budgets[] with the TOML keys)
   gateway      code, duplicate, message, gateways[] (gatewayId (the name), publicKey (base64),
-               enabled, enrolledAt, enrolledAtMs)
+               enabled, enrolledAt, enrolledAtMs; during a rotation previousPublicKey,
+               previousKeyUntil, previousKeyUntilMs)
   shard        code, duplicate, permissionDenied, message, remintedUnits, spentUnits,
                debtUnits (changed by this call), limitingDimension (refusals), shards[]
                (shardId, gatewayId (the name), publicKey (the gateway's, base64), subject,
@@ -688,7 +699,9 @@ Exit codes:
   11  permission denied: the gateway is unknown or disabled, or a signature did not verify;
       or the TLS link failed: the ledger refused our key, its key is not the pinned one, or
       one side runs with --insecure and the other does not; or the agent's socket refused
-      us: its file mode or owner (EACCES on connect), or the agent's allowed_uids/gids
+      us: its file mode or owner (EACCES on connect), or the agent's allowed_uids/gids; or
+      PERMISSION_DENIED: the key given with --key may not send this request (a gateway's key
+      sends no operator request and acts only for its own gateway: use the operator key)
   1   internal error in tallyctl
 )";
 }

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "central-client/blocking_client.h"
+#include "core/limits.h"
 #include "core/shard_types.h"
 #include "core/status.h"
 #include "core/types.h"
@@ -42,7 +43,8 @@ enum class Command : uint8_t {
   kShardList,
   kShardRevoke,
   kShardWriteOff,
-  kExtend,  // `extend`: a STARTED reservation grows to a new total (streaming top-up)
+  kExtend,         // `extend`: a STARTED reservation grows to a new total (streaming top-up)
+  kGatewayRotate,  // `gateway rotate`: a new key, the old one admitted for an overlap window
 };
 
 // The command word(s) as typed, e.g. "policy publish", "unknown".
@@ -80,9 +82,10 @@ struct Invocation {
 
   // gateway enroll/disable/enable --id NAME; shard list/revoke --gateway NAME.
   std::string gateway_name;
-  std::optional<PublicKey> public_key;    // gateway enroll --public-key BASE64
-  std::string shard_id;                   // shard revoke/write-off --id ID
-  std::optional<ShardState> shard_state;  // shard list --state S
+  std::optional<PublicKey> public_key;  // gateway enroll/rotate --public-key BASE64
+  uint64_t overlap_ms = limits::kGatewayKeyOverlapMsDefault;  // gateway rotate --overlap-ms
+  std::string shard_id;                                       // shard revoke/write-off --id ID
+  std::optional<ShardState> shard_state;                      // shard list --state S
 
   std::optional<uint64_t> period;  // audit --period EPOCH: that closed accounting period
   bool list_periods = false;       // audit --periods: the closed accounting periods kept

@@ -48,7 +48,9 @@ int exitCodeForError(wire::ErrorCode code) {
     case wire::ErrorCode::kUnavailable:
     case wire::ErrorCode::kNotPrimary: return kExitUnavailable;  // no primary among the addresses
     case wire::ErrorCode::kNotFound: return kExitNotFound;
-    case wire::ErrorCode::kPermissionDenied: return kExitPermissionDenied;  // SO_PEERCRED refusal
+    // The ledger refused the request for the key we presented (a gateway key sending an
+    // operator request or acting for another gateway), or an agent refused our uid.
+    case wire::ErrorCode::kPermissionDenied: return kExitPermissionDenied;
     default: return kExitProtocol;
   }
 }
@@ -63,6 +65,7 @@ Expect expectedAnswer(Command command) {
     case Command::kAudit: return Expect::kAudit;
     case Command::kHealth: return Expect::kHealth;
     case Command::kGatewayEnroll:
+    case Command::kGatewayRotate:
     case Command::kGatewayList:
     case Command::kGatewayDisable:
     case Command::kGatewayEnable: return Expect::kGateway;
@@ -171,6 +174,12 @@ Result<wire::RequestBody> buildRequest(const Invocation& inv) {
     case Command::kGatewayEnroll:
       return wire::RequestBody(wire::EnrollGatewayRequest{
           .gateway_name = inv.gateway_name, .public_key = inv.public_key.value_or(PublicKey{})});
+    case Command::kGatewayRotate:
+      return wire::RequestBody(
+          wire::EnrollGatewayRequest{.gateway_name = inv.gateway_name,
+                                     .public_key = inv.public_key.value_or(PublicKey{}),
+                                     .rotate = true,
+                                     .rotate_overlap_ms = inv.overlap_ms});
     case Command::kGatewayList: return wire::RequestBody(wire::ListGatewaysRequest{});
     case Command::kGatewayDisable:
     case Command::kGatewayEnable:

@@ -91,6 +91,10 @@ std::string renderGateways(const GatewayReply& reply, bool json) {
       w.field("publicKey", identity::encodePublicKey(g.public_key));
       w.field("enabled", g.enabled);
       timeField(w, "enrolledAt", g.enrolled_at_ms);
+      if (g.previous_public_key != PublicKey{}) {  // a rotation's old key and its window
+        w.field("previousPublicKey", identity::encodePublicKey(g.previous_public_key));
+        timeField(w, "previousKeyUntil", g.previous_key_until_ms);
+      }
       w.endObject();
     }
     w.endArray();
@@ -105,7 +109,12 @@ std::string renderGateways(const GatewayReply& reply, bool json) {
   if (reply.duplicate) out += "duplicate: nothing changed\n";
   for (const GatewayRecord& g : reply.gateways) {
     out += g.gateway_name + "  " + identity::encodePublicKey(g.public_key) + "  " +
-           (g.enabled ? "enabled" : "DISABLED") + "  enrolled " + timeText(g.enrolled_at_ms) + "\n";
+           (g.enabled ? "enabled" : "DISABLED") + "  enrolled " + timeText(g.enrolled_at_ms) +
+           (g.previous_public_key == PublicKey{}
+                ? std::string()
+                : "  previous key " + identity::encodePublicKey(g.previous_public_key) + " until " +
+                      timeText(g.previous_key_until_ms)) +
+           "\n";
   }
   if (out.empty()) out = "no gateways\n";
   return out;

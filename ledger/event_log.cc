@@ -71,9 +71,20 @@ void logLedgerEvent(Logger* logger, const LedgerEvent& event) {
         } else if constexpr (std::is_same_v<T, Audited>) {
           // a metric (LedgerMetrics::observeAudit), not a line
         } else if constexpr (std::is_same_v<T, GatewayEnrolled>) {
-          logger->info("gateway_enrolled",
-                       {{"gateway", e.gateway_name},
-                        {"public_key", identity::encodePublicKey(e.public_key)}});
+          if (e.rotated) {
+            logger->info(
+                "gateway_key_rotated",
+                {{"gateway", e.gateway_name},
+                 {"public_key", identity::encodePublicKey(e.public_key)},
+                 {"previous_public_key", e.previous_public_key == PublicKey{}
+                                             ? std::string()
+                                             : identity::encodePublicKey(e.previous_public_key)},
+                 {"previous_key_until_ms", e.previous_key_until_ms}});
+          } else {
+            logger->info("gateway_enrolled",
+                         {{"gateway", e.gateway_name},
+                          {"public_key", identity::encodePublicKey(e.public_key)}});
+          }
         } else if constexpr (std::is_same_v<T, GatewayEnabledSet>) {
           logger->info(e.enabled ? "gateway_enabled" : "gateway_disabled",
                        {{"gateway", e.gateway_name}});

@@ -4,6 +4,9 @@
 
 #include <utility>
 
+#include "common/wall_clock.h"
+#include "core/link_authority.h"
+
 namespace tally::ledger {
 
 std::string operatorKeyPath(const std::string& data_dir) { return data_dir + "/operator.key"; }
@@ -22,12 +25,10 @@ Result<identity::KeyPair> loadOrCreateOperatorKey(const std::string& data_dir, L
 }
 
 bool admitsPeer(const Ledger& ledger, const PublicKey& operator_key, const PublicKey& key) {
-  if (key == operator_key) return true;
-  const GatewayReply gateways = ledger.listGateways();
-  for (const GatewayRecord& gateway : gateways.gateways) {
-    if (gateway.public_key == key) return gateway.enabled;
-  }
-  return false;
+  // The wall clock: the ledger clock is Unix ms too (it only never goes back), and a rotation's
+  // window is minutes to days long.
+  return identifyLinkPeer(ledger.shards(), operator_key, key, wallClockMs()).role !=
+         LinkRole::kNobody;
 }
 
 std::function<Result<std::unique_ptr<net::TlsSession>>()> serverTlsSessions(

@@ -26,7 +26,9 @@ namespace tally::ledger {
 std::string operatorKeyPath(const std::string& data_dir);
 Result<identity::KeyPair> loadOrCreateOperatorKey(const std::string& data_dir, Logger* logger);
 
-// Whether `key` may open a TLS session with the ledger right now.
+// Whether `key` may open a TLS session with the ledger right now: it is the operator or an
+// enrolled, enabled gateway (core/link_authority.h identifyLinkPeer, which the server asks
+// again before every request on the connection).
 bool admitsPeer(const Ledger& ledger, const PublicKey& operator_key, const PublicKey& key);
 
 // Makes one server session per accepted connection. `ledger` must outlive the sessions.

@@ -489,10 +489,11 @@ Result<OpenedStore> waitAsStandby(const LedgerConfig& config, const std::string&
 }
 
 // TLS on the link (ledger/link_tls.h): the factory of server sessions, or none with
-// --insecure (logged loudly). Loads or creates DIR/operator.key.
+// --insecure (logged loudly). Loads or creates DIR/operator.key; its public half goes to
+// `operator_public_key` (the server's ServerOptions::operator_key).
 Result<std::function<Result<std::unique_ptr<net::TlsSession>>()>> linkTls(
     const LedgerConfig& config, const identity::KeyPair& ledger_key, const Ledger* ledger,
-    Logger* logger) {
+    Logger* logger, std::optional<PublicKey>* operator_public_key) {
   if (config.insecure) {
     logger->warn("insecure",
                  {{"listen", config.listen_host},
@@ -509,6 +510,7 @@ Result<std::function<Result<std::unique_ptr<net::TlsSession>>()>> linkTls(
   logger->info("tls", {{"ledger_key_id", identity::keyIdOf(ledger_key.public_key)},
                        {"operator_key", operatorKeyPath(config.data_dir)},
                        {"admits", "enrolled, enabled gateway keys and the operator key"}});
+  *operator_public_key = operator_key.value().public_key;
   return serverTlsSessions(ledger_key, ledger, operator_key.value().public_key);
 }
 
@@ -598,8 +600,9 @@ int serve(LedgerConfig* config_in, OpenedStore opened, int listen_fd, int* kept_
                            {"apply_ms", summary.apply_ms},
                            {"finish_ms", summary.finish_ms}});
 
+  std::optional<PublicKey> operator_public_key;
   Result<std::function<Result<std::unique_ptr<net::TlsSession>>()>> tls =
-      linkTls(config, key.value(), &ledger, &logger);
+      linkTls(config, key.value(), &ledger, &logger, &operator_public_key);
   if (!tls.isOk()) {
     logger.error("tls_setup_failed", {{"error", tls.status().toString()}});
     return kExitStartup;
@@ -660,7 +663,8 @@ int serve(LedgerConfig* config_in, OpenedStore opened, int listen_fd, int* kept_
                               .tls = tls.value(),
                               .refused_answer = [lease_store](const Status&) {
                                 return notPrimaryAnswer(lease_store);
-                              }});
+                              },
+                              .operator_key = operator_public_key});
   serving = &server;
   auto on_signal = [](uv_signal_t* handle, int signum) {
     auto* srv = static_cast<Server*>(handle->data);

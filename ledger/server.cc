@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <utility>
 #include <variant>
 
@@ -20,6 +21,8 @@ class Server::Connection final : public net::FramedStream {
   using FramedStream::FramedStream;
   std::string peer_;
   bool pause_logged_ = false;  // connection_paused is logged once per connection
+  // Who it was at its last request (core/link_authority.h); identified again before each.
+  std::optional<LinkPeer> link_peer_;
 };
 
 namespace {
@@ -164,9 +167,17 @@ void Server::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
                                   {"peer", connection->peer_},
                                   {"error", decoded.body.status().toString()}});
     response.body = wire::errorReplyFor(decoded.body.status());
+  } else if (std::optional<std::string> refusal = refusalOf(connection, decoded.body.value())) {
+    response.body = wire::ErrorReply{.code = wire::ErrorCode::kPermissionDenied,
+                                     .message = std::move(*refusal)};
   } else {
     LedgerOutcome outcome = requests_.apply(decoded.body.value(), clock_->nowMs());
     report(outcome.events);
+    for (const LedgerEvent& event : outcome.events) {
+      if (const auto* set = std::get_if<GatewayEnabledSet>(&event); set && !set->enabled) {
+        open_.disabled_gateways.push_back(set->gateway_name);
+      }
+    }
     response.body = responseBodyOf(std::move(outcome.reply));
   }
   if (options_.metrics != nullptr) {
@@ -174,6 +185,94 @@ void Server::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
                                    response.body);
   }
   enqueueReply(connection, response);
+}
+
+LinkPeer Server::linkPeerOf(Connection* connection) {
+  if (!options_.tls) return LinkPeer{.role = LinkRole::kUnauthenticated};
+  const net::TlsSession* tls = connection->tls();
+  LinkPeer peer;
+  if (tls == nullptr || !tls->peerKey().has_value()) {  // frames arrive only after the handshake
+    peer = LinkPeer{.role = LinkRole::kNobody, .why_nobody = "no key was presented"};
+  } else {
+    const std::string hint =
+        connection->link_peer_.has_value() ? connection->link_peer_->gateway_name : std::string();
+    const uint64_t now_ms = clock_->nowMs();
+    peer = identifyLinkPeer(ledger_->shards(), options_.operator_key.value_or(PublicKey{}),
+                            *tls->peerKey(), now_ms, hint);
+    if (endsKeyOverlap(ledger_->shards(), peer, now_ms)) {
+      // The first use of a rotated gateway's new key: its previous key is no longer admitted
+      // (durable with this batch; its connections are cut after it).
+      if (std::optional<PublicKey> retired =
+              ledger_->shards().endKeyOverlap(peer.gateway_name, now_ms)) {
+        logger_->info("gateway_key_overlap_ended", {{"gateway", peer.gateway_name},
+                                                    {"connection", connection->id()},
+                                                    {"peer", connection->peer_},
+                                                    {"reason", "its new key was used"}});
+        open_.retired_keys.emplace_back(peer.gateway_name, *retired);
+      }
+    }
+  }
+  if (!connection->link_peer_.has_value() || *connection->link_peer_ != peer) {
+    logger_->info("link_peer", {{"connection", connection->id()},
+                                {"peer", connection->peer_},
+                                {"role", linkRoleName(peer.role)},
+                                {"gateway", peer.gateway_name},
+                                {"why", peer.why_nobody}});
+    connection->link_peer_ = peer;
+  }
+  return peer;
+}
+
+std::optional<std::string> Server::refusalOf(Connection* connection,
+                                             const wire::RequestBody& request) {
+  const LinkPeer peer = linkPeerOf(connection);
+  std::optional<std::string> refusal = linkRefusal(peer, request);
+  if (refusal.has_value()) {
+    logger_->warn("request_refused", {{"connection", connection->id()},
+                                      {"peer", connection->peer_},
+                                      {"role", linkRoleName(peer.role)},
+                                      {"gateway", peer.gateway_name},
+                                      {"request", linkRequestName(request)},
+                                      {"reason", *refusal}});
+  }
+  return refusal;
+}
+
+void Server::cutConnectionsOf(const std::string& gateway_name) {
+  const GatewayRecord* gateway = ledger_->shards().findGateway(gateway_name);
+  if (gateway == nullptr || gateway->enabled) return;  // enabled again meanwhile
+  std::vector<PublicKey> keys{gateway->public_key};
+  if (gateway->previous_public_key != PublicKey{}) keys.push_back(gateway->previous_public_key);
+  cutConnections(keys, gateway_name, "gateway '" + gateway_name + "' was disabled");
+}
+
+void Server::cutConnectionsOfRetiredKey(const std::string& gateway_name, const PublicKey& key) {
+  const GatewayRecord* gateway = ledger_->shards().findGateway(gateway_name);
+  if (gateway != nullptr && gatewayHoldsKey(*gateway, key, clock_->nowMs())) return;
+  cutConnections({key}, gateway_name,
+                 "gateway '" + gateway_name + "' was rotated to a new key, now in use");
+}
+
+void Server::cutConnections(const std::vector<PublicKey>& keys, const std::string& gateway_name,
+                            const std::string& reason) {
+  std::vector<Connection*> cut;
+  for (net::FramedStream* stream : connections_.all()) {
+    auto* connection = static_cast<Connection*>(stream);
+    const net::TlsSession* tls = connection->tls();
+    if (connection->closing() || connection->shuttingDown() || tls == nullptr ||
+        !tls->peerKey().has_value() ||
+        std::find(keys.begin(), keys.end(), *tls->peerKey()) == keys.end()) {
+      continue;
+    }
+    cut.push_back(connection);
+  }
+  for (Connection* connection : cut) {
+    logger_->warn("connection_cut", {{"connection", connection->id()},
+                                     {"peer", connection->peer_},
+                                     {"gateway", gateway_name},
+                                     {"reason", reason}});
+    connection->shutdownThenClose();
+  }
 }
 
 void Server::onBadFrame(net::FramedStream* stream, const Status& status) {
@@ -341,6 +440,11 @@ void Server::flush(Batch* batch) {
     net::FramedStream* connection = connections_.find(connection_id);
     if (connection == nullptr || connection->closing()) continue;
     connection->shutdownThenClose();  // the queued error reply goes out first
+  }
+  // After the disable's answer went out (to the operator's connection, in the loop above).
+  for (const std::string& gateway_name : batch->disabled_gateways) cutConnectionsOf(gateway_name);
+  for (const auto& [gateway_name, key] : batch->retired_keys) {
+    cutConnectionsOfRetiredKey(gateway_name, key);
   }
 }
 

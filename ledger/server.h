@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "common/log.h"
@@ -15,6 +16,7 @@
 #include "core/ledger.h"
 #include "core/ledger_requests.h"
 #include "core/limits.h"
+#include "core/link_authority.h"
 #include "core/status.h"
 #include "ledger/metrics.h"
 #include "ledger/store.h"
@@ -78,6 +80,11 @@ struct ServerOptions {
   // fence rolled the transaction back; docs/scale-out.md), instead of dropping them; then the
   // server refuses as refuse() does. Unset, or nullopt: the failure is fatal (nothing is said).
   std::function<std::optional<wire::ErrorReply>(const Status& failure)> refused_answer;
+  // With tls: the operator key (every request). Every other key a session admitted is a
+  // gateway's, and every request on its connection is checked against that gateway
+  // (core/link_authority.h); refusals are answered PERMISSION_DENIED and logged
+  // (event=request_refused). Without tls every request is allowed, as before TLS.
+  std::optional<PublicKey> operator_key;
 };
 
 class Server : private net::StreamHandler {
@@ -117,6 +124,11 @@ class Server : private net::StreamHandler {
   struct Batch {
     std::unordered_map<uint64_t, ConnectionReplies> replies;  // by connection id
     std::vector<uint64_t> close_after_flush;
+    // Gateways disabled by this batch: their open connections are cut once it is durable.
+    std::vector<std::string> disabled_gateways;
+    // Previous keys of gateways whose rotation this batch ended (their new key was used): the
+    // connections that presented them are cut once it is durable.
+    std::vector<std::pair<std::string, PublicKey>> retired_keys;
     bool tick_changes = false;
     StoreBatch store;
     Status result;
@@ -124,7 +136,10 @@ class Server : private net::StreamHandler {
     uint64_t sealed_ns = 0;  // uv_hrtime at seal
     uint64_t store_us = 0;   // time in Store::commit (commit thread)
 
-    bool idle() const { return replies.empty() && close_after_flush.empty() && !tick_changes; }
+    bool idle() const {
+      return replies.empty() && close_after_flush.empty() && disabled_gateways.empty() &&
+             retired_keys.empty() && !tick_changes;
+    }
   };
 
   static void onConnection(uv_stream_t* listener, int status);
@@ -144,6 +159,17 @@ class Server : private net::StreamHandler {
   void onPaused(net::FramedStream* stream) override;
   // Logs each event, or feeds it to the metrics.
   void report(const std::vector<LedgerEvent>& events);
+  // Who `connection` is now (core/link_authority.h), and why `request` is refused on it, if it
+  // is (logged: event=request_refused).
+  LinkPeer linkPeerOf(Connection* connection);
+  std::optional<std::string> refusalOf(Connection* connection, const wire::RequestBody& request);
+  // Closes the open connections that presented the keys of `gateway_name` if it is disabled
+  // (logged: event=connection_cut).
+  void cutConnectionsOf(const std::string& gateway_name);
+  // Closes the open connections that presented `key` if `gateway_name` no longer holds it.
+  void cutConnectionsOfRetiredKey(const std::string& gateway_name, const PublicKey& key);
+  void cutConnections(const std::vector<PublicKey>& keys, const std::string& gateway_name,
+                      const std::string& reason);
   void enqueueReply(Connection* connection, const wire::Response& response);
   void seal();
   // Copies the changed rows into a batch the commit thread owns (moves the deleted ids).

@@ -30,7 +30,7 @@ constexpr uint64_t kWordsPerAccount = 24;
 constexpr uint64_t kWordsPerReservation = 48;
 constexpr uint64_t kWordsPerPolicy = 256;
 constexpr uint64_t kWordsPerDeletion = 20;
-constexpr uint64_t kWordsPerGateway = 16;
+constexpr uint64_t kWordsPerGateway = 20;
 constexpr uint64_t kWordsPerShard = 160;
 constexpr uint64_t kWordsPerFence = 12;
 constexpr uint64_t kWordsPerPeriodSnapshot = 40;
@@ -180,6 +180,11 @@ void buildGateway(const GatewayRecord& record, schema::GatewayRecordV1::Builder 
   builder.setPublicKey(dataOf(record.public_key.data(), record.public_key.size()));
   builder.setEnabled(record.enabled);
   builder.setEnrolledAtMs(record.enrolled_at_ms);
+  if (record.previous_public_key != PublicKey{}) {
+    builder.setPreviousPublicKey(
+        dataOf(record.previous_public_key.data(), record.previous_public_key.size()));
+  }
+  builder.setPreviousKeyUntilMs(record.previous_key_until_ms);
 }
 
 void buildShard(const ShardRecord& record, schema::ShardRecordV1::Builder builder) {
@@ -305,6 +310,14 @@ Result<GatewayRecord> readGateway(schema::GatewayRecordV1::Reader reader) {
   std::memcpy(record.public_key.data(), reader.getPublicKey().begin(), record.public_key.size());
   record.enabled = reader.getEnabled();
   record.enrolled_at_ms = reader.getEnrolledAtMs();
+  if (const capnp::Data::Reader previous = reader.getPreviousPublicKey(); previous.size() != 0) {
+    if (previous.size() != record.previous_public_key.size()) {
+      return Status::corruption("gateway: previous public key is not 32 bytes");
+    }
+    std::memcpy(record.previous_public_key.data(), previous.begin(),
+                record.previous_public_key.size());
+  }
+  record.previous_key_until_ms = reader.getPreviousKeyUntilMs();
   return record;
 }
 

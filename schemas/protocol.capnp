@@ -112,6 +112,8 @@ struct ShowPolicyRequest {
 struct EnrollGatewayRequest {
   gatewayName @0 :Text;            # tallyctl gateway enroll --id NAME
   publicKey @1 :Data;              # Ed25519, 32 bytes
+  rotate @2 :Bool;                 # tallyctl gateway rotate: publicKey replaces the enrolled key
+  rotateOverlapMs @3 :UInt64;      # ... which stays admitted this long (or until the new is used)
 }
 
 struct ListGatewaysRequest {}
@@ -344,6 +346,8 @@ struct GatewayInfo {
   publicKey @1 :Data;
   enabled @2 :Bool;
   enrolledAtMs @3 :UInt64;
+  previousPublicKey @4 :Data;      # a rotation's replaced key (empty: none) ...
+  previousKeyUntilMs @5 :UInt64;   # ... admitted until then, or until publicKey is first used
 }
 
 struct GatewayReply {

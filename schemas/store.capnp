@@ -84,6 +84,8 @@ struct GatewayRecordV1 {
   publicKey @1 :Data;              # Ed25519, 32 bytes
   enabled @2 :Bool;
   enrolledAtMs @3 :UInt64;
+  previousPublicKey @4 :Data;      # a key rotation's replaced key; empty: none
+  previousKeyUntilMs @5 :UInt64;
 }
 
 struct ShardRecordV1 {

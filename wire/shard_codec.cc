@@ -126,6 +126,11 @@ Result<GatewayRecord> readGateway(schema::GatewayInfo::Reader reader) {
   TALLY_WIRE_RETURN_IF_ERROR(readBytes(reader.getPublicKey(), "publicKey", &out.public_key));
   out.enabled = reader.getEnabled();
   out.enrolled_at_ms = reader.getEnrolledAtMs();
+  if (reader.hasPreviousPublicKey() && reader.getPreviousPublicKey().size() != 0) {
+    TALLY_WIRE_RETURN_IF_ERROR(
+        readBytes(reader.getPreviousPublicKey(), "previousPublicKey", &out.previous_public_key));
+  }
+  out.previous_key_until_ms = reader.getPreviousKeyUntilMs();
   return out;
 }
 
@@ -224,6 +229,8 @@ Result<EnrollGatewayRequest> readEnroll(schema::EnrollGatewayRequest::Reader rea
   TALLY_WIRE_RETURN_IF_ERROR(
       readGatewayName(reader.getGatewayName(), "gatewayName", &out.gateway_name));
   TALLY_WIRE_RETURN_IF_ERROR(readBytes(reader.getPublicKey(), "publicKey", &out.public_key));
+  out.rotate = reader.getRotate();
+  out.rotate_overlap_ms = reader.getRotateOverlapMs();
   return out;
 }
 
@@ -407,6 +414,10 @@ void fromCore(const GatewayRecord& record, schema::GatewayInfo::Builder builder)
   builder.setPublicKey(dataOf(record.public_key));
   builder.setEnabled(record.enabled);
   builder.setEnrolledAtMs(record.enrolled_at_ms);
+  if (record.previous_public_key != PublicKey{}) {
+    builder.setPreviousPublicKey(dataOf(record.previous_public_key));
+  }
+  builder.setPreviousKeyUntilMs(record.previous_key_until_ms);
 }
 
 void fromCore(const ShardLedgerView& view, schema::ShardInfo::Builder builder) {
@@ -423,6 +434,8 @@ void fromCore(const ShardLedgerView& view, schema::ShardAudit::Builder builder) 
 void fromCore(const EnrollGatewayRequest& request, schema::EnrollGatewayRequest::Builder builder) {
   builder.setGatewayName(textOf(request.gateway_name));
   builder.setPublicKey(dataOf(request.public_key));
+  builder.setRotate(request.rotate);
+  builder.setRotateOverlapMs(request.rotate_overlap_ms);
 }
 
 void fromCore(const SetGatewayEnabledRequest& request,

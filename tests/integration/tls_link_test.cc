@@ -5,127 +5,14 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
-#include <fstream>
-#include <functional>
-#include <memory>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include "tests/integration/agent_harness.h"
-#include "tests/support/process.h"
-#include "tests/support/temp_dir.h"
+#include "tests/integration/tls_link_fixture.h"
 
 namespace tally::testing {
 namespace {
 
-constexpr uint64_t kReadyTimeoutMs = 20'000;
-constexpr uint64_t kExitWaitMs = 20'000;
-
-struct CtlRun {
-  int code = -1;
-  std::string output;
-};
-
-class TlsLinkTest : public ::testing::Test {
- protected:
-  void TearDown() override {
-    if (HasFailure()) {
-      for (Process* process : {ledger_.get(), agent_.get()}) {
-        if (process != nullptr) std::fprintf(stderr, "--- log:\n%s\n", process->log().c_str());
-      }
-    }
-  }
-
-  void startLedger() {
-    ledger_ =
-        std::make_unique<Process>(binaryPath("tally-ledger"),
-                                  std::vector<std::string>{"--data-dir", ledgerDir(), "--listen",
-                                                           "127.0.0.1:0", "--metrics", ""},
-                                  dir_.file("ledger.log"), /*ready_fd=*/true, Link::kTls);
-    const int port = ledger_->waitReady(kReadyTimeoutMs);
-    ASSERT_GT(port, 0) << ledger_->log();
-    address_ = "127.0.0.1:" + std::to_string(port);
-  }
-
-  std::string ledgerDir() const { return dir_.file("ledger"); }
-  std::string operatorKey() const { return ledgerDir() + "/operator.key"; }
-
-  // tallyctl with `args`, its exit code and what it printed.
-  CtlRun tallyctl(const std::vector<std::string>& args) {
-    const std::string log = dir_.file("tallyctl-" + std::to_string(++calls_) + ".log");
-    Process process(binaryPath("tallyctl"), args, log, /*ready_fd=*/false);
-    CtlRun run;
-    run.code = process.waitExit(kExitWaitMs);
-    run.output = process.log();
-    return run;
-  }
-
-  // tallyctl against the ledger as its operator.
-  CtlRun asOperator(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--ledger", address_, "--key", operatorKey(), "--json"});
-    return tallyctl(args);
-  }
-
-  // `tally-agent identity` in DIR: the gateway's public key (base64).
-  std::string agentIdentity(const std::string& data_dir, const std::string& name) {
-    Result<std::string> out =
-        runForOutput(binaryPath("tally-agent"),
-                     {"--data-dir", data_dir, "--gateway-name", name, "identity", "--json"},
-                     dir_.file("identity-" + name + ".log"));
-    EXPECT_TRUE(out.isOk()) << out.status().toString();
-    return out.isOk() ? jsonString(out.value(), "publicKey") : std::string();
-  }
-
-  std::string ledgerPublicKey() {
-    Result<std::string> out =
-        runForOutput(binaryPath("tally-ledger"), {"--data-dir", ledgerDir(), "identity", "--json"},
-                     dir_.file("ledger-identity.log"));
-    EXPECT_TRUE(out.isOk()) << out.status().toString();
-    return out.isOk() ? jsonString(out.value(), "publicKey") : std::string();
-  }
-
-  void startAgent(const std::string& data_dir, const std::string& ledger_key) {
-    const std::string config = dir_.file("agent.toml");
-    std::ofstream(config) << "policy_refresh_ms = 50\nrequest_timeout_ms = 1000\n";
-    agent_socket_ = dir_.file("agent.sock");
-    agent_ = std::make_unique<Process>(
-        binaryPath("tally-agent"),
-        std::vector<std::string>{"--data-dir", data_dir, "--ledger", address_, "--socket",
-                                 agent_socket_, "--http-socket", "", "--metrics", "", "--config",
-                                 config, "--ledger-public-key", ledger_key},
-        dir_.file("agent.log"), /*ready_fd=*/true, Link::kTls);
-    ASSERT_GE(agent_->waitReady(kReadyTimeoutMs), 0) << agent_->log();
-  }
-
-  void publishPolicy() {
-    const std::string policy = dir_.file("policy.toml");
-    std::ofstream(policy) << "[[budget]]\nsubject = \"tenant-1\"\nroute = \"chat\"\n"
-                             "unit = \"tokens\"\nrefill_per_second = 0\nburst = 1000\n"
-                             "max_single_reservation = 1000\nhold_ttl_ms = 600000\n"
-                             "hard_execution_limit_ms = 600000\n";
-    const CtlRun published = asOperator({"policy", "publish", policy});
-    ASSERT_EQ(published.code, 0) << published.output;
-  }
-
-  // Polls `done` (a process's log, an answer) for at most 10 s.
-  static bool eventually(const std::function<bool()>& done) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (done()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return done();
-  }
-
-  TempDir dir_;
-  std::unique_ptr<Process> ledger_;
-  std::unique_ptr<Process> agent_;
-  std::string address_;
-  std::string agent_socket_;
-  int calls_ = 0;
-};
+class TlsLinkTest : public TlsLinkFixture {};
 
 TEST_F(TlsLinkTest, AnEnrolledAgentServesReserveStartSettleThroughTheLedgerOverTls) {
   ASSERT_NO_FATAL_FAILURE(startLedger());
@@ -191,7 +78,7 @@ TEST_F(TlsLinkTest, TheLedgerRefusesInsecureOnANonLoopbackAddress) {
       binaryPath("tally-ledger"),
       {"--data-dir", ledgerDir(), "--listen", "127.0.0.1:0", "--metrics", "", "--insecure"},
       dir_.file("insecure.log"), /*ready_fd=*/true, Link::kTls);
-  ASSERT_GT(insecure.waitReady(kReadyTimeoutMs), 0) << insecure.log();
+  ASSERT_GT(insecure.waitReady(kTlsReadyTimeoutMs), 0) << insecure.log();
   EXPECT_NE(insecure.log().find("level=warn component=ledger event=insecure"), std::string::npos)
       << insecure.log();
 }

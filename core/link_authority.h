@@ -1,0 +1,69 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/ledger_protocol.h"
+#include "core/shard_registry.h"
+#include "core/shard_types.h"
+
+// Who a connection to the ledger is, and what it may ask (docs/security.md "The link"). Pure:
+// the shell (ledger/server.cc) identifies the key a TLS connection presented with
+// identifyLinkPeer() before each request and answers a request linkRefusal() refuses with
+// ErrorCode::kPermissionDenied, without applying it.
+//
+//  * kOperator (the ledger's operator key): every request.
+//  * kGateway (the key of an enrolled, enabled gateway): the reservation requests (reserve,
+//    start, settle, release, extend, mark unknown, operation receipts, query), health, audit and
+//    show-policy, and the shard requests of its own gateway only: an issue request, a report, a
+//    status poll or a shard list must name the connection's gateway. No operator request:
+//    publishing or rolling back a policy, enrolling, listing, enabling or disabling gateways,
+//    revoking or writing off shards.
+//  * kNobody (a key no longer admitted: its gateway was disabled, or its key is no longer the
+//    gateway's): nothing.
+//  * kUnauthenticated (a plaintext --insecure connection: no key at all): every request, as
+//    before TLS. --insecure is refused off loopback (ledger/main.cc).
+//
+// Reservations carry no gateway: a gateway may act on any reservation whose id it knows
+// (docs/security.md "Not yet").
+
+namespace tally {
+
+enum class LinkRole : uint8_t { kUnauthenticated, kOperator, kGateway, kNobody };
+const char* linkRoleName(LinkRole role);  // "unauthenticated", "operator", "gateway", "nobody"
+
+struct LinkPeer {
+  LinkRole role = LinkRole::kNobody;
+  std::string gateway_name;   // kGateway; kNobody when the key was (or names) a gateway's
+  std::string why_nobody;     // kNobody: why the key is not admitted now
+  bool previous_key = false;  // kGateway: the key a rotation is replacing (still admitted)
+
+  bool operator==(const LinkPeer&) const = default;
+};
+
+// The peer `key` is at `now_ms`: the operator if it is `operator_key`, else the enrolled gateway
+// whose key it is — its current key, or during a rotation its previous key (before
+// previous_key_until_ms) — if that gateway is enabled, else nobody. `gateway_hint` (the gateway
+// the same key was earlier on the connection) is looked up first, so a connection that stays
+// who it was costs one lookup per request; without it, or if the hint no longer holds the key,
+// every gateway is scanned.
+LinkPeer identifyLinkPeer(const ShardRegistry& registry, const PublicKey& operator_key,
+                          const PublicKey& key, uint64_t now_ms,
+                          const std::string& gateway_hint = {});
+
+// Whether `gateway` holds `key` at `now_ms` (its current key, or its admitted previous key).
+bool gatewayHoldsKey(const GatewayRecord& gateway, const PublicKey& key, uint64_t now_ms);
+// Whether `peer`'s request is the first use of its gateway's new key during a rotation: the
+// shell then ends the overlap (ShardRegistry::endKeyOverlap) and cuts the connections of the
+// previous key.
+bool endsKeyOverlap(const ShardRegistry& registry, const LinkPeer& peer, uint64_t now_ms);
+
+// Whether `peer` may send `request`: nullopt if it may, else why not (a message for the
+// kPermissionDenied answer, naming the request and who asked).
+std::optional<std::string> linkRefusal(const LinkPeer& peer, const LedgerRequest& request);
+
+// "reserve", "policy publish", "shard report", … as a message names the request's kind.
+const char* linkRequestName(const LedgerRequest& request);
+
+}  // namespace tally

@@ -1,0 +1,254 @@
+// Who a ledger connection is and what it may ask (core/link_authority.h): identification of a
+// TLS key against the gateway registry, and the rule that a gateway acts only as itself and sends
+// no operator request, without sockets or TLS.
+
+#include "core/link_authority.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "core/ledger.h"
+#include "core/limits.h"
+
+namespace tally {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kT0 = 1'700'000'000'000;
+
+PublicKey linkKey(uint8_t fill) {
+  PublicKey key{};
+  key.fill(fill);
+  return key;
+}
+
+const PublicKey kOperatorKey = linkKey(9);
+
+template <size_t... I>
+std::vector<LedgerRequest> everyKindOf(std::index_sequence<I...> /*kinds*/) {
+  return {LedgerRequest(std::in_place_index<I>)...};
+}
+// One default value of every request kind of the protocol.
+std::vector<LedgerRequest> everyKind() {
+  return everyKindOf(std::make_index_sequence<std::variant_size_v<LedgerRequest>>());
+}
+
+bool isOperatorKind(const LedgerRequest& request) {
+  return std::holds_alternative<PublishPolicyRequest>(request) ||
+         std::holds_alternative<RollbackPolicyRequest>(request) ||
+         std::holds_alternative<EnrollGatewayRequest>(request) ||
+         std::holds_alternative<ListGatewaysRequest>(request) ||
+         std::holds_alternative<SetGatewayEnabledRequest>(request) ||
+         std::holds_alternative<RevokeShardsRequest>(request) ||
+         std::holds_alternative<WriteOffShardRequest>(request);
+}
+bool namesAGateway(const LedgerRequest& request) {
+  return std::holds_alternative<ShardIssueRequest>(request) ||
+         std::holds_alternative<ShardReport>(request) ||
+         std::holds_alternative<ShardStatusRequest>(request) ||
+         std::holds_alternative<ListShardsRequest>(request);
+}
+
+// The same request, naming `gateway` wherever it names one.
+LedgerRequest naming(LedgerRequest request, const std::string& gateway) {
+  std::visit(
+      [&](auto& r) {
+        using T = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<T, ShardReport>) {
+          r.shard.gateway_name = gateway;
+        } else if constexpr (std::is_same_v<T, ShardIssueRequest> ||
+                             std::is_same_v<T, ShardStatusRequest> ||
+                             std::is_same_v<T, ListShardsRequest>) {
+          r.gateway_name = gateway;
+        }
+      },
+      request);
+  return request;
+}
+
+class LinkAuthorityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(ledger_.enrollGateway("gw-a", linkKey(1), kT0).code, ReplyCode::kOk);
+    ASSERT_EQ(ledger_.enrollGateway("gw-b", linkKey(2), kT0).code, ReplyCode::kOk);
+  }
+
+  LinkPeer identify(const PublicKey& key, const std::string& hint = {}) const {
+    return identifyLinkPeer(ledger_.shards(), kOperatorKey, key, now_ms_, hint);
+  }
+
+  Ledger ledger_;
+  uint64_t now_ms_ = kT0;
+};
+
+TEST_F(LinkAuthorityTest, TheOperatorKeyIsTheOperatorAndAGatewayKeyItsGateway) {
+  EXPECT_EQ(identify(kOperatorKey).role, LinkRole::kOperator);
+  const LinkPeer a = identify(linkKey(1));
+  EXPECT_EQ(a.role, LinkRole::kGateway);
+  EXPECT_EQ(a.gateway_name, "gw-a");
+  const LinkPeer b = identify(linkKey(2), "gw-a");  // a wrong hint is not believed
+  EXPECT_EQ(b.role, LinkRole::kGateway);
+  EXPECT_EQ(b.gateway_name, "gw-b");
+  EXPECT_EQ(identify(linkKey(1), "gw-a"), a);  // the hint's lookup says the same
+}
+
+TEST_F(LinkAuthorityTest, AnUnknownKeyAndADisabledGatewayAreNobodyAndMaySendNothing) {
+  const LinkPeer stranger = identify(linkKey(3));
+  EXPECT_EQ(stranger.role, LinkRole::kNobody);
+  EXPECT_THAT(stranger.why_nobody, HasSubstr("not an enrolled gateway's"));
+
+  ASSERT_EQ(ledger_.setGatewayEnabled("gw-a", false, kT0).code, ReplyCode::kOk);
+  const LinkPeer disabled = identify(linkKey(1), "gw-a");
+  EXPECT_EQ(disabled.role, LinkRole::kNobody);
+  EXPECT_EQ(disabled.gateway_name, "gw-a");
+  EXPECT_THAT(disabled.why_nobody, HasSubstr("gateway 'gw-a' is disabled"));
+  for (const LedgerRequest& request : everyKind()) {
+    const std::optional<std::string> refusal = linkRefusal(disabled, naming(request, "gw-a"));
+    ASSERT_TRUE(refusal.has_value()) << linkRequestName(request);
+    EXPECT_THAT(*refusal, HasSubstr("is disabled"));
+  }
+  // Enabled again: its gateway again.
+  ASSERT_EQ(ledger_.setGatewayEnabled("gw-a", true, kT0).code, ReplyCode::kOk);
+  EXPECT_EQ(identify(linkKey(1), "gw-a").role, LinkRole::kGateway);
+}
+
+TEST_F(LinkAuthorityTest, TheOperatorAndAPlaintextPeerMaySendEveryRequest) {
+  const LinkPeer plaintext{.role = LinkRole::kUnauthenticated};
+  for (const LedgerRequest& request : everyKind()) {
+    EXPECT_EQ(linkRefusal(identify(kOperatorKey), naming(request, "gw-a")), std::nullopt)
+        << linkRequestName(request);
+    EXPECT_EQ(linkRefusal(plaintext, naming(request, "gw-b")), std::nullopt)
+        << linkRequestName(request);
+  }
+}
+
+TEST_F(LinkAuthorityTest, AGatewaySendsNoOperatorRequest) {
+  const LinkPeer a = identify(linkKey(1));
+  int refused = 0;
+  for (const LedgerRequest& request : everyKind()) {
+    if (!isOperatorKind(request)) continue;
+    const std::optional<std::string> refusal = linkRefusal(a, request);
+    ASSERT_TRUE(refusal.has_value()) << linkRequestName(request);
+    EXPECT_THAT(*refusal, HasSubstr("an operator request"));
+    EXPECT_THAT(*refusal, HasSubstr("gateway 'gw-a'"));
+    ++refused;
+  }
+  EXPECT_EQ(refused, 7);
+  EXPECT_THAT(linkRefusal(a, PublishPolicyRequest{}).value_or(""),
+              HasSubstr("policy publish refused"));
+}
+
+TEST_F(LinkAuthorityTest, AGatewaySendsReservationsHealthAuditAndShowPolicy) {
+  const LinkPeer a = identify(linkKey(1));
+  int allowed = 0;
+  for (const LedgerRequest& request : everyKind()) {
+    if (isOperatorKind(request) || namesAGateway(request)) continue;
+    EXPECT_EQ(linkRefusal(a, request), std::nullopt) << linkRequestName(request);
+    ++allowed;
+  }
+  EXPECT_EQ(allowed, 12);  // unknown kinds (answered as such), 8 reservation kinds, 3 reads
+}
+
+TEST_F(LinkAuthorityTest, AGatewayActsOnlyForItselfWhereARequestNamesAGateway) {
+  const LinkPeer a = identify(linkKey(1));
+  int checked = 0;
+  for (const LedgerRequest& request : everyKind()) {
+    if (!namesAGateway(request)) continue;
+    EXPECT_EQ(linkRefusal(a, naming(request, "gw-a")), std::nullopt) << linkRequestName(request);
+    const std::optional<std::string> other = linkRefusal(a, naming(request, "gw-b"));
+    ASSERT_TRUE(other.has_value()) << linkRequestName(request);
+    EXPECT_THAT(*other, HasSubstr("gateway 'gw-a' may act only for itself"));
+    EXPECT_THAT(*other, HasSubstr("names gateway 'gw-b'"));
+    // Every gateway at once (a status poll or list without a name) is not its own either.
+    const std::optional<std::string> every = linkRefusal(a, naming(request, ""));
+    ASSERT_TRUE(every.has_value()) << linkRequestName(request);
+    EXPECT_THAT(*every, HasSubstr("every gateway"));
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
+}
+
+TEST_F(LinkAuthorityTest, AReportIsBoundByTheGatewayOfItsShard) {
+  const LinkPeer b = identify(linkKey(2));
+  ShardReport report;
+  report.shard.gateway_name = "gw-a";
+  report.shard.gateway_id = linkKey(1);
+  const std::optional<std::string> refusal = linkRefusal(b, report);
+  ASSERT_TRUE(refusal.has_value());
+  EXPECT_THAT(*refusal, HasSubstr("shard report refused: gateway 'gw-b' may act only for itself"));
+  report.shard.gateway_name = "gw-b";
+  EXPECT_EQ(linkRefusal(b, report), std::nullopt);
+}
+
+TEST_F(LinkAuthorityTest, DuringARotationBothKeysAreTheGatewayUntilTheWindowEnds) {
+  ASSERT_EQ(ledger_.rotateGatewayKey("gw-a", linkKey(5), 60'000, kT0).code, ReplyCode::kOk);
+  const GatewayRecord* record = ledger_.shards().findGateway("gw-a");
+  ASSERT_NE(record, nullptr);
+  EXPECT_EQ(record->public_key, linkKey(5));
+  EXPECT_EQ(record->previous_public_key, linkKey(1));
+  EXPECT_EQ(record->previous_key_until_ms, kT0 + 60'000);
+
+  const LinkPeer old_key = identify(linkKey(1));
+  EXPECT_EQ(old_key.role, LinkRole::kGateway);
+  EXPECT_EQ(old_key.gateway_name, "gw-a");
+  EXPECT_TRUE(old_key.previous_key);
+  EXPECT_FALSE(endsKeyOverlap(ledger_.shards(), old_key, now_ms_));
+  const LinkPeer new_key = identify(linkKey(5));
+  EXPECT_EQ(new_key.role, LinkRole::kGateway);
+  EXPECT_EQ(new_key.gateway_name, "gw-a");
+  EXPECT_FALSE(new_key.previous_key);
+  EXPECT_TRUE(endsKeyOverlap(ledger_.shards(), new_key, now_ms_));
+
+  // The window ends: the old key is nobody, the new one needs no overlap to end.
+  now_ms_ = kT0 + 60'000;
+  EXPECT_EQ(identify(linkKey(1), "gw-a").role, LinkRole::kNobody);
+  EXPECT_THAT(identify(linkKey(1), "gw-a").why_nobody,
+              HasSubstr("no longer that of gateway 'gw-a'"));
+  EXPECT_EQ(identify(linkKey(5), "gw-a").role, LinkRole::kGateway);
+  EXPECT_FALSE(endsKeyOverlap(ledger_.shards(), identify(linkKey(5)), now_ms_));
+}
+
+TEST_F(LinkAuthorityTest, TheFirstUseOfTheNewKeyEndsTheOverlap) {
+  ASSERT_EQ(ledger_.rotateGatewayKey("gw-a", linkKey(5), 60'000, kT0).code, ReplyCode::kOk);
+  (void)ledger_.takeChangedRows();
+  EXPECT_EQ(ledger_.shards().endKeyOverlap("gw-a", kT0 + 10), linkKey(1));
+  EXPECT_EQ(ledger_.takeChangedRows().shards.gateways.size(), 1u);  // durable
+  EXPECT_EQ(identify(linkKey(1), "gw-a").role, LinkRole::kNobody);
+  EXPECT_EQ(identify(linkKey(5)).role, LinkRole::kGateway);
+  EXPECT_EQ(ledger_.shards().endKeyOverlap("gw-a", kT0 + 20), std::nullopt);  // nothing left
+}
+
+TEST_F(LinkAuthorityTest, ARotationIsValidatedAndARepeatIsADuplicate) {
+  EXPECT_EQ(ledger_.rotateGatewayKey("gw-x", linkKey(5), 1'000, kT0).code, ReplyCode::kNotFound);
+  EXPECT_EQ(ledger_.rotateGatewayKey("gw-a", PublicKey{}, 1'000, kT0).code,
+            ReplyCode::kInvalidArgument);
+  EXPECT_EQ(
+      ledger_.rotateGatewayKey("gw-a", linkKey(5), limits::kGatewayKeyOverlapMsMax + 1, kT0).code,
+      ReplyCode::kInvalidArgument);
+  const GatewayReply taken = ledger_.rotateGatewayKey("gw-a", linkKey(2), 1'000, kT0);
+  EXPECT_EQ(taken.code, ReplyCode::kInvalidArgument);  // gw-b's key
+  EXPECT_THAT(taken.message, HasSubstr("gateway 'gw-b'"));
+
+  ASSERT_EQ(ledger_.rotateGatewayKey("gw-a", linkKey(5), 1'000, kT0).code, ReplyCode::kOk);
+  const GatewayReply repeat = ledger_.rotateGatewayKey("gw-a", linkKey(5), 1'000, kT0 + 5);
+  EXPECT_EQ(repeat.code, ReplyCode::kOk);
+  EXPECT_TRUE(repeat.duplicate);
+  EXPECT_EQ(ledger_.shards().findGateway("gw-a")->previous_key_until_ms, kT0 + 1'000);
+  // A second rotation within the window keeps the key the gateway has been using as previous.
+  ASSERT_EQ(ledger_.rotateGatewayKey("gw-a", linkKey(6), 1'000, kT0 + 10).code, ReplyCode::kOk);
+  EXPECT_EQ(ledger_.shards().findGateway("gw-a")->previous_public_key, linkKey(1));
+  EXPECT_EQ(identify(linkKey(5)).role, LinkRole::kNobody);
+  // No overlap at all: the old key is refused at once.
+  ASSERT_EQ(ledger_.rotateGatewayKey("gw-b", linkKey(7), 0, kT0).code, ReplyCode::kOk);
+  EXPECT_EQ(identify(linkKey(2)).role, LinkRole::kNobody);
+  EXPECT_EQ(identify(linkKey(7)).gateway_name, "gw-b");
+}
+
+}  // namespace
+}  // namespace tally
