@@ -1,6 +1,8 @@
 #include "central-client/ledger_link.h"
 
 #include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include <gtest/gtest.h>
@@ -611,11 +613,21 @@ TEST_F(LedgerLinkTest, NotPrimaryIsNeverAnAnswerAndTheLinkMovesToTheNamedPrimary
 
 // A refused connect moves to the next address of the list.
 TEST_F(LedgerLinkTest, ARefusedAddressMovesToTheNextOfTheList) {
-  // A port nobody listens on: bound, then closed.
-  startFake();
-  const uint16_t refused_port = fake_->port();
-  fake_->close();
-  ASSERT_TRUE(runUntil([&] { return fake_->idle(); }));
+  // A port nobody listens on: bound but not listening (a connect is refused), and held for the
+  // whole test so that no other test's server can take it meanwhile.
+  const int held = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(held, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(held, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::getsockname(held, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const uint16_t refused_port = ntohs(address.sin_port);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{held};
   primary_ = std::make_unique<FakeLedger>(&loop_);
   ASSERT_TRUE(primary_->listen(0));
   primary_->auto_answer = true;
