@@ -114,7 +114,8 @@ class FramedStream {
  public:
   FramedStream(uv_loop_t* loop, StreamKind kind, StreamHandler* handler, StreamLimits limits,
                uint64_t id);
-  ~FramedStream();
+  // Virtual: a ConnectionSet owns the servers' subclasses (their per-connection state) by base.
+  virtual ~FramedStream();
   FramedStream(const FramedStream&) = delete;
   FramedStream& operator=(const FramedStream&) = delete;
 
