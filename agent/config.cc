@@ -424,24 +424,14 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
     return s;
   }
   // Connections: global bounds, then per connection (docs/security.md "Connections and limits").
-  struct Bounded {
-    const char* key;
-    uint64_t min;
-    uint64_t max;
-    uint64_t* target;
-  };
-  for (const Bounded& bounded :
-       {Bounded{"connections_max", 1, 1'000'000, &config->connections_max},
-        Bounded{"buffered_bytes_max", uint64_t{1} << 20, uint64_t{1} << 40,
-                &config->buffered_bytes_max},
-        Bounded{"connection_write_queue_bytes_max", uint64_t{64} << 10, uint64_t{1} << 30,
-                &config->connection_write_queue_bytes_max},
-        Bounded{"connection_stall_timeout_ms", 0, 3'600'000,
-                &config->connection_stall_timeout_ms}}) {
-    if (Status s = readUnsigned(table, path, bounded.key, bounded.min, bounded.max, bounded.target);
-        !s.isOk()) {
-      return s;
-    }
+  if (Status s = readConnectionKeys(
+          table, path,
+          {.connections_max = &config->connections_max,
+           .buffered_bytes_max = &config->buffered_bytes_max,
+           .connection_write_queue_bytes_max = &config->connection_write_queue_bytes_max,
+           .connection_stall_timeout_ms = &config->connection_stall_timeout_ms});
+      !s.isOk()) {
+    return s;
   }
   for (auto [key, target] : {std::pair{"http_header_timeout_ms", &config->http_header_timeout_ms},
                              std::pair{"http_idle_timeout_ms", &config->http_idle_timeout_ms},

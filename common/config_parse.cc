@@ -57,4 +57,26 @@ Status readUnsigned(const toml::table& table, const std::string& path, const std
   return Status::ok();
 }
 
+Status readConnectionKeys(const toml::table& table, const std::string& path, ConnectionKeys keys) {
+  struct Bounded {
+    const char* key;
+    uint64_t min;
+    uint64_t max;
+    uint64_t* target;
+  };
+  for (const Bounded& bounded :
+       {Bounded{"connections_max", 1, 1'000'000, keys.connections_max},
+        Bounded{"buffered_bytes_max", uint64_t{1} << 20, uint64_t{1} << 40,
+                keys.buffered_bytes_max},
+        Bounded{"connection_write_queue_bytes_max", uint64_t{64} << 10, uint64_t{1} << 30,
+                keys.connection_write_queue_bytes_max},
+        Bounded{"connection_stall_timeout_ms", 0, 3'600'000, keys.connection_stall_timeout_ms}}) {
+    if (Status s = readUnsigned(table, path, bounded.key, bounded.min, bounded.max, bounded.target);
+        !s.isOk()) {
+      return s;
+    }
+  }
+  return Status::ok();
+}
+
 }  // namespace tally

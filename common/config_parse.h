@@ -30,4 +30,14 @@ Status configKeyError(const std::string& path, const std::string& key, const std
 Status readUnsigned(const toml::table& table, const std::string& path, const std::string& key,
                     uint64_t min, uint64_t max, uint64_t* out);
 
+// The connection bounds both daemons read (docs/security.md "Connections and limits"), each
+// when present and within its range.
+struct ConnectionKeys {
+  uint64_t* connections_max;
+  uint64_t* buffered_bytes_max;
+  uint64_t* connection_write_queue_bytes_max;
+  uint64_t* connection_stall_timeout_ms;
+};
+Status readConnectionKeys(const toml::table& table, const std::string& path, ConnectionKeys keys);
+
 }  // namespace tally

@@ -649,22 +649,21 @@ int serve(LedgerConfig* config_in, OpenedStore opened, int listen_fd, int* kept_
   // A ledger that may wait as a standby keeps its listening socket past the server (which
   // closes its own), so that once deposed it answers NOT_PRIMARY on the same port.
   if (lease_store != nullptr && config.standby) *kept_fd = ::dup(listen_fd);
-  Server server(&loop, &ledger, store.get(), &clock, &logger,
-                ServerOptions{.listen_host = config.listen_host,
-                              .listen_port = config.listen_port,
-                              .listen_fd = listen_fd,
-                              .stream = connectionLimitsOf(config),
-                              .tick_interval_ms = config.tick_interval_ms,
-                              .connections_max = net::connectionsMaxForThisProcess(
-                                  config.connections_max, &logger),
-                              .buffered_bytes_max = config.buffered_bytes_max,
-                              .on_stopped = close_signals,
-                              .metrics = &metrics,
-                              .tls = tls.value(),
-                              .refused_answer = [lease_store](const Status&) {
-                                return notPrimaryAnswer(lease_store);
-                              },
-                              .operator_key = operator_public_key});
+  Server server(
+      &loop, &ledger, store.get(), &clock, &logger,
+      ServerOptions{
+          .listen_host = config.listen_host,
+          .listen_port = config.listen_port,
+          .listen_fd = listen_fd,
+          .stream = connectionLimitsOf(config),
+          .tick_interval_ms = config.tick_interval_ms,
+          .connections_max = net::connectionsMaxForThisProcess(config.connections_max, &logger),
+          .buffered_bytes_max = config.buffered_bytes_max,
+          .on_stopped = close_signals,
+          .metrics = &metrics,
+          .tls = tls.value(),
+          .refused_answer = [lease_store](const Status&) { return notPrimaryAnswer(lease_store); },
+          .operator_key = operator_public_key});
   serving = &server;
   auto on_signal = [](uv_signal_t* handle, int signum) {
     auto* srv = static_cast<Server*>(handle->data);
