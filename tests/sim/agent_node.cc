@@ -166,7 +166,7 @@ void AgentNode::send(Call call, wire::RequestBody body, uint64_t now_ms) {
     return;
   }
   // A report with receipts still holding units is followed by another once they resolve; from
-  // then on it is stale (staleReports()).
+  // then on it is stale (takeStaleReports()).
   std::optional<std::pair<std::string, bool>> report;  // (shard id, holding)
   if (const auto* sent = std::get_if<ShardReport>(&body)) {
     report.emplace(sent->shard.shard_id, sent->balances.local_reserved > 0);

@@ -337,14 +337,14 @@ class Run {
     if (node_.beginExpiry(id, now())) expiring_.push_back(id);
   }
 
-  // Malformed and oversized frames from a peer that is not a gateway: the ledger answers or
-  // closes, and nothing else changes.
   // What a replay sends again: the last kReplayableFrames frames agents sent the ledger.
   void rememberAgentFrame(const std::vector<uint8_t>& frame) {
     if (agent_frames_.size() == kReplayableFrames) agent_frames_.pop_front();
     agent_frames_.push_back(frame);
   }
 
+  // Malformed and oversized frames from a peer that is not a gateway, or an agent's earlier
+  // frame replayed: the ledger answers or closes, and nothing else changes.
   void rogueFrame() {
     std::vector<uint8_t> bytes;
     const uint64_t kind = events_.below(5);
@@ -401,7 +401,6 @@ class Run {
     afterAgent(a);
   }
 
-  // The agent's answers to its gateway, then the checks of the agent's state.
   // A reply an agent's gateway accepts that is the ledger's word (a central receipt, passed on
   // or resolved by the agent): what it says must hold in the ledger from now on, as a direct
   // gateway's. Shard and shadow admissions (origin set) and the agent's own refusals are not
@@ -418,6 +417,7 @@ class Run {
     checker_.onAcknowledged(reply->receipt.reservation_id, *reply, actual_known, now());
   }
 
+  // The agent's answers to its gateway, then the checks of the agent's state.
   void afterAgent(size_t a) {
     for (;;) {
       std::vector<AgentNode::Reply> replies = agents_[a]->takeReplies();
@@ -492,7 +492,6 @@ class Run {
   // The operator revokes an agent's shards, or writes off an expired shard never reported.
   void shardOperator() {
     if (events_.chance(500)) {
-      if (agents_.empty()) return;
       const AgentNode& agent = *agents_[events_.below(agents_.size())];
       if (trace_.on()) trace_.add(now(), "operator: revokes the shards of " + agent.gatewayName());
       send(operator_, RevokeShardsRequest{.gateway_name = agent.gatewayName()});
