@@ -1,42 +1,57 @@
 #include "core/link_authority.h"
 
 #include <iterator>
+#include <string_view>
 #include <type_traits>
 #include <variant>
 
 namespace tally {
 namespace {
 
-// What a request kind asks of its sender.
+// What a request kind asks of a gateway.
 enum class Access : uint8_t {
   kAnyPeer,      // any admitted peer: reservations, health, audit, show-policy
   kOwnGateway,   // a gateway may send it for its own gateway only (gatewayNamed says which)
   kOperatorOnly  // operator requests
 };
 
+// What each request kind asks: of a gateway (Access) and of an operator (the role it needs).
 // Every request kind is classified here: a new kind fails to compile until it is.
+struct Rule {
+  Access access;
+  OperatorRole role;
+};
+
 template <typename T>
-constexpr Access accessOf() {
-  if constexpr (std::is_same_v<T, UnknownMessage> || std::is_same_v<T, ReserveRequest> ||
-                std::is_same_v<T, StartRequest> || std::is_same_v<T, SettleRequest> ||
-                std::is_same_v<T, ReleaseRequest> || std::is_same_v<T, QueryRequest> ||
-                std::is_same_v<T, MarkUnknownRequest> ||
-                std::is_same_v<T, ReportOperationRequest> || std::is_same_v<T, ExtendRequest> ||
+constexpr Rule ruleOf() {
+  if constexpr (std::is_same_v<T, UnknownMessage> || std::is_same_v<T, QueryRequest> ||
                 std::is_same_v<T, AuditRequest> || std::is_same_v<T, HealthRequest> ||
                 std::is_same_v<T, ShowPolicyRequest>) {
-    return Access::kAnyPeer;
-  } else if constexpr (std::is_same_v<T, ShardIssueRequest> || std::is_same_v<T, ShardReport> ||
-                       std::is_same_v<T, ShardStatusRequest> ||
+    return {Access::kAnyPeer, OperatorRole::kAudit};
+  } else if constexpr (std::is_same_v<T, ReserveRequest> || std::is_same_v<T, StartRequest> ||
+                       std::is_same_v<T, SettleRequest> || std::is_same_v<T, ReleaseRequest> ||
+                       std::is_same_v<T, MarkUnknownRequest> ||
+                       std::is_same_v<T, ReportOperationRequest> ||
+                       std::is_same_v<T, ExtendRequest>) {
+    return {Access::kAnyPeer, OperatorRole::kAdmin};  // a gateway's traffic
+  } else if constexpr (std::is_same_v<T, ShardStatusRequest> ||
                        std::is_same_v<T, ListShardsRequest>) {
-    return Access::kOwnGateway;
+    return {Access::kOwnGateway, OperatorRole::kAudit};
+  } else if constexpr (std::is_same_v<T, ShardIssueRequest> || std::is_same_v<T, ShardReport>) {
+    return {Access::kOwnGateway, OperatorRole::kAdmin};  // a gateway's traffic
+  } else if constexpr (std::is_same_v<T, ListGatewaysRequest>) {
+    return {Access::kOperatorOnly, OperatorRole::kAudit};
+  } else if constexpr (std::is_same_v<T, PublishPolicyRequest> ||
+                       std::is_same_v<T, RollbackPolicyRequest>) {
+    return {Access::kOperatorOnly, OperatorRole::kPolicy};
+  } else if constexpr (std::is_same_v<T, RevokeShardsRequest> ||
+                       std::is_same_v<T, WriteOffShardRequest>) {
+    return {Access::kOperatorOnly, OperatorRole::kShards};
   } else {
     static_assert(
-        std::is_same_v<T, PublishPolicyRequest> || std::is_same_v<T, RollbackPolicyRequest> ||
-            std::is_same_v<T, EnrollGatewayRequest> || std::is_same_v<T, ListGatewaysRequest> ||
-            std::is_same_v<T, SetGatewayEnabledRequest> || std::is_same_v<T, RevokeShardsRequest> ||
-            std::is_same_v<T, WriteOffShardRequest>,
+        std::is_same_v<T, EnrollGatewayRequest> || std::is_same_v<T, SetGatewayEnabledRequest>,
         "every request kind has an access rule");
-    return Access::kOperatorOnly;
+    return {Access::kOperatorOnly, OperatorRole::kAdmin};
   }
 }
 
@@ -72,6 +87,38 @@ const char* linkRequestName(const LedgerRequest& request) {
   return kNames[request.index()];
 }
 
+const char* operatorRoleName(OperatorRole role) {
+  switch (role) {
+    case OperatorRole::kAudit: return "audit";
+    case OperatorRole::kPolicy: return "policy";
+    case OperatorRole::kShards: return "shards";
+    case OperatorRole::kAdmin: return "admin";
+  }
+  return "?";
+}
+
+std::optional<OperatorRole> parseOperatorRole(std::string_view name) {
+  for (OperatorRole role :
+       {OperatorRole::kAudit, OperatorRole::kPolicy, OperatorRole::kShards, OperatorRole::kAdmin}) {
+    if (name == operatorRoleName(role)) return role;
+  }
+  return std::nullopt;
+}
+
+bool operatorRoleAllows(OperatorRole held, OperatorRole needed) {
+  return held == OperatorRole::kAdmin || needed == OperatorRole::kAudit || held == needed;
+}
+
+OperatorRecord firstOperator(const PublicKey& operator_key) {
+  return OperatorRecord{
+      .name = kFirstOperatorName, .public_key = operator_key, .role = OperatorRole::kAdmin};
+}
+
+OperatorRole operatorRoleNeeded(const LedgerRequest& request) {
+  return std::visit([](const auto& r) { return ruleOf<std::decay_t<decltype(r)>>().role; },
+                    request);
+}
+
 bool gatewayHoldsKey(const GatewayRecord& gateway, const PublicKey& key, uint64_t now_ms) {
   if (gateway.public_key == key) return true;
   return gateway.previous_public_key == key && gateway.previous_public_key != PublicKey{} &&
@@ -80,7 +127,23 @@ bool gatewayHoldsKey(const GatewayRecord& gateway, const PublicKey& key, uint64_
 
 LinkPeer identifyLinkPeer(const ShardRegistry& registry, const PublicKey& operator_key,
                           const PublicKey& key, uint64_t now_ms, const std::string& gateway_hint) {
-  if (key == operator_key) return LinkPeer{.role = LinkRole::kOperator};
+  return identifyLinkPeer(registry, std::vector<OperatorRecord>{firstOperator(operator_key)}, key,
+                          now_ms, gateway_hint);
+}
+
+LinkPeer identifyLinkPeer(const ShardRegistry& registry,
+                          const std::vector<OperatorRecord>& operators, const PublicKey& key,
+                          uint64_t now_ms, const std::string& gateway_hint) {
+  for (const OperatorRecord& op : operators) {
+    if (op.public_key != key || key == PublicKey{}) continue;
+    if (!op.enabled) {
+      return LinkPeer{.role = LinkRole::kNobody,
+                      .operator_name = op.name,
+                      .why_nobody = "operator " + quoted(op.name) + " is disabled"};
+    }
+    return LinkPeer{
+        .role = LinkRole::kOperator, .operator_name = op.name, .operator_role = op.role};
+  }
   const GatewayRecord* gateway = nullptr;
   if (const GatewayRecord* hinted = registry.findGateway(gateway_hint);
       hinted != nullptr && gatewayHoldsKey(*hinted, key, now_ms)) {
@@ -118,17 +181,23 @@ bool endsKeyOverlap(const ShardRegistry& registry, const LinkPeer& peer, uint64_
 }
 
 std::optional<std::string> linkRefusal(const LinkPeer& peer, const LedgerRequest& request) {
-  if (peer.role == LinkRole::kUnauthenticated || peer.role == LinkRole::kOperator) {
-    return std::nullopt;
-  }
+  if (peer.role == LinkRole::kUnauthenticated) return std::nullopt;
   const std::string what = linkRequestName(request);
   if (peer.role == LinkRole::kNobody) {
     return what + " refused: " + peer.why_nobody;
   }
+  if (peer.role == LinkRole::kOperator) {
+    const OperatorRole needed = operatorRoleNeeded(request);
+    if (operatorRoleAllows(peer.operator_role, needed)) return std::nullopt;
+    return what + " refused: operator " + quoted(peer.operator_name) + " has role " +
+           operatorRoleName(peer.operator_role) + ", and it needs role " +
+           operatorRoleName(needed) +
+           (needed == OperatorRole::kAdmin ? std::string() : std::string(" or admin"));
+  }
   return std::visit(
       [&](const auto& r) -> std::optional<std::string> {
         using T = std::decay_t<decltype(r)>;
-        constexpr Access access = accessOf<T>();
+        constexpr Access access = ruleOf<T>().access;
         if constexpr (access == Access::kAnyPeer) {
           return std::nullopt;
         } else if constexpr (access == Access::kOwnGateway) {

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "core/ledger_protocol.h"
 #include "core/shard_registry.h"
@@ -13,15 +15,21 @@
 // identifyLinkPeer() before each request and answers a request linkRefusal() refuses with
 // ErrorCode::kPermissionDenied, without applying it.
 //
-//  * kOperator (the ledger's operator key): every request.
+//  * kOperator (the key of an enrolled, enabled operator): what its role allows
+//    (operatorRoleAllows): every role the reads (health, audit, show-policy, query, gateway
+//    list, shard status and list); `policy` also policy publish and rollback; `shards` also
+//    shard revoke and write-off; `admin` every request (gateway enroll, enable, disable and
+//    rotate, and the gateway-side requests: reservations, shard issue and report). The ledger's
+//    own operator key (DATA_DIR/operator.key, created at first start) is the first operator,
+//    kFirstOperatorName with role admin, as a database creates its superuser.
 //  * kGateway (the key of an enrolled, enabled gateway): the reservation requests (reserve,
 //    start, settle, release, extend, mark unknown, operation receipts, query), health, audit and
 //    show-policy, and the shard requests of its own gateway only: an issue request, a report, a
 //    status poll or a shard list must name the connection's gateway. No operator request:
 //    publishing or rolling back a policy, enrolling, listing, enabling or disabling gateways,
 //    revoking or writing off shards.
-//  * kNobody (a key no longer admitted: its gateway was disabled, or its key is no longer the
-//    gateway's): nothing.
+//  * kNobody (a key not admitted: unknown, its gateway or operator was disabled, or its key is
+//    no longer the gateway's): nothing.
 //  * kUnauthenticated (a plaintext --insecure connection: no key at all): every request, as
 //    before TLS. --insecure is refused off loopback (ledger/main.cc).
 //
@@ -33,21 +41,50 @@ namespace tally {
 enum class LinkRole : uint8_t { kUnauthenticated, kOperator, kGateway, kNobody };
 const char* linkRoleName(LinkRole role);  // "unauthenticated", "operator", "gateway", "nobody"
 
+// An operator's role (docs/security.md "Operators"). Not ordered: admin may do everything,
+// every role may read, policy and shards each add their own requests only.
+enum class OperatorRole : uint8_t { kAudit, kPolicy, kShards, kAdmin };
+const char* operatorRoleName(OperatorRole role);  // "audit", "policy", "shards", "admin"
+std::optional<OperatorRole> parseOperatorRole(std::string_view name);
+// Whether an operator of role `held` may send what needs role `needed` (kAudit: a read).
+bool operatorRoleAllows(OperatorRole held, OperatorRole needed);
+
+// One operator identity: tallyctl authenticates with its Ed25519 key.
+struct OperatorRecord {
+  std::string name;
+  PublicKey public_key{};
+  OperatorRole role = OperatorRole::kAudit;
+  bool enabled = true;
+  uint64_t enrolled_at_ms = 0;
+
+  bool operator==(const OperatorRecord&) const = default;
+};
+
+// The name of the first operator, the ledger's own operator key (role admin).
+inline constexpr const char* kFirstOperatorName = "admin";
+OperatorRecord firstOperator(const PublicKey& operator_key);
+
 struct LinkPeer {
   LinkRole role = LinkRole::kNobody;
   std::string gateway_name;   // kGateway; kNobody when the key was (or names) a gateway's
-  std::string why_nobody;     // kNobody: why the key is not admitted now
+  std::string operator_name;  // kOperator; kNobody when the key is a disabled operator's
+  OperatorRole operator_role = OperatorRole::kAudit;  // kOperator
+  std::string why_nobody;                             // kNobody: why the key is not admitted now
   bool previous_key = false;  // kGateway: the key a rotation is replacing (still admitted)
 
   bool operator==(const LinkPeer&) const = default;
 };
 
-// The peer `key` is at `now_ms`: the operator if it is `operator_key`, else the enrolled gateway
-// whose key it is — its current key, or during a rotation its previous key (before
-// previous_key_until_ms) — if that gateway is enabled, else nobody. `gateway_hint` (the gateway
-// the same key was earlier on the connection) is looked up first, so a connection that stays
-// who it was costs one lookup per request; without it, or if the hint no longer holds the key,
-// every gateway is scanned.
+// The peer `key` is at `now_ms`: the operator whose key it is (nobody if that operator is
+// disabled), else the enrolled gateway whose key it is — its current key, or during a rotation its
+// previous key (before previous_key_until_ms) — if that gateway is enabled, else nobody.
+// `gateway_hint` (the gateway the same key was earlier on the connection) is looked up first, so a
+// connection that stays who it was costs one lookup per request; without it, or if the hint no
+// longer holds the key, every gateway is scanned.
+LinkPeer identifyLinkPeer(const ShardRegistry& registry,
+                          const std::vector<OperatorRecord>& operators, const PublicKey& key,
+                          uint64_t now_ms, const std::string& gateway_hint = {});
+// The same with the ledger's operator key as the only operator (firstOperator).
 LinkPeer identifyLinkPeer(const ShardRegistry& registry, const PublicKey& operator_key,
                           const PublicKey& key, uint64_t now_ms,
                           const std::string& gateway_hint = {});
@@ -62,6 +99,8 @@ bool endsKeyOverlap(const ShardRegistry& registry, const LinkPeer& peer, uint64_
 // Whether `peer` may send `request`: nullopt if it may, else why not (a message for the
 // kPermissionDenied answer, naming the request and who asked).
 std::optional<std::string> linkRefusal(const LinkPeer& peer, const LedgerRequest& request);
+// The role an operator needs for `request` (kAudit: a read every operator may send).
+OperatorRole operatorRoleNeeded(const LedgerRequest& request);
 
 // "reserve", "policy publish", "shard report", … as a message names the request's kind.
 const char* linkRequestName(const LedgerRequest& request);

@@ -250,5 +250,155 @@ TEST_F(LinkAuthorityTest, ARotationIsValidatedAndARepeatIsADuplicate) {
   EXPECT_EQ(identify(linkKey(7)).gateway_name, "gw-b");
 }
 
+// --- Operators: identities with roles --------------------------------------------------------
+
+const std::vector<OperatorRecord> kOperators = {
+    firstOperator(kOperatorKey),
+    {.name = "ro", .public_key = linkKey(20), .role = OperatorRole::kAudit},
+    {.name = "pol", .public_key = linkKey(21), .role = OperatorRole::kPolicy},
+    {.name = "sh", .public_key = linkKey(22), .role = OperatorRole::kShards},
+    {.name = "adm2", .public_key = linkKey(23), .role = OperatorRole::kAdmin},
+    {.name = "gone", .public_key = linkKey(24), .role = OperatorRole::kAdmin, .enabled = false},
+};
+
+bool isPolicyKind(const LedgerRequest& request) {
+  return std::holds_alternative<PublishPolicyRequest>(request) ||
+         std::holds_alternative<RollbackPolicyRequest>(request);
+}
+bool isShardsKind(const LedgerRequest& request) {
+  return std::holds_alternative<RevokeShardsRequest>(request) ||
+         std::holds_alternative<WriteOffShardRequest>(request);
+}
+bool isReadKind(const LedgerRequest& request) {
+  return std::holds_alternative<UnknownMessage>(request) ||
+         std::holds_alternative<QueryRequest>(request) ||
+         std::holds_alternative<AuditRequest>(request) ||
+         std::holds_alternative<HealthRequest>(request) ||
+         std::holds_alternative<ShowPolicyRequest>(request) ||
+         std::holds_alternative<ListGatewaysRequest>(request) ||
+         std::holds_alternative<ShardStatusRequest>(request) ||
+         std::holds_alternative<ListShardsRequest>(request);
+}
+
+class OperatorAuthorityTest : public LinkAuthorityTest {
+ protected:
+  LinkPeer identifyOperator(const PublicKey& key) const {
+    return identifyLinkPeer(ledger_.shards(), kOperators, key, now_ms_);
+  }
+  // The kinds `key`'s operator may send (each refusal names the operator and its role).
+  std::vector<std::string> allowedKinds(const PublicKey& key) const {
+    const LinkPeer peer = identifyOperator(key);
+    EXPECT_EQ(peer.role, LinkRole::kOperator);
+    std::vector<std::string> allowed;
+    for (const LedgerRequest& request : everyKind()) {
+      const std::optional<std::string> refusal = linkRefusal(peer, naming(request, "gw-a"));
+      if (!refusal.has_value()) {
+        allowed.emplace_back(linkRequestName(request));
+        continue;
+      }
+      EXPECT_THAT(*refusal, HasSubstr(std::string(linkRequestName(request)) + " refused"));
+      EXPECT_THAT(*refusal, HasSubstr("operator '" + peer.operator_name + "' has role " +
+                                      operatorRoleName(peer.operator_role)));
+    }
+    return allowed;
+  }
+  static std::vector<std::string> kindsWhere(bool (*pick)(const LedgerRequest&)) {
+    std::vector<std::string> kinds;
+    for (const LedgerRequest& request : everyKind()) {
+      if (pick(request)) kinds.emplace_back(linkRequestName(request));
+    }
+    return kinds;
+  }
+};
+
+TEST_F(OperatorAuthorityTest, TheLedgersOperatorKeyIsTheFirstOperatorNamedAdminWithRoleAdmin) {
+  const LinkPeer first = identify(kOperatorKey);
+  EXPECT_EQ(first.role, LinkRole::kOperator);
+  EXPECT_EQ(first.operator_name, "admin");
+  EXPECT_EQ(first.operator_role, OperatorRole::kAdmin);
+  EXPECT_EQ(identifyOperator(kOperatorKey), first);
+  EXPECT_EQ(allowedKinds(kOperatorKey).size(), std::variant_size_v<LedgerRequest>);
+}
+
+TEST_F(OperatorAuthorityTest, AnAuditOperatorMayOnlyRead) {
+  const LinkPeer ro = identifyOperator(linkKey(20));
+  EXPECT_EQ(ro.operator_name, "ro");
+  EXPECT_EQ(ro.operator_role, OperatorRole::kAudit);
+  EXPECT_EQ(allowedKinds(linkKey(20)), kindsWhere(isReadKind));
+  EXPECT_EQ(kindsWhere(isReadKind).size(), 8u);
+  EXPECT_EQ(linkRefusal(ro, PublishPolicyRequest{}).value_or(""),
+            "policy publish refused: operator 'ro' has role audit, and it needs role policy or "
+            "admin");
+  EXPECT_THAT(linkRefusal(ro, ReserveRequest{}).value_or(""), HasSubstr("needs role admin"));
+}
+
+TEST_F(OperatorAuthorityTest, APolicyOperatorMayPublishAndRollBackButNotEnrollAGateway) {
+  std::vector<std::string> expected;
+  for (const LedgerRequest& request : everyKind()) {
+    if (isReadKind(request) || isPolicyKind(request)) {
+      expected.emplace_back(linkRequestName(request));
+    }
+  }
+  EXPECT_EQ(allowedKinds(linkKey(21)), expected);
+  const LinkPeer pol = identifyOperator(linkKey(21));
+  EXPECT_EQ(linkRefusal(pol, EnrollGatewayRequest{}).value_or(""),
+            "gateway enroll refused: operator 'pol' has role policy, and it needs role admin");
+  EXPECT_TRUE(linkRefusal(pol, EnrollGatewayRequest{.rotate = true}).has_value());
+  EXPECT_TRUE(linkRefusal(pol, SetGatewayEnabledRequest{}).has_value());
+  EXPECT_TRUE(linkRefusal(pol, RevokeShardsRequest{}).has_value());
+}
+
+TEST_F(OperatorAuthorityTest, AShardsOperatorMayRevokeAndWriteOffButNotPublish) {
+  std::vector<std::string> expected;
+  for (const LedgerRequest& request : everyKind()) {
+    if (isReadKind(request) || isShardsKind(request)) {
+      expected.emplace_back(linkRequestName(request));
+    }
+  }
+  EXPECT_EQ(allowedKinds(linkKey(22)), expected);
+  EXPECT_THAT(linkRefusal(identifyOperator(linkKey(22)), PublishPolicyRequest{}).value_or(""),
+              HasSubstr("operator 'sh' has role shards, and it needs role policy or admin"));
+}
+
+TEST_F(OperatorAuthorityTest, EveryAdminOperatorMaySendEveryRequest) {
+  EXPECT_EQ(identifyOperator(linkKey(23)).operator_name, "adm2");
+  EXPECT_EQ(allowedKinds(linkKey(23)).size(), std::variant_size_v<LedgerRequest>);
+}
+
+TEST_F(OperatorAuthorityTest, ADisabledOperatorsKeyIsNobodyAndMaySendNothing) {
+  const LinkPeer gone = identifyOperator(linkKey(24));
+  EXPECT_EQ(gone.role, LinkRole::kNobody);
+  EXPECT_EQ(gone.operator_name, "gone");
+  EXPECT_EQ(gone.why_nobody, "operator 'gone' is disabled");
+  for (const LedgerRequest& request : everyKind()) {
+    const std::optional<std::string> refusal = linkRefusal(gone, request);
+    ASSERT_TRUE(refusal.has_value()) << linkRequestName(request);
+    EXPECT_THAT(*refusal, HasSubstr("operator 'gone' is disabled"));
+  }
+}
+
+TEST_F(OperatorAuthorityTest, GatewayKeysAreStillGatewaysAndTheZeroKeyIsNoOperator) {
+  EXPECT_EQ(identifyOperator(linkKey(1)).role, LinkRole::kGateway);
+  std::vector<OperatorRecord> unset = {OperatorRecord{.name = "unset"}};  // zero key
+  EXPECT_EQ(identifyLinkPeer(ledger_.shards(), unset, PublicKey{}, now_ms_).role,
+            LinkRole::kNobody);
+}
+
+TEST(OperatorRoleTest, RolesHaveNamesThatParseBack) {
+  for (OperatorRole role :
+       {OperatorRole::kAudit, OperatorRole::kPolicy, OperatorRole::kShards, OperatorRole::kAdmin}) {
+    EXPECT_EQ(parseOperatorRole(operatorRoleName(role)), role);
+    EXPECT_TRUE(operatorRoleAllows(role, OperatorRole::kAudit));
+    EXPECT_TRUE(operatorRoleAllows(OperatorRole::kAdmin, role));
+  }
+  EXPECT_EQ(parseOperatorRole("root"), std::nullopt);
+  EXPECT_EQ(parseOperatorRole("Admin"), std::nullopt);
+  EXPECT_EQ(parseOperatorRole(""), std::nullopt);
+  EXPECT_FALSE(operatorRoleAllows(OperatorRole::kPolicy, OperatorRole::kShards));
+  EXPECT_FALSE(operatorRoleAllows(OperatorRole::kShards, OperatorRole::kPolicy));
+  EXPECT_FALSE(operatorRoleAllows(OperatorRole::kAudit, OperatorRole::kPolicy));
+  EXPECT_FALSE(operatorRoleAllows(OperatorRole::kPolicy, OperatorRole::kAdmin));
+}
+
 }  // namespace
 }  // namespace tally
