@@ -30,6 +30,11 @@ namespace {
 // A connection's reply buffer starts with room for a few dozen reservation replies.
 constexpr size_t kReplyBufferBytesInitial = 16 * 1024;
 
+// The role of an operator peer for the logs ("" for any other peer).
+const char* operatorRoleOf(const LinkPeer& peer) {
+  return peer.role == LinkRole::kOperator ? operatorRoleName(peer.operator_role) : "";
+}
+
 std::string peerName(uv_tcp_t* tcp) {
   sockaddr_storage address{};
   int length = sizeof(address);
@@ -217,7 +222,9 @@ LinkPeer Server::linkPeerOf(Connection* connection) {
                                 {"peer", connection->peer_},
                                 {"role", linkRoleName(peer.role)},
                                 {"gateway", peer.gateway_name},
-                                {"why", peer.why_nobody}});
+                                {"why", peer.why_nobody},
+                                {"operator", peer.operator_name},
+                                {"operator_role", operatorRoleOf(peer)}});
     connection->link_peer_ = peer;
   }
   return peer;
@@ -233,7 +240,9 @@ std::optional<std::string> Server::refusalOf(Connection* connection,
                                       {"role", linkRoleName(peer.role)},
                                       {"gateway", peer.gateway_name},
                                       {"request", linkRequestName(request)},
-                                      {"reason", *refusal}});
+                                      {"reason", *refusal},
+                                      {"operator", peer.operator_name},
+                                      {"operator_role", operatorRoleOf(peer)}});
   }
   return refusal;
 }

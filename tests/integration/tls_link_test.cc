@@ -88,6 +88,11 @@ TEST_F(TlsLinkTest, TallyctlIsServedWithTheOperatorKeyAndRefusedWithoutIt) {
   EXPECT_NE(ledger_->log().find("event=operator_key_created"), std::string::npos);
   const CtlRun served = asOperator({"health"});
   EXPECT_EQ(served.code, 0) << served.output;
+  // The ledger's operator key is the first operator, "admin" with role admin.
+  EXPECT_NE(ledger_->log().find("role=operator gateway=\"\" why=\"\" operator=admin "
+                                "operator_role=admin"),
+            std::string::npos)
+      << ledger_->log();
 
   // A key the ledger does not know: refused by the ledger, exit 11.
   const std::string stranger_dir = dir_.file("stranger");
