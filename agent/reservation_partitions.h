@@ -15,10 +15,10 @@ struct sqlite3;
 // core/agent_partitions.h). Written at the reserve, before it is sent, so that it survives kill
 // -9 and power loss: a follow-up after an agent restart still finds its partition.
 //
-// Table reservation_partitions(reservation_id TEXT PRIMARY KEY, partition_index INTEGER) in agent.db,
-// on the OutboxStore's connection (same file, pragmas, lock and thread; created if missing).
-// Errors as OutboxStore's: kIoError naming the operation, kResourceExhausted for a full disk,
-// kCorruption for a row this build cannot read.
+// Table reservation_partitions(reservation_id TEXT PRIMARY KEY, partition_index INTEGER) in
+// agent.db, on the OutboxStore's connection (same file, pragmas, lock and thread; created if
+// missing). Errors as OutboxStore's: kIoError naming the operation, kResourceExhausted for a full
+// disk, kCorruption for a row this build cannot read.
 //
 // Borrows the connection, which must outlive it. Not thread-safe (the agent's loop thread).
 
