@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "common/config_parse.h"
+#include "core/partition_map.h"
 
 namespace tally::agent {
 namespace {
@@ -257,6 +258,58 @@ static Status readLedgerAddresses(const toml::table& table, const std::string& p
   return Status::ok();
 }
 
+Status applyPartitions(const std::string& text, AgentConfig* config) {
+  Result<PartitionMap> map = parsePartitionMap(text);
+  if (!map.isOk()) return map.status();
+  std::vector<std::vector<client::Endpoint>> partitions;
+  for (size_t i = 0; i < map.value().partitions.size(); ++i) {
+    std::string addresses;
+    for (const std::string& address : map.value().partitions[i]) {
+      addresses += (addresses.empty() ? "" : ",") + address;
+    }
+    Result<std::vector<client::Endpoint>> parsed = client::parseLedgerAddresses(addresses);
+    if (!parsed.isOk()) {
+      return Status::invalidArgument("partition " + std::to_string(i) + ": " +
+                                     parsed.status().message());
+    }
+    partitions.push_back(std::move(parsed).value());
+  }
+  config->partitions = std::move(partitions);
+  return Status::ok();
+}
+
+// `partitions = [["A1", "A2"], ["B1", "B2"]]`: a list of partitions, each a list of addresses.
+static Status readPartitions(const toml::table& table, const std::string& path,
+                             AgentConfig* config) {
+  const toml::node* node = table.get("partitions");
+  if (node == nullptr) return Status::ok();
+  constexpr const char* kShape = "must be a list of partitions, each a list of \"HOST:PORT\"";
+  const toml::array* list = node->as_array();
+  if (list == nullptr || list->empty()) return configKeyError(path, "partitions", kShape);
+  std::string text;
+  for (const toml::node& partition : *list) {
+    const toml::array* addresses = partition.as_array();
+    if (addresses == nullptr || addresses->empty()) {
+      return configKeyError(path, "partitions", kShape);
+    }
+    std::string one;
+    for (const toml::node& item : *addresses) {
+      const auto address = item.value<std::string>();
+      if (!item.is_string() || !address || address->empty() ||
+          address->find_first_of(",;") != std::string::npos) {
+        return configKeyError(path, "partitions", kShape);
+      }
+      one += (one.empty() ? "" : ",") + *address;
+    }
+    text += (text.empty() ? "" : ";") + one;
+  }
+  if (Status s = applyPartitions(text, config); !s.isOk()) {
+    return configKeyError(path, "partitions", s.message());
+  }
+  config->partitions_configured = true;
+  return Status::ok();
+}
+
 Status applyMetricsListen(const std::string& text, AgentConfig* config) {
   if (text.empty()) {
     config->metrics_enabled = false;
@@ -302,7 +355,7 @@ const std::vector<std::string> kHttpTimeoutKeys = {"http_header_timeout_ms", "ht
                                                    "http_linger_ms"};
 
 // The ledger's addresses (applyLedgerAddresses), also --ledger.
-const std::vector<std::string> kLedgerKeys = {"ledger"};
+const std::vector<std::string> kLedgerKeys = {"ledger", "partitions"};
 
 const std::vector<std::string>& configKeys() {
   static const std::vector<std::string> kKeys = [] {
@@ -387,6 +440,12 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
   }
   if (Status s = readEmergency(table, path, &config->emergency); !s.isOk()) return s;
   if (Status s = readLedgerAddresses(table, path, config); !s.isOk()) return s;
+  if (Status s = readPartitions(table, path, config); !s.isOk()) return s;
+  if (config->ledger_configured && config->partitions_configured) {
+    return configKeyError(path, "partitions",
+                          "is exclusive with 'ledger' (give one partition's addresses with "
+                          "'ledger', or every partition with 'partitions')");
+  }
   if (Status s = readScheduling(table, path, &config->scheduling); !s.isOk()) return s;
   if (Status s = readMode(table, path, &config->socket_mode); !s.isOk()) return s;
   if (table.contains("allowed_uids") || table.contains("allowed_gids")) {

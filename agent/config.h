@@ -84,6 +84,12 @@ struct AgentConfig {
   // after ledger_host:ledger_port (central-client/ledger_addresses.h).
   std::vector<client::Endpoint> ledger_also;
   bool ledger_configured = false;  // the file's `ledger` key was given
+  // Partitioned subjects (`--partitions 'A1,A2;B1,B2'`, config `partitions = [["A1","A2"],
+  // ["B1","B2"]]`; docs/scale-out.md "Partitioned subjects"): partition i's addresses (its primary
+  // and standbys), in partition order. Empty: unpartitioned (ledger_host and ledger_also).
+  // Exclusive with `ledger` / `--ledger`.
+  std::vector<std::vector<client::Endpoint>> partitions;
+  bool partitions_configured = false;  // the file's `partitions` key was given
   std::string socket_path = kDefaultSocketPath;
   uint32_t socket_mode = 0660;
   std::vector<uint32_t> allowed_uids;  // empty after parsing means: the defaults
@@ -141,6 +147,9 @@ Status parseHostPort(const std::string& text, std::string* host, uint16_t* port)
 // `--ledger` / `ledger`: "HOST:PORT" (parsed as always) or "HOST:PORT,HOST:PORT,...": the first
 // into ledger_host/ledger_port, the others into ledger_also.
 Status applyLedgerAddresses(const std::string& text, AgentConfig* config);
+// `--partitions` / `partitions`: "A1,A2;B1,B2" (parsePartitionMap, as tallyctl reads it), each
+// partition's addresses parsed as `--ledger`'s; into partitions.
+Status applyPartitions(const std::string& text, AgentConfig* config);
 // metrics_listen: "" disables, otherwise HOST:PORT.
 Status applyMetricsListen(const std::string& text, AgentConfig* config);
 Status applyConfigFile(const std::string& path, AgentConfig* config);

@@ -45,7 +45,8 @@ constexpr int kExitStartup = 1;
 constexpr int kExitUsage = 2;
 
 constexpr const char* kUsage =
-    "usage: tally-agent --data-dir DIR --ledger HOST:PORT [--socket PATH] [--config FILE]\n"
+    "usage: tally-agent --data-dir DIR --ledger HOST:PORT|--partitions MAP [--socket PATH]\n"
+    "                   [--config FILE]\n"
     "                   [--http-socket PATH] [--http HOST:PORT]\n"
     "                   [--metrics HOST:PORT] [--ready-fd FD]\n"
     "                   [--log-level debug|info|warn|error]\n"
@@ -62,6 +63,8 @@ constexpr const char* kUsage =
     "(answered QUEUED) and delivered in order once the ledger is back.\n"
     "--ledger HOST:PORT,HOST:PORT: the ledger and its standbys (or the config's ledger key):\n"
     "tried in turn, moving to the primary a standby names (NOT_PRIMARY, docs/AGENT.md).\n"
+    "--partitions 'A1,A2;B1,B2': partitioned subjects (docs/scale-out.md), instead of --ledger:\n"
+    "each partition's ledger and standbys, in partition order.\n"
     "--metrics HOST:PORT: Prometheus endpoint (default 127.0.0.1:9464; \"\" disables).\n"
     "--http-socket PATH: HTTP/1.1 + JSON on a second Unix socket (docs/protocol.md \"HTTP\"),\n"
     "same mode and peer checks (default: the socket's path with -http before .sock,\n"
@@ -95,7 +98,7 @@ struct Command {
 
 // Returns kExitOk to continue, -1 to exit 0 (help/version), or an exit code.
 int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
-  std::string config_file, ledger, socket, level, metrics, identity_file, gateway_name;
+  std::string config_file, ledger, partitions, socket, level, metrics, identity_file, gateway_name;
   std::string http_socket, http_listen;
   std::vector<std::string> ledger_keys;
   bool metrics_given = false, http_socket_given = false, http_listen_given = false;
@@ -109,6 +112,8 @@ int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
       target = &config->data_dir;
     } else if (arg == "--ledger") {
       target = &ledger;
+    } else if (arg == "--partitions") {
+      target = &partitions;
     } else if (arg == "--socket") {
       target = &socket;
     } else if (arg == "--config") {
@@ -173,8 +178,38 @@ int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
     }
     return kExitOk;
   }
-  if (ledger.empty() && !config->ledger_configured) {
-    std::fprintf(stderr, "tally-agent: --ledger HOST:PORT is required\n%s", kUsage);
+  const bool ledger_given = !ledger.empty() || config->ledger_configured;
+  const bool partitions_given = !partitions.empty() || config->partitions_configured;
+  if (ledger_given && partitions_given) {
+    std::fprintf(stderr,
+                 "tally-agent: --partitions (or the config's partitions) and --ledger (or the "
+                 "config's ledger) are exclusive: give every partition with --partitions, or one "
+                 "ledger with --ledger\n");
+    return kExitUsage;
+  }
+  if (!partitions.empty()) {
+    if (Status s = applyPartitions(partitions, config); !s.isOk()) {
+      std::fprintf(stderr, "tally-agent: --partitions: %s\n", s.message().c_str());
+      return kExitUsage;
+    }
+  }
+  if (partitions_given && config->partitions.size() > 1) {
+    // docs/scale-out.md "Partitioned subjects": the per-partition links are not built yet.
+    std::fprintf(stderr,
+                 "tally-agent: --partitions: routing by subject over %zu partitions is not built "
+                 "yet; give one partition (or --ledger)\n",
+                 config->partitions.size());
+    return kExitUsage;
+  }
+  if (partitions_given) {
+    // One partition is a plain ledger: its primary and standbys.
+    const std::vector<client::Endpoint>& only = config->partitions.front();
+    config->ledger_host = only.front().host;
+    config->ledger_port = only.front().port;
+    config->ledger_also.assign(only.begin() + 1, only.end());
+  } else if (ledger.empty() && !config->ledger_configured) {
+    std::fprintf(stderr, "tally-agent: --ledger HOST:PORT (or --partitions MAP) is required\n%s",
+                 kUsage);
     return kExitUsage;
   }
   if (Status s = ledger.empty() ? Status::ok() : applyLedgerAddresses(ledger, config); !s.isOk()) {

@@ -89,6 +89,47 @@ TEST(AgentConfigTest, ReadsTheLedgerAddressOrAListOfThem) {
   }
 }
 
+// `partitions`: a list of partitions, each a list of addresses, as tallyctl's --partitions text;
+// exclusive with `ledger`.
+TEST(AgentConfigTest, ReadsPartitionsAndRefusesThemBesideLedger) {
+  TempDir dir;
+  AgentConfig config;
+  ASSERT_TRUE(applyText(dir,
+                        "partitions = [[\"10.0.0.5:7411\", \"10.0.0.6:7411\"], "
+                        "[\"10.0.1.5:7411\"]]\n",
+                        &config)
+                  .isOk());
+  EXPECT_TRUE(config.partitions_configured);
+  EXPECT_FALSE(config.ledger_configured);
+  ASSERT_EQ(config.partitions.size(), 2u);
+  ASSERT_EQ(config.partitions[0].size(), 2u);
+  EXPECT_EQ(config.partitions[0][1].host, "10.0.0.6");
+  ASSERT_EQ(config.partitions[1].size(), 1u);
+  EXPECT_EQ(config.partitions[1][0].host, "10.0.1.5");
+  EXPECT_EQ(config.partitions[1][0].port, 7411);
+
+  AgentConfig flag;
+  ASSERT_TRUE(applyPartitions("a:1, a:2 ; b:3", &flag).isOk());
+  ASSERT_EQ(flag.partitions.size(), 2u);
+  EXPECT_EQ(flag.partitions[0][1].port, 2);
+  EXPECT_EQ(flag.partitions[1][0].host, "b");
+  for (const char* bad : {"", "a:1;;b:2", "a:1;nohost", "a:1,a:1;b:2"}) {
+    AgentConfig refused;
+    EXPECT_FALSE(applyPartitions(bad, &refused).isOk()) << bad;
+    EXPECT_TRUE(refused.partitions.empty()) << bad;
+  }
+
+  for (const char* bad : {"partitions = \"a:1;b:2\"\n", "partitions = []\n", "partitions = [[]]\n",
+                          "partitions = [[\"a:1\"], \"b:2\"]\n", "partitions = [[\"a:1;b:2\"]]\n",
+                          "partitions = [[\"nohost\"]]\n",
+                          "ledger = \"a:1\"\npartitions = [[\"b:2\"], [\"c:3\"]]\n"}) {
+    AgentConfig refused;
+    const Status status = applyText(dir, bad, &refused);
+    EXPECT_FALSE(status.isOk()) << bad;
+    EXPECT_NE(status.message().find("'partitions'"), std::string::npos) << bad << status.toString();
+  }
+}
+
 TEST(AgentConfigTest, RefusesMalformedEmergencySettingsNamingTheKey) {
   TempDir dir;
   const std::pair<const char*, const char*> cases[] = {
