@@ -67,21 +67,18 @@ Server::Server(uv_loop_t* loop, Ledger* ledger, Store* store, LedgerClock* clock
       connections_(loop, logger, options_.stream,
                    {.connections_max = options_.connections_max,
                     .buffered_bytes_max = options_.buffered_bytes_max,
-                    .refusal_frame = !options_.tls}),
-      pipeline_(loop, store, options_.commits_in_flight_max,
-                [this](uint64_t ticket, const Status& result, uint64_t store_us) {
-                  onCommitted(ticket, result, store_us);
-                }) {
+                    .refusal_frame = !options_.tls}) {
   listener_.data = this;
   check_.data = this;
   tick_timer_.data = this;
+  work_.data = this;
 }
 
 Server::~Server() {
   // The loop must have run dry: every handle closed, no work queued.
   TALLY_ASSERT(open_handles_ == 0);
   TALLY_ASSERT(connections_.empty());
-  TALLY_ASSERT(pipeline_.idle());
+  TALLY_ASSERT(!commit_in_flight_);
 }
 
 Status Server::start() {
@@ -366,18 +363,14 @@ void Server::onTick(uv_timer_t* timer) {
   if (server->ledger_->tick(server->clock_->nowMs()).changed()) server->open_.tick_changes = true;
 }
 
-void Server::onCheck(uv_check_t* check) { static_cast<Server*>(check->data)->maybeSeal(); }
-
-void Server::maybeSeal() {
-  if (fatal_ || open_.idle() || pipeline_.full()) return;
-  if (refusal_.has_value() && !committing_.empty()) return;  // answered after those before it
-  seal();
+void Server::onCheck(uv_check_t* check) {
+  auto* server = static_cast<Server*>(check->data);
+  if (!server->commit_in_flight_ && !server->open_.idle() && !server->fatal_) server->seal();
 }
 
 void Server::seal() {
-  TALLY_ASSERT(!pipeline_.full());
+  TALLY_ASSERT(!commit_in_flight_);
   if (refusal_.has_value()) {  // nothing more is committed: the batch is answered refused
-    TALLY_ASSERT(committing_.empty());
     Batch refused = std::exchange(open_, Batch{});
     answerRefused(&refused, *refusal_);
     maybeFinishStop();
@@ -385,51 +378,52 @@ void Server::seal() {
   }
   LedgerChangedRows rows = ledger_->takeChangedRows();
   Batch batch = std::exchange(open_, Batch{});
-  if (rows.empty()) {  // nothing to make durable: reads answer once the writes before them are
-    if (committing_.empty()) {
-      flush(&batch);
-      maybeFinishStop();
-    } else {
-      batch.durable = true;
-      committing_.push_back(std::move(batch));
-    }
-    return;
-  }
-  StoreBatch store = storeBatchOf(*ledger_, &rows, clock_->nowMs());
-  batch.sealed_ns = uv_hrtime();
-  committing_.push_back(std::move(batch));
-  Result<uint64_t> ticket = pipeline_.submit(std::move(store));
-  if (!ticket.isOk()) {
-    failFatally(ticket.status());  // the batch is dropped (or answered refused) with the rest
-    return;
-  }
-  committing_.back().ticket = ticket.value();
-}
-
-void Server::onCommitted(uint64_t ticket, const Status& result, uint64_t store_us) {
-  auto batch = std::find_if(committing_.begin(), committing_.end(),
-                            [ticket](const Batch& held) { return held.ticket == ticket; });
-  if (batch == committing_.end()) {  // dropped or answered by an earlier failure
+  if (rows.empty()) {
+    flush(&batch);  // nothing to make durable: reads answer at once
     maybeFinishStop();
     return;
   }
-  if (!result.isOk()) {
-    failFatally(result);  // and every batch after it: none of them is committed
+  batch.store = storeBatchOf(*ledger_, &rows, clock_->nowMs());
+  batch.sealed_ns = uv_hrtime();
+  committing_ = std::move(batch);
+  commit_in_flight_ = true;
+  if (int rc = uv_queue_work(loop_, &work_, doCommit, afterCommit); rc != 0) {
+    commit_in_flight_ = false;
+    failFatally(Status::ioError(std::string("uv_queue_work: ") + uv_strerror(rc)));
+  }
+}
+
+void Server::doCommit(uv_work_t* work) {
+  // Worker thread: touches only the store and the sealed batch.
+  auto* server = static_cast<Server*>(work->data);
+  const uint64_t started_ns = uv_hrtime();
+  server->committing_.result = server->store_->commit(server->committing_.store);
+  server->committing_.store_us = (uv_hrtime() - started_ns) / 1000;
+}
+
+void Server::afterCommit(uv_work_t* work, int status) {
+  auto* server = static_cast<Server*>(work->data);
+  server->commit_in_flight_ = false;
+  if (status != 0) {
+    server->failFatally(Status::ioError(std::string("commit cancelled: ") + uv_strerror(status)));
     return;
   }
-  ++commits_;
-  batch->durable = true;
-  if (options_.metrics != nullptr) {
-    options_.metrics->observeCommit(batch->requests, (uv_hrtime() - batch->sealed_ns) / 1000,
-                                    store_us);
+  if (!server->committing_.result.isOk()) {
+    server->failFatally(server->committing_.result);
+    return;
   }
-  while (!committing_.empty() && committing_.front().durable) {
-    Batch done = std::move(committing_.front());
-    committing_.pop_front();
-    flush(&done);
+  ++server->commits_;
+  Batch done = std::exchange(server->committing_, Batch{});
+  if (server->options_.metrics != nullptr) {
+    server->options_.metrics->observeCommit(done.requests, (uv_hrtime() - done.sealed_ns) / 1000,
+                                            done.store_us);
   }
-  maybeSeal();
-  maybeFinishStop();
+  server->flush(&done);
+  if (!server->open_.idle()) {
+    server->seal();
+  } else {
+    server->maybeFinishStop();
+  }
 }
 
 void Server::flush(Batch* batch) {
@@ -467,9 +461,8 @@ void Server::failFatally(const Status& status) {
                      "stopping; nothing of the batch was committed: its requests and "
                      "those held after it are answered " +
                          std::string(wire::errorCodeName(answer->code))}});
-    // In seal order: the failed batch, then those behind it (never committed).
-    std::deque<Batch> refused = std::exchange(committing_, {});
-    for (Batch& batch : refused) answerRefused(&batch, *answer);
+    Batch refused = std::exchange(committing_, Batch{});
+    answerRefused(&refused, *answer);
     refuse(*answer);
     return;
   }
@@ -482,16 +475,16 @@ void Server::failFatally(const Status& status) {
                                     "clients, who retry with the same ids"}});
   // None of the unanswered replies may leave: drop them, and stop.
   open_ = Batch{};
-  committing_.clear();  // commits still in flight fail without committing; ignored when reported
+  committing_ = Batch{};
   stop();
 }
 
 void Server::refuse(const wire::ErrorReply& answer) {
   const bool first = !refusal_.has_value();
   refusal_ = answer;
-  // Commits in flight are refused too (the store no longer commits): the failure answers them
-  // and the open batch; a batch that is durable after all is answered its replies first.
-  if (committing_.empty()) {
+  // A commit in flight is refused too (the store no longer commits): its afterCommit answers it
+  // and the open batch.
+  if (!commit_in_flight_) {
     Batch refused = std::exchange(open_, Batch{});
     answerRefused(&refused, answer);
   }
@@ -550,7 +543,7 @@ void Server::stop() {
 }
 
 void Server::maybeFinishStop() {
-  if (!stopping_ || stopped_ || !pipeline_.idle()) return;
+  if (!stopping_ || stopped_ || commit_in_flight_) return;
   if (!open_.idle() && !fatal_) {
     seal();
     return;

@@ -3,7 +3,6 @@
 #include <uv.h>
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -19,7 +18,6 @@
 #include "core/limits.h"
 #include "core/link_authority.h"
 #include "core/status.h"
-#include "ledger/commit_pipeline.h"
 #include "ledger/metrics.h"
 #include "ledger/store.h"
 #include "net/connection_set.h"
@@ -34,15 +32,11 @@
 // (core/ledger_requests.h: every decision about a request is made there, with one clock read
 // per request), its events logged or counted, and its reply held in the open batch. A tick
 // whose outcome changed() durable state joins the open batch too. At the end of each loop
-// iteration, if fewer than commits_in_flight_max commits are in flight, the open batch is
-// sealed: the Ledger's changed rows are copied into a StoreBatch and handed to the commit
-// pipeline (ledger/commit_pipeline.h: worker threads, one commit at a time, in order, nothing
-// after a failed one); its replies are written only after its commit is durable, and after
-// every earlier batch's replies. Requests that arrive meanwhile form the next batch, which may be
-// sealed and queued while the one before it syncs. A batch that changed nothing (reads) waits
-// behind the commits in flight and is answered when they are durable. So no reply ever leaves
-// before its mutation (and every mutation before it) is durable, and throughput does not fall to
-// one fsync per request.
+// iteration, if no commit is in flight, the open batch is sealed: the Ledger's changed rows are
+// copied into a StoreBatch and committed on a libuv worker thread; its replies are written only
+// after the commit is durable. Requests that arrive meanwhile form the next batch. So no reply ever
+// leaves before its mutation (and every mutation before it) is durable, and throughput does not
+// fall to one fsync per request.
 //
 // A failed commit (I/O error, disk full) is fatal: memory is ahead of disk, so the server stops
 // serving, sends none of that batch's replies, and reports fatal(); the process exits and a
@@ -67,9 +61,6 @@ struct ServerOptions {
   // nothing is kept (net/framed_stream.h).
   net::StreamLimits stream;
   uint64_t tick_interval_ms = 10;
-  // Sealed batches whose commits may be in flight at once (the commit pipeline's depth): 2
-  // seals and queues batch N+1 while N syncs; 1 is the serial group commit.
-  uint64_t commits_in_flight_max = 2;
   // Global bounds: past them new connections are refused (net/connection_set.h).
   uint64_t connections_max = limits::kConnectionsPerServerMax;
   uint64_t buffered_bytes_max = net::kBufferedBytesMaxDefault;
@@ -139,10 +130,11 @@ class Server : private net::StreamHandler {
     // connections that presented them are cut once it is durable.
     std::vector<std::pair<std::string, PublicKey>> retired_keys;
     bool tick_changes = false;
+    StoreBatch store;
+    Status result;
     uint64_t requests = 0;   // replies held, for the batch-size metric
     uint64_t sealed_ns = 0;  // uv_hrtime at seal
-    uint64_t ticket = 0;     // its commit's (CommitPipeline::submit); 0: nothing to commit
-    bool durable = false;    // committed, or nothing to commit: answered once first in line
+    uint64_t store_us = 0;   // time in Store::commit (commit thread)
 
     bool idle() const {
       return replies.empty() && close_after_flush.empty() && disabled_gateways.empty() &&
@@ -155,11 +147,8 @@ class Server : private net::StreamHandler {
   static void onTick(uv_timer_t* timer);
   static void onDrainDeadline(uv_timer_t* timer);
   void closeTimerIfDrained();
-  // The commit pipeline's report of `ticket` (in submission order, on the loop thread).
-  void onCommitted(uint64_t ticket, const Status& result, uint64_t store_us);
-  // Seals the open batch if it holds anything and the pipeline has room (and, once refusing,
-  // only when nothing is in flight: refusals must not overtake replies still waiting).
-  void maybeSeal();
+  static void doCommit(uv_work_t* work);
+  static void afterCommit(uv_work_t* work, int status);
 
   void accept();
   // net::StreamHandler, for every connection.
@@ -202,6 +191,7 @@ class Server : private net::StreamHandler {
   uv_tcp_t listener_{};
   uv_check_t check_{};
   uv_timer_t tick_timer_{};
+  uv_work_t work_{};
   int open_handles_ = 0;
   bool listener_open_ = false;
   bool check_open_ = false;
@@ -211,10 +201,8 @@ class Server : private net::StreamHandler {
   wire::EncodeScratch encode_scratch_;  // every reply is built here, on the loop thread
   net::ConnectionSet connections_;      // every Connection, from accept to its close callback
   Batch open_;
-  // Sealed batches not yet answered, in seal order: those with a commit in flight, and the
-  // read-only ones waiting behind them. Front first: answered once durable.
-  std::deque<Batch> committing_;
-  CommitPipeline pipeline_;
+  Batch committing_;
+  bool commit_in_flight_ = false;
   bool stopping_ = false;
   bool stopped_ = false;
   bool fatal_ = false;
