@@ -7,6 +7,7 @@
 #include <optional>
 #include <queue>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/account_book.h"
@@ -246,6 +247,15 @@ class Ledger {
   template <typename F>
   void forEachReceipt(F&& fn) const {
     receipts_.forEach(fn);
+  }
+  // The receipts packed (ReceiptArchive::forEachPacked, findPacked; decode with
+  // ReceiptArchive::decode): for checks that cache what each receipt contributes by its bytes.
+  template <typename F>
+  void forEachPackedReceipt(F&& fn) const {
+    receipts_.forEachPacked(fn);
+  }
+  std::optional<std::string_view> findPackedReceipt(const std::string& reservation_id) const {
+    return receipts_.findPacked(reservation_id, ReservationTable::hashOf(reservation_id));
   }
   // Changes whenever a receipt enters or leaves the archive (ReceiptArchive::version): while it
   // stays the same, forEachReceipt visits the same receipts, unchanged (read-only bookkeeping

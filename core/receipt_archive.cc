@@ -229,6 +229,13 @@ bool ReceiptArchive::contains(std::string_view id, uint64_t hash) const {
   return positionOf(id, hash) < index_.size();
 }
 
+std::optional<std::string_view> ReceiptArchive::findPacked(std::string_view id,
+                                                           uint64_t hash) const {
+  const uint64_t position = positionOf(id, hash);
+  if (position >= index_.size()) return std::nullopt;
+  return bodyIn(headerAt(index_[position]));
+}
+
 std::optional<Reservation> ReceiptArchive::find(std::string_view id, uint64_t hash) const {
   const uint64_t position = positionOf(id, hash);
   if (position >= index_.size()) return std::nullopt;

@@ -56,6 +56,9 @@ class ReceiptArchive {
   // The receipt with this id, decoded.
   std::optional<Reservation> find(std::string_view id, uint64_t hash) const;
   bool contains(std::string_view id, uint64_t hash) const;
+  // The packed form of the receipt with this id (valid until the archive next changes):
+  // decode() reads it back. Read-only, for checks that cache by the bytes (the simulator's).
+  std::optional<std::string_view> findPacked(std::string_view id, uint64_t hash) const;
   // Removes it and returns it (the Ledger takes it back into its live table), with the moment
   // it was kept until.
   std::optional<Reservation> take(std::string_view id, uint64_t hash);
@@ -73,6 +76,12 @@ class ReceiptArchive {
   uint64_t bytes() const;
   uint64_t countOf(ReservationState state) const {
     return counts_by_state_[static_cast<size_t>(state)];
+  }
+
+  // Calls fn(std::string_view packed) for every receipt kept, in forEach's order, undecoded.
+  template <typename F>
+  void forEachPacked(F&& fn) const {
+    for (const auto& [bucket, segment] : segments_) forEachIn(*segment, fn);
   }
 
   // Calls fn(const Reservation&) for every receipt kept, decoded (O(receipts); tests and

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/reservation_table.h"
@@ -98,6 +100,33 @@ TEST(ReceiptArchiveTest, FindsTakesAndCountsReceipts) {
   std::vector<std::string> ids;
   archive.forEach([&](const Reservation& r) { ids.push_back(r.reservation_id); });
   EXPECT_EQ(ids, (std::vector<std::string>{"b", "a"}));
+}
+
+// The packed bytes the simulator's checker caches by: what find and forEach decode, in forEach's
+// order, and exactly encode()'s bytes.
+TEST(ReceiptArchiveTest, PackedReceiptsAreTheEncodingsForEachDecodes) {
+  ReceiptArchive archive(1'000);
+  EXPECT_FALSE(archive.findPacked("a", hashOf("a")).has_value());
+  Reservation b = receipt("b");
+  b.state = S::kSettled;
+  b.actual_units = 3;
+  ASSERT_TRUE(add(&archive, receipt("a"), 10'000));
+  ASSERT_TRUE(add(&archive, b, 10'000));
+  std::string encoded_b;
+  ReceiptArchive::encode(b, &encoded_b);
+  EXPECT_EQ(archive.findPacked("b", hashOf("b")), std::optional<std::string_view>(encoded_b));
+  EXPECT_FALSE(archive.findPacked("c", hashOf("c")).has_value());
+  std::vector<Reservation> decoded;
+  archive.forEachPacked([&](std::string_view bytes) {
+    Reservation r;
+    ASSERT_TRUE(ReceiptArchive::decode(bytes, &r));
+    decoded.push_back(r);
+  });
+  EXPECT_EQ(decoded, (std::vector<Reservation>{receipt("a"), b}));
+  ASSERT_TRUE(archive.take("a", hashOf("a")).has_value());
+  size_t visited = 0;
+  archive.forEachPacked([&](std::string_view) { ++visited; });
+  EXPECT_EQ(visited, 1u);
 }
 
 // The version the simulator's checker caches by: it moves on every add, take and compaction

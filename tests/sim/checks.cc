@@ -6,7 +6,9 @@
 #include <unordered_map>
 #include <variant>
 
+#include "core/assert.h"
 #include "core/checked_math.h"
+#include "core/receipt_archive.h"
 #include "ledger/restore.h"
 #include "tests/sim/describe.h"
 
@@ -158,6 +160,7 @@ void Checker::onAcknowledged(const std::string& reservation_id, const Reservatio
   }
   fresh_facts_.push_back(reservation_id);
   fact.archived_ok = 0;  // to be compared with its receipt again
+  fact.archived_packed.clear();
   fact.state = receipt.state;
   fact.reserved_units = receipt.reserved_units;
   fact.created_at_ms = receipt.created_at_ms;
@@ -266,32 +269,61 @@ void Checker::refreshArchive(const Ledger& ledger) {
       archive_.version == ledger.receiptsVersion() && archive_.receipts == ledger.receiptCount()) {
     return;
   }
+  if (packed_ledger_ != &ledger) {
+    packed_.clear();
+    packed_ledger_ = &ledger;
+  }
   archive_ = ArchiveCache{.ledger = &ledger,
                           .version = ledger.receiptsVersion(),
                           .serial = ++archive_serial_,
                           .receipts = ledger.receiptCount()};
-  ledger.forEachReceipt([&](const Reservation& r) {
-    archive_.closed_ms_min = std::min(archive_.closed_ms_min, r.closed_at_ms);
-    if (r.state != S::kRejected) {
-      const std::string_view id = r.reservation_id;
-      auto [job, inserted] =
-          archive_.jobs.try_emplace(std::string(id.substr(0, id.find("-r"))), id);
+  // Each receipt's contribution is a function of its bytes and of this Ledger's account
+  // entries (which never move): a receipt seen before is not decoded again.
+  Reservation scratch;
+  ledger.forEachPackedReceipt([&](std::string_view bytes) {
+    auto it = packed_.find(bytes);
+    if (it == packed_.end()) {
+      const bool decoded = ReceiptArchive::decode(bytes, &scratch);
+      TALLY_ASSERT(decoded);
+      const Reservation& r = scratch;
+      PackedReceipt receipt{
+          .entry = ledger.accounts().find(r.subject, r.route, r.policy_generation),
+          .sums = {.consumed = consumedBy(r), .debt = r.debt_units},
+          .closed_at_ms = r.closed_at_ms,
+          .debits = r.state != S::kRejected,
+          .id = r.reservation_id};
+      receipt.job_length = std::string_view(receipt.id).substr(0, receipt.id.find("-r")).size();
+      if ((r.state == S::kUsageUnknown || r.closed_by_hard_limit) && r.refunded_units > 0) {
+        receipt.unknown_refund = r.reservation_id + " refunded " +
+                                 std::to_string(r.refunded_units) + " while " +
+                                 reservationStateName(r.state);
+      }
+      it = packed_.emplace(std::string(bytes), std::move(receipt)).first;
+    }
+    PackedReceipt& receipt = it->second;
+    receipt.serial = archive_.serial;
+    archive_.closed_ms_min = std::min(archive_.closed_ms_min, receipt.closed_at_ms);
+    if (receipt.debits) {
+      const std::string_view id = receipt.id;
+      auto [job, inserted] = archive_.jobs.try_emplace(id.substr(0, receipt.job_length), id);
       if (!inserted && job->second != id) {
         archive_.failures.emplace_back(
             Check::kSecondReservation,
-            "one job holds two reservations: " + job->second + " and " + r.reservation_id);
+            "one job holds two reservations: " + std::string(job->second) + " and " + receipt.id);
       }
     }
-    Sums& account = archive_.sums[ledger.accounts().find(r.subject, r.route, r.policy_generation)];
-    account.consumed += consumedBy(r);
-    account.debt += r.debt_units;
-    if ((r.state == S::kUsageUnknown || r.closed_by_hard_limit) && r.refunded_units > 0) {
-      archive_.failures.emplace_back(Check::kUnknownTreatedAsUnconsumed,
-                                     r.reservation_id + " refunded " +
-                                         std::to_string(r.refunded_units) + " while " +
-                                         reservationStateName(r.state));
+    Sums& account = archive_.sums[receipt.entry];
+    account.consumed += receipt.sums.consumed;
+    account.debt += receipt.sums.debt;
+    if (!receipt.unknown_refund.empty()) {
+      archive_.failures.emplace_back(Check::kUnknownTreatedAsUnconsumed, receipt.unknown_refund);
     }
   });
+  // Receipts gone from the archive (compacted, or taken back live): forgotten once they are
+  // as many as the ones kept, so that the cache stays O(receipts).
+  if (packed_.size() > 2 * archive_.receipts + 64) {
+    std::erase_if(packed_, [&](const auto& item) { return item.second.serial != archive_.serial; });
+  }
 }
 
 void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
@@ -336,7 +368,8 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
         if (auto receipt = archive_.jobs.find(job_id);
             receipt != archive_.jobs.end() && receipt->second != id) {
           fail(Check::kSecondReservation,
-               "one job holds two reservations: " + r.reservation_id + " and " + receipt->second,
+               "one job holds two reservations: " + r.reservation_id + " and " +
+                   std::string(receipt->second),
                now_ms);
         }
       }
@@ -449,6 +482,12 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
   if (facts_met < facts_.size()) {
     for (auto& [id, fact] : facts_) {
       if (fact.pass == facts_pass_ || fact.archived_ok == archive_.serial) continue;
+      // The same bytes it agreed with before: it agrees (a receipt is a function of its bytes).
+      const std::optional<std::string_view> packed = ledger.findPackedReceipt(id);
+      if (packed.has_value() && !fact.archived_packed.empty() && *packed == fact.archived_packed) {
+        fact.archived_ok = archive_.serial;
+        continue;
+      }
       const Reservation* r = ledger.findReservation(id);
       if (r == nullptr) {
         if (!compacted_ids_.contains(id)) {
@@ -459,6 +498,7 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
         fact_failures.emplace(id, std::move(*failure));
       } else {
         fact.archived_ok = archive_.serial;
+        if (packed.has_value()) fact.archived_packed.assign(*packed);
       }
     }
   }

@@ -81,6 +81,8 @@ class Checker {
   void onLedgerRestarted() {
     horizon_ = {};
     archive_ = {};
+    packed_.clear();
+    packed_ledger_ = nullptr;
   }
   // Reservations compacted by a durable commit (their consumption stays in the sums).
   void onCompacted(const std::vector<Reservation>& deleted);
@@ -139,6 +141,8 @@ class Checker {
     // The archive (ArchiveCache::serial) in which its receipt was found to agree with it; 0
     // when it changed since. A receipt never changes while archived.
     uint64_t archived_ok = 0;
+    // The packed receipt it was last found to agree with (empty: none since it changed).
+    std::string archived_packed;
   };
   struct Sums {
     Units consumed = 0;
@@ -173,13 +177,27 @@ class Checker {
     uint64_t closed_ms_min = ~uint64_t{0};
     // By account entry (entries never move within one Ledger).
     std::unordered_map<const AccountEntry*, Sums> sums;
-    // Gateway job → the first non-REJECTED receipt that debited it.
-    std::unordered_map<std::string, std::string, ViewHash, std::equal_to<>> jobs;
+    // Gateway job → the first non-REJECTED receipt that debited it (views into packed_).
+    std::unordered_map<std::string_view, std::string_view> jobs;
     // Failures the receipts alone show (reported at every afterStep while they are kept).
     std::vector<std::pair<Check, std::string>> failures;
   };
   // Brings archive_ up to date with `ledger`'s receipts.
   void refreshArchive(const Ledger& ledger);
+  // What one receipt contributes to archive_, by its packed bytes (a receipt never changes
+  // while archived; the same bytes in one Ledger contribute the same).
+  struct PackedReceipt {
+    const AccountEntry* entry = nullptr;
+    Sums sums;
+    uint64_t closed_at_ms = 0;
+    bool debits = false;  // not REJECTED: it debited its gateway job
+    std::string id;
+    size_t job_length = 0;       // the job is id's first job_length bytes
+    std::string unknown_refund;  // the failure it shows alone (refunded while UNKNOWN), if any
+    uint64_t serial = 0;         // the last archive_.serial that held it
+  };
+  std::unordered_map<std::string, PackedReceipt, ViewHash, std::equal_to<>> packed_;
+  const Ledger* packed_ledger_ = nullptr;  // the Ledger whose receipts packed_ holds
 
   Trace* trace_;
   std::vector<Finding> findings_;
