@@ -24,24 +24,6 @@ constexpr const char* kSelect =
     "SELECT partition_index FROM reservation_partitions WHERE reservation_id = ?1";
 constexpr const char* kCount = "SELECT COUNT(*) FROM reservation_partitions";
 
-// One prepared statement, finalized on every path.
-class Statement {
- public:
-  Statement() = default;
-  ~Statement() { (void)sqlite3_finalize(stmt_); }  // repeats an error already reported
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-
-  Status prepare(sqlite3* db, const char* sql) {
-    const int rc = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-    return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, std::string("prepare ") + sql);
-  }
-  sqlite3_stmt* get() const { return stmt_; }
-
- private:
-  sqlite3_stmt* stmt_ = nullptr;
-};
-
 }  // namespace
 
 Result<std::unique_ptr<ReservationPartitions>> ReservationPartitions::open(sqlite3* db) {

@@ -45,6 +45,24 @@ class ResetOnExit {
   sqlite3_stmt* stmt_;
 };
 
+// A prepared statement, finalized when it goes out of scope (on every path).
+class Statement {
+ public:
+  Statement() = default;
+  ~Statement() { (void)sqlite3_finalize(stmt_); }  // repeats an error already reported
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  Status prepare(sqlite3* db, const char* sql) {
+    const int rc = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
+    return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, std::string("prepare ") + sql);
+  }
+  sqlite3_stmt* get() const { return stmt_; }
+
+ private:
+  sqlite3_stmt* stmt_ = nullptr;
+};
+
 Status bindInt64(sqlite3* db, sqlite3_stmt* stmt, int index, int64_t value, const char* op);
 // Text and blobs are bound SQLITE_STATIC: the caller steps the statement before the bound value
 // goes out of scope. A zero-length blob binds as an empty blob, not NULL.

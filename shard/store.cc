@@ -108,24 +108,6 @@ constexpr const char* kPutBootEpoch =
 constexpr const char* kSelectLegacyBootEpoch = "SELECT value FROM meta WHERE key = 'boot_epoch'";
 constexpr const char* kDeleteLegacyBootEpoch = "DELETE FROM meta WHERE key = 'boot_epoch'";
 
-// A prepared statement for one use, finalized when the scope ends.
-class Statement {
- public:
-  Statement() = default;
-  ~Statement() { (void)sqlite3_finalize(stmt_); }  // repeats an error already reported
-  Statement(const Statement&) = delete;
-  Statement& operator=(const Statement&) = delete;
-
-  Status prepare(sqlite3* db, const char* sql) {
-    const int rc = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-    return rc == SQLITE_OK ? Status::ok() : statusOf(db, rc, std::string("prepare ") + sql);
-  }
-  sqlite3_stmt* get() const { return stmt_; }
-
- private:
-  sqlite3_stmt* stmt_ = nullptr;
-};
-
 Status bindUnsigned(sqlite3* db, sqlite3_stmt* stmt, int index, uint64_t value, const char* op) {
   if (value > static_cast<uint64_t>(kInt64Max)) {
     return Status::invalidArgument(std::string(op) + ": value " + std::to_string(value) +

@@ -1,7 +1,8 @@
 // The shipped default configs (packaging/config/*.toml) and docs/configuration.md against the
 // parsers' own key lists: the three say the same keys, so none can drift. The shipped files
 // parse as they are, and with every commented key line uncommented (the examples and defaults
-// they show are valid), and the ledger's stays on loopback until TLS.
+// they show are valid; the alternatives `ledger` and `partitions` each without the other), and
+// the ledger's stays on loopback until TLS.
 
 #include <fstream>
 #include <regex>
@@ -62,6 +63,18 @@ std::set<std::string> shownKeys(const std::string& text) {
     }
   }
   return keys;
+}
+
+// `text` without its "# KEY = VALUE" line(s) of `key` (a top-level key).
+std::string withoutShownKey(const std::string& text, const std::string& key) {
+  std::istringstream lines(text);
+  std::ostringstream out;
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind("# " + key + " = ", 0) == 0) continue;
+    out << line << "\n";
+  }
+  return out.str();
 }
 
 // `text` with every "# KEY = VALUE" and "# [TABLE]" line uncommented.
@@ -138,9 +151,18 @@ TEST(ShippedConfig, AgentParsesAsShippedAndUncommented) {
   Status status = agent::applyConfigFile(sourcePath("packaging/config/agent.toml"), &shipped);
   EXPECT_TRUE(status.isOk()) << status.toString();
   EXPECT_EQ(shipped.socket_path, agent::kDefaultSocketPath);
-  agent::AgentConfig all;
-  status = agent::applyConfigFile(writeTemp(dir, "agent.toml", uncommented(text)), &all);
+  // `ledger` and `partitions` are alternatives (exclusive): each is uncommented without the other.
+  agent::AgentConfig partitioned;
+  status = agent::applyConfigFile(
+      writeTemp(dir, "agent.toml", uncommented(withoutShownKey(text, "ledger"))), &partitioned);
   EXPECT_TRUE(status.isOk()) << status.toString();
+  EXPECT_EQ(partitioned.partitions.size(), 1u);
+  EXPECT_FALSE(partitioned.ledger_configured);
+  agent::AgentConfig all;
+  status = agent::applyConfigFile(
+      writeTemp(dir, "agent.toml", uncommented(withoutShownKey(text, "partitions"))), &all);
+  EXPECT_TRUE(status.isOk()) << status.toString();
+  EXPECT_TRUE(all.ledger_configured);
   // The defaults it shows are the built-in ones.
   const agent::AgentConfig defaults;
   EXPECT_EQ(all.socket_path, defaults.socket_path);
