@@ -1,10 +1,7 @@
 #include "agent/outbox_store.h"
 
-#include <poll.h>
-#include <signal.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -13,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/kill_acknowledged.h"
 #include "tests/support/temp_dir.h"
 
 namespace tally::agent {
@@ -199,48 +197,27 @@ TEST(OutboxStoreTest, EveryAcknowledgedEntrySurvivesKill9) {
   TempDir dir;
   constexpr uint64_t kAcksBeforeKill = 150;
   constexpr uint64_t kEntriesMax = 100'000;
-  int ack[2] = {-1, -1};
-  ASSERT_EQ(::pipe(ack), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(ack[0]);
-    Result<std::unique_ptr<OutboxStore>> store = OutboxStore::open(dir.path());
-    if (!store.isOk()) ::_exit(2);
-    for (uint64_t seq = 1; seq <= kEntriesMax; ++seq) {
-      // Alternate single appends and small batches: both must be durable on return.
-      if (seq % 4 == 0) {
-        if (!store.value()->appendBatch({entry(seq), entry(seq + 1)}).isOk()) ::_exit(3);
-        for (uint64_t acked : {seq, seq + 1}) {
-          if (::write(ack[1], &acked, sizeof(acked)) != sizeof(acked)) ::_exit(4);
-        }
-        ++seq;
-        continue;
-      }
-      if (!store.value()->append(entry(seq)).isOk()) ::_exit(3);
-      if (::write(ack[1], &seq, sizeof(seq)) != sizeof(seq)) ::_exit(4);
-    }
-    ::_exit(0);
-  }
-  ::close(ack[1]);
   std::set<uint64_t> acknowledged;
-  uint64_t seq = 0;
-  while (acknowledged.size() < kAcksBeforeKill) {
-    pollfd fd{.fd = ack[0], .events = POLLIN, .revents = 0};
-    ASSERT_EQ(::poll(&fd, 1, 30'000), 1) << "child stopped acknowledging";
-    ASSERT_EQ(::read(ack[0], &seq, sizeof(seq)), static_cast<ssize_t>(sizeof(seq)))
-        << "child exited early";
-    acknowledged.insert(seq);
-  }
-  ASSERT_EQ(::kill(child, SIGKILL), 0);
-  int wait_status = 0;
-  ASSERT_EQ(::waitpid(child, &wait_status, 0), child);
-  ASSERT_TRUE(WIFSIGNALED(wait_status));
-  // Acknowledgements written before the kill count too.
-  while (::read(ack[0], &seq, sizeof(seq)) == static_cast<ssize_t>(sizeof(seq))) {
-    acknowledged.insert(seq);
-  }
-  ::close(ack[0]);
+  ASSERT_NO_FATAL_FAILURE(testing::killAfterAcknowledgements(
+      kAcksBeforeKill,
+      [&](int ack_fd) {
+        Result<std::unique_ptr<OutboxStore>> store = OutboxStore::open(dir.path());
+        if (!store.isOk()) ::_exit(2);
+        for (uint64_t seq = 1; seq <= kEntriesMax; ++seq) {
+          // Alternate single appends and small batches: both must be durable on return.
+          if (seq % 4 == 0) {
+            if (!store.value()->appendBatch({entry(seq), entry(seq + 1)}).isOk()) ::_exit(3);
+            for (uint64_t acked : {seq, seq + 1}) {
+              if (::write(ack_fd, &acked, sizeof(acked)) != sizeof(acked)) ::_exit(4);
+            }
+            ++seq;
+            continue;
+          }
+          if (!store.value()->append(entry(seq)).isOk()) ::_exit(3);
+          if (::write(ack_fd, &seq, sizeof(seq)) != sizeof(seq)) ::_exit(4);
+        }
+      },
+      &acknowledged));
 
   auto store = openOrDie(dir.path());
   ASSERT_NE(store, nullptr);

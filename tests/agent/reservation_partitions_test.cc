@@ -1,8 +1,5 @@
 #include "agent/reservation_partitions.h"
 
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -12,6 +9,7 @@
 #include <string>
 
 #include "agent/outbox_store.h"
+#include "tests/support/kill_acknowledged.h"
 #include "tests/support/temp_dir.h"
 
 namespace tally::agent {
@@ -71,37 +69,19 @@ TEST(ReservationPartitionsTest, EveryAcknowledgedRecordSurvivesKill9) {
   TempDir dir;
   constexpr uint64_t kAcksBeforeKill = 100;
   constexpr uint64_t kRecordsMax = 100'000;
-  int ack[2] = {-1, -1};
-  ASSERT_EQ(::pipe(ack), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(ack[0]);
-    Opened opened = openOrDie(dir.path());
-    if (opened.partitions == nullptr) ::_exit(2);
-    for (uint64_t i = 1; i <= kRecordsMax; ++i) {
-      const std::string id = "r-" + std::to_string(i);
-      if (!opened.partitions->record(id, static_cast<uint32_t>(i % 2)).isOk()) ::_exit(3);
-      if (::write(ack[1], &i, sizeof(i)) != sizeof(i)) ::_exit(4);
-    }
-    ::_exit(0);
-  }
-  ::close(ack[1]);
   std::set<uint64_t> acknowledged;
-  uint64_t i = 0;
-  while (acknowledged.size() < kAcksBeforeKill) {
-    pollfd fd{.fd = ack[0], .events = POLLIN, .revents = 0};
-    ASSERT_EQ(::poll(&fd, 1, 30'000), 1) << "child stopped acknowledging";
-    ASSERT_EQ(::read(ack[0], &i, sizeof(i)), static_cast<ssize_t>(sizeof(i)))
-        << "child exited early";
-    acknowledged.insert(i);
-  }
-  ASSERT_EQ(::kill(child, SIGKILL), 0);
-  int wait_status = 0;
-  ASSERT_EQ(::waitpid(child, &wait_status, 0), child);
-  ASSERT_TRUE(WIFSIGNALED(wait_status));
-  while (::read(ack[0], &i, sizeof(i)) == static_cast<ssize_t>(sizeof(i))) acknowledged.insert(i);
-  ::close(ack[0]);
+  ASSERT_NO_FATAL_FAILURE(testing::killAfterAcknowledgements(
+      kAcksBeforeKill,
+      [&](int ack_fd) {
+        Opened opened = openOrDie(dir.path());
+        if (opened.partitions == nullptr) ::_exit(2);
+        for (uint64_t i = 1; i <= kRecordsMax; ++i) {
+          const std::string id = "r-" + std::to_string(i);
+          if (!opened.partitions->record(id, static_cast<uint32_t>(i % 2)).isOk()) ::_exit(3);
+          if (::write(ack_fd, &i, sizeof(i)) != sizeof(i)) ::_exit(4);
+        }
+      },
+      &acknowledged));
 
   Opened opened = openOrDie(dir.path());
   ASSERT_NE(opened.partitions, nullptr);
