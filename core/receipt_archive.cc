@@ -237,10 +237,10 @@ std::optional<std::string_view> ReceiptArchive::findPacked(std::string_view id,
 }
 
 std::optional<Reservation> ReceiptArchive::find(std::string_view id, uint64_t hash) const {
-  const uint64_t position = positionOf(id, hash);
-  if (position >= index_.size()) return std::nullopt;
+  const std::optional<std::string_view> packed = findPacked(id, hash);
+  if (!packed.has_value()) return std::nullopt;
   Reservation out;
-  const bool decoded = decode(bodyIn(headerAt(index_[position])), &out);
+  const bool decoded = decode(*packed, &out);
   TALLY_ASSERT(decoded);  // written by encode()
   return out;
 }

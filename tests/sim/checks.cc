@@ -46,6 +46,22 @@ const Reach& reach() {
   return table;
 }
 
+// The gateway job a reservation id belongs to: a gateway names a job's reservation
+// "g<gateway>-j<job>"; a retry under a new id (a bug the can-fail test injects) appends "-r<n>".
+std::string_view jobOf(std::string_view reservation_id) {
+  return reservation_id.substr(0, reservation_id.find("-r"));
+}
+
+// Why `r` shows UNKNOWN treated as unconsumed on its own: it refunded while USAGE_UNKNOWN or
+// closed by the hard limit.
+std::optional<std::string> unknownRefundOf(const Reservation& r) {
+  if ((r.state != S::kUsageUnknown && !r.closed_by_hard_limit) || r.refunded_units == 0) {
+    return std::nullopt;
+  }
+  return r.reservation_id + " refunded " + std::to_string(r.refunded_units) + " while " +
+         reservationStateName(r.state);
+}
+
 AccountKey keyOf(const Reservation& r) {
   return AccountKey{.subject = r.subject, .route = r.route, .generation = r.policy_generation};
 }
@@ -269,10 +285,8 @@ void Checker::refreshArchive(const Ledger& ledger) {
       archive_.version == ledger.receiptsVersion() && archive_.receipts == ledger.receiptCount()) {
     return;
   }
-  if (packed_ledger_ != &ledger) {
-    packed_.clear();
-    packed_ledger_ = &ledger;
-  }
+  // packed_ holds the receipts of archive_.ledger (none after onLedgerRestarted).
+  if (archive_.ledger != &ledger) packed_.clear();
   archive_ = ArchiveCache{.ledger = &ledger,
                           .version = ledger.receiptsVersion(),
                           .serial = ++archive_serial_,
@@ -292,12 +306,8 @@ void Checker::refreshArchive(const Ledger& ledger) {
           .closed_at_ms = r.closed_at_ms,
           .debits = r.state != S::kRejected,
           .id = r.reservation_id};
-      receipt.job_length = std::string_view(receipt.id).substr(0, receipt.id.find("-r")).size();
-      if ((r.state == S::kUsageUnknown || r.closed_by_hard_limit) && r.refunded_units > 0) {
-        receipt.unknown_refund = r.reservation_id + " refunded " +
-                                 std::to_string(r.refunded_units) + " while " +
-                                 reservationStateName(r.state);
-      }
+      receipt.job_length = jobOf(receipt.id).size();
+      receipt.unknown_refund = unknownRefundOf(r);
       it = packed_.emplace(std::string(bytes), std::move(receipt)).first;
     }
     PackedReceipt& receipt = it->second;
@@ -315,8 +325,8 @@ void Checker::refreshArchive(const Ledger& ledger) {
     Sums& account = archive_.sums[receipt.entry];
     account.consumed += receipt.sums.consumed;
     account.debt += receipt.sums.debt;
-    if (!receipt.unknown_refund.empty()) {
-      archive_.failures.emplace_back(Check::kUnknownTreatedAsUnconsumed, receipt.unknown_refund);
+    if (receipt.unknown_refund.has_value()) {
+      archive_.failures.emplace_back(Check::kUnknownTreatedAsUnconsumed, *receipt.unknown_refund);
     }
   });
   // Receipts gone from the archive (compacted, or taken back live): forgotten once they are
@@ -336,9 +346,8 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
   // The live table is scanned at every call; what the receipts of the archive contribute (their
   // sums, jobs, earliest close and failures) is kept in archive_ while the archive is unchanged.
   // Sums by account entry (entries never move), jobs by views into the ledger's own strings
-  // (the live table's records stay put during the scan): this runs after every step. A gateway
-  // names a job's reservation "g<gateway>-j<job>"; a retry under a new id (a bug the can-fail
-  // test injects) appends "-r<n>".
+  // (the live table's records stay put during the scan): this runs after every step. Jobs by
+  // jobOf.
   refreshArchive(ledger);
   std::unordered_map<const AccountEntry*, Sums> sums;
   std::unordered_map<std::string_view, std::string_view> debited_by_job;
@@ -356,7 +365,7 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
     }
     if (r.state != S::kRejected) {
       const std::string_view id = r.reservation_id;
-      const std::string_view job_id = id.substr(0, id.find("-r"));
+      const std::string_view job_id = jobOf(id);
       auto [job, inserted] = debited_by_job.try_emplace(job_id, id);
       if (!inserted && job->second != id) {
         fail(Check::kSecondReservation,
@@ -386,11 +395,8 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
     Sums& account = sums[ledger.accounts().find(r.subject, r.route, r.policy_generation)];
     account.consumed += consumedBy(r);
     account.debt += r.debt_units;
-    if ((r.state == S::kUsageUnknown || r.closed_by_hard_limit) && r.refunded_units > 0) {
-      fail(Check::kUnknownTreatedAsUnconsumed,
-           r.reservation_id + " refunded " + std::to_string(r.refunded_units) + " while " +
-               reservationStateName(r.state),
-           now_ms);
+    if (std::optional<std::string> refund = unknownRefundOf(r)) {
+      fail(Check::kUnknownTreatedAsUnconsumed, *refund, now_ms);
     }
     if (r.state == S::kUsageUnknown) {
       unknown_since_ms_.try_emplace(r.reservation_id, now_ms);
@@ -488,7 +494,14 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
         fact.archived_ok = archive_.serial;
         continue;
       }
-      const Reservation* r = ledger.findReservation(id);
+      // Not met by the live scan: archived (decoded from the bytes just found), or gone.
+      Reservation archived;
+      const Reservation* r = nullptr;
+      if (packed.has_value()) {
+        const bool decoded = ReceiptArchive::decode(*packed, &archived);
+        TALLY_ASSERT(decoded);
+        r = &archived;
+      }
       if (r == nullptr) {
         if (!compacted_ids_.contains(id)) {
           fact_failures.emplace(
@@ -498,7 +511,7 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
         fact_failures.emplace(id, std::move(*failure));
       } else {
         fact.archived_ok = archive_.serial;
-        if (packed.has_value()) fact.archived_packed.assign(*packed);
+        fact.archived_packed.assign(*packed);
       }
     }
   }

@@ -81,8 +81,6 @@ class Checker {
   void onLedgerRestarted() {
     horizon_ = {};
     archive_ = {};
-    packed_.clear();
-    packed_ledger_ = nullptr;
   }
   // Reservations compacted by a durable commit (their consumption stays in the sums).
   void onCompacted(const std::vector<Reservation>& deleted);
@@ -192,12 +190,12 @@ class Checker {
     uint64_t closed_at_ms = 0;
     bool debits = false;  // not REJECTED: it debited its gateway job
     std::string id;
-    size_t job_length = 0;       // the job is id's first job_length bytes
-    std::string unknown_refund;  // the failure it shows alone (refunded while UNKNOWN), if any
-    uint64_t serial = 0;         // the last archive_.serial that held it
+    size_t job_length = 0;                      // the job is id's first job_length bytes
+    std::optional<std::string> unknown_refund;  // the failure it shows alone (unknownRefundOf)
+    uint64_t serial = 0;                        // the last archive_.serial that held it
   };
+  // Of archive_.ledger's receipts (cleared when the Ledger changes).
   std::unordered_map<std::string, PackedReceipt, ViewHash, std::equal_to<>> packed_;
-  const Ledger* packed_ledger_ = nullptr;  // the Ledger whose receipts packed_ holds
 
   Trace* trace_;
   std::vector<Finding> findings_;
