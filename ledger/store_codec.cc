@@ -20,6 +20,7 @@
 #include "schemas/store.capnp.h"
 #include "wire/codec.h"
 #include "wire/enum_mapping.h"
+#include "wire/packed_message.h"
 #include "wire/period_codec.h"
 
 namespace tally::ledger {
@@ -77,7 +78,7 @@ Result<T> withRoot(std::span<const uint8_t> bytes, F&& read) {
     kj::ArrayInputStream input(kj::ArrayPtr<const kj::byte>(bytes.data(), bytes.size()));
     capnp::PackedMessageReader message(input, readerOptions(bytes.size()),
                                        kj::arrayPtr(scratch_words, kScratchWords));
-    if (size_t trailing = input.tryGetReadBuffer().size(); trailing != 0) {
+    if (size_t trailing = wire::packedTrailingBytes(message, input); trailing != 0) {
       return Status::corruption("message is followed by " + std::to_string(trailing) +
                                 " trailing bytes");
     }
@@ -609,7 +610,8 @@ Status BatchFolder::add(Blob blob) {
   if (blob.size() == 0) return Status::corruption("empty blob");
   try {
     auto message = std::make_unique<Message>(kj::mv(blob));
-    if (size_t trailing = message->input.tryGetReadBuffer().size(); trailing != 0) {
+    if (size_t trailing = wire::packedTrailingBytes(message->reader, message->input);
+        trailing != 0) {
       return Status::corruption("message is followed by " + std::to_string(trailing) +
                                 " trailing bytes");
     }

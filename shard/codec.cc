@@ -11,6 +11,7 @@
 #include "schemas/emergency_shard.capnp.h"
 #include "schemas/limit_reservation.capnp.h"
 #include "wire/codec.h"
+#include "wire/packed_message.h"
 #include "wire/scratch_message.h"
 
 namespace tally::agent {
@@ -42,7 +43,7 @@ Result<T> decodeAs(std::span<const uint8_t> bytes) {
     options.nestingLimit = wire::kDecodeNestingLimit;
     kj::ArrayInputStream input(kj::ArrayPtr<const kj::byte>(bytes.data(), bytes.size()));
     capnp::PackedMessageReader message(input, options);
-    if (size_t trailing = input.tryGetReadBuffer().size(); trailing != 0) {
+    if (size_t trailing = wire::packedTrailingBytes(message, input); trailing != 0) {
       return Status::corruption("blob has " + std::to_string(trailing) + " trailing bytes");
     }
     Result<T> result = wire::toCore(message.getRoot<Root>());

@@ -314,6 +314,46 @@ TEST_F(StoreTest, LargeZeroHeavyBatchRoundTrips) {
   expectContents(loadOrDie(store.get()), model);
 }
 
+// A message that outgrows its first segment is read one segment at first and the rest on use:
+// its later segments are not trailing garbage. A policy of many budgets is far beyond the
+// encoder's estimate, so its batch has several segments; before packedTrailingBytes the log row
+// was refused as corrupt by the fold and by every restart (a ledger that could not come back).
+TEST_F(StoreTest, ABatchOfSeveralSegmentsRoundTripsThroughTheLogTheFoldAndReopen) {
+  PolicyRecord record{.policy = {.generation = 1}};
+  for (int i = 0; i < 400; ++i) {
+    record.policy.budgets.push_back(Budget{.subject_pattern = "tenant-" + std::to_string(i) + "-*",
+                                           .route = "route-" + std::string(40, 'r'),
+                                           .unit = "tokens",
+                                           .refill_per_second = 10,
+                                           .burst = 100});
+  }
+  const StoreBatch batch{.policies = {record}, .ledger_clock_ms = 7};
+  Blob blob = encodeBatch(batch);
+  Result<StoreBatch> decoded = decodeBatch(blobBytes(blob));
+  ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+  ASSERT_EQ(decoded.value().policies.size(), 1u);
+  EXPECT_TRUE(decoded.value().policies[0] == record);
+  // Bytes after the whole message are still refused.
+  std::vector<uint8_t> padded(blob.begin(), blob.end());
+  padded.insert(padded.end(), {0x01, 0x02, 0x03});
+  Result<StoreBatch> padded_decoded = decodeBatch(padded);
+  ASSERT_FALSE(padded_decoded.isOk());
+  EXPECT_NE(padded_decoded.status().message().find("trailing"), std::string::npos)
+      << padded_decoded.status().toString();
+  {
+    auto store = openOrDie(dataDir());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->commit(batch).isOk());
+    ASSERT_TRUE(store->checkpoint().isOk());   // the fold reads the log row
+    ASSERT_TRUE(store->commit(batch).isOk());  // and a reopen replays this one
+  }
+  auto reopened = openOrDie(dataDir());
+  ASSERT_NE(reopened, nullptr);
+  StoreContents contents = loadOrDie(reopened.get());
+  ASSERT_EQ(contents.policies.size(), 1u);
+  EXPECT_TRUE(contents.policies[0] == record);
+}
+
 TEST_F(StoreTest, EmptyStoreLoadsEmpty) {
   auto store = openOrDie(dataDir());
   ASSERT_NE(store, nullptr);
