@@ -6,12 +6,15 @@
 
 namespace tally::bench::limits {
 
-inline constexpr uint32_t kCyclesInFlightMax = 65'536;        // -K
-inline constexpr uint32_t kSubjectsMax = 1'000'000;           // -S
-inline constexpr uint32_t kConnectionsMax = 1'024;            // -c
-inline constexpr uint32_t kSampleQueriesMax = 100'000;        // --sample
-inline constexpr double kDurationSecondsMax = 24.0 * 3600.0;  // -d, -w
-inline constexpr uint64_t kPrefixBytesMax = 64;               // ids stay far below 128 bytes
+inline constexpr uint32_t kCyclesInFlightMax = 65'536;          // -K
+inline constexpr uint32_t kSubjectsMax = 1'000'000;             // -S
+inline constexpr uint32_t kConnectionsMax = 1'024;              // -c
+inline constexpr uint32_t kSampleQueriesMax = 100'000;          // --sample
+inline constexpr double kDurationSecondsMax = 24.0 * 3600.0;    // -d, -w
+inline constexpr uint64_t kPrefixBytesMax = 64;                 // ids stay far below 128 bytes
+inline constexpr double kArrivalRatePerSecondMax = 10'000'000;  // --rate
+// -K with --rate when -K is not given: far above what a ~2 ms cycle at 100k cycles/s needs.
+inline constexpr uint32_t kOpenLoopCyclesInFlightDefault = 4'096;
 
 // Latency samples kept per series (reserve, start, settle, cycle): 16 Mi samples of 8 bytes.
 // A run that produces more keeps the first ones and says so.

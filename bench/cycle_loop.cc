@@ -1,7 +1,9 @@
-#include "bench/closed_loop.h"
+#include "bench/cycle_loop.h"
 
 #include <sys/resource.h>
 
+#include <algorithm>
+#include <cmath>
 #include <utility>
 #include <variant>
 
@@ -40,14 +42,14 @@ const char* seriesName(int series) {
   return kNames[series];
 }
 
-uint64_t ClosedLoopResult::errorCount() const {
+uint64_t CycleLoopResult::errorCount() const {
   uint64_t total = 0;
   for (const auto& [key, count] : errors) total += count;
   return total;
 }
 
-ClosedLoop::ClosedLoop(uv_loop_t* loop, std::vector<Connection*> connections, Timers timers,
-                       ClosedLoopOptions options)
+CycleLoop::CycleLoop(uv_loop_t* loop, std::vector<Connection*> connections, Timers timers,
+                     CycleLoopOptions options)
     : loop_(loop),
       connections_(std::move(connections)),
       timers_(timers),
@@ -65,7 +67,7 @@ ClosedLoop::ClosedLoop(uv_loop_t* loop, std::vector<Connection*> connections, Ti
   }
 }
 
-Status ClosedLoop::run() {
+Status CycleLoop::run() {
   for (Connection* connection : connections_) connection->setListener(this);
   if (options_.warmup_ms == 0) {
     openWindow();
@@ -78,22 +80,34 @@ Status ClosedLoop::run() {
       !s.isOk()) {
     return s;
   }
-  const uint64_t now = uv_hrtime();
-  for (uint64_t slot = 0; slot < cycles_.size(); ++slot) {
-    ++in_flight_;
-    beginCycle(slot, now);
+  run_start_ns_ = uv_hrtime();
+  if (openLoop()) {
+    for (uint64_t slot = cycles_.size(); slot > 0; --slot) free_slots_.push_back(slot - 1);
+    startDueCycles(run_start_ns_);
+    if (Status s = armPacer(); !s.isOk()) return s;
+  } else {
+    for (uint64_t slot = 0; slot < cycles_.size(); ++slot) {
+      ++in_flight_;
+      beginCycle(slot, run_start_ns_);
+    }
   }
   const uint64_t bound_ms = options_.warmup_ms + options_.duration_ms + options_.drain_timeout_ms;
-  const bool drained =
-      runUntil(loop_, timers_.deadline, bound_ms, [this] { return stopping_ && in_flight_ == 0; });
+  const bool drained = runUntil(loop_, timers_.deadline, bound_ms, [this] {
+    return stopping_ && in_flight_ == 0 && (!openLoop() || arrivalsOver());
+  });
   timers_.warmup->stop();
   timers_.end->stop();
+  if (timers_.pacer != nullptr) timers_.pacer->stop();
   if (!stopping_) closeWindow();
   if (!drained) {
-    // Every cycle still in flight is an error; one detail line says why.
-    result_.errors["drain:timeout"] += in_flight_;
+    // Every cycle still in flight, or due in the window and never sent, is an error; one
+    // detail line says why.
+    uint64_t never_sent = 0;
+    while (openLoop() && dueNs(cycles_begun_ + never_sent) < window_end_ns_) ++never_sent;
+    result_.errors["drain:timeout"] += in_flight_ + never_sent;
     if (result_.error_details.size() < limits::kErrorsShownMax) {
-      result_.error_details.push_back(std::to_string(in_flight_) + " cycles still in flight " +
+      result_.error_details.push_back(std::to_string(in_flight_) + " cycles still in flight and " +
+                                      std::to_string(never_sent) + " due but never sent " +
                                       std::to_string(options_.drain_timeout_ms) +
                                       " ms after the window closed");
     }
@@ -102,13 +116,13 @@ Status ClosedLoop::run() {
   return Status::ok();
 }
 
-void ClosedLoop::openWindow() {
+void CycleLoop::openWindow() {
   measuring_ = true;
   window_start_ns_ = uv_hrtime();
   cpu_at_window_start_s_ = processCpuSeconds();
 }
 
-void ClosedLoop::closeWindow() {
+void CycleLoop::closeWindow() {
   if (stopping_) return;
   stopping_ = true;
   window_end_ns_ = uv_hrtime();
@@ -117,17 +131,64 @@ void ClosedLoop::closeWindow() {
   result_.driver_cpu_s = measuring_ ? processCpuSeconds() - cpu_at_window_start_s_ : 0;
 }
 
-void ClosedLoop::beginCycle(uint64_t slot, uint64_t now_ns) {
+void CycleLoop::beginCycle(uint64_t slot, uint64_t now_ns) {
   Cycle& cycle = cycles_[slot];
   cycle.params = workload_.next();
   cycle.id = reservationId(options_.prefix, cycle.params.seq);
   cycle.operation = operationId(cycle.params.seq);
   cycle.stage = kReserveStage;
   cycle.cycle_start_ns = now_ns;
+  cycle.due_in_window = measuring_ && now_ns >= window_start_ns_;
+  if (openLoop() && cycle.due_in_window) ++result_.cycles_due_in_window;
+  ++cycles_begun_;
   sendStage(slot, now_ns);
 }
 
-void ClosedLoop::sendStage(uint64_t slot, uint64_t now_ns) {
+bool CycleLoop::measured(const Cycle& cycle) const {
+  return openLoop() ? cycle.due_in_window : measuring_ && !stopping_;
+}
+
+uint64_t CycleLoop::dueNs(uint64_t n) const {
+  return run_start_ns_ + static_cast<uint64_t>(std::llround(static_cast<double>(n) * 1e9 /
+                                                            options_.arrival_rate_per_s));
+}
+
+// A closed window admits no cycle due after it; a run stopped by a failed send (stopping_
+// without a window end) admits none at all.
+bool CycleLoop::arrivalsOver() const { return stopping_ && dueNs(cycles_begun_) >= window_end_ns_; }
+
+void CycleLoop::startDueCycles(uint64_t now_ns) {
+  while (!free_slots_.empty() && dueNs(cycles_begun_) <= now_ns && !arrivalsOver()) {
+    const uint64_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    ++in_flight_;
+    // Sent now, measured from when it was due.
+    beginCycle(slot, dueNs(cycles_begun_));
+  }
+  if (stopping_ || now_ns < run_start_ns_) return;
+  const auto due_by_now = static_cast<uint64_t>(static_cast<double>(now_ns - run_start_ns_) *
+                                                options_.arrival_rate_per_s / 1e9) +
+                          1;
+  if (due_by_now > cycles_begun_) {
+    result_.due_waiting_max = std::max(result_.due_waiting_max, due_by_now - cycles_begun_);
+  }
+}
+
+// Every millisecond (libuv's timer resolution), the cycles that fell due start; replies start
+// them too, as soon as they free a slot.
+Status CycleLoop::armPacer() {
+  TALLY_ASSERT(timers_.pacer != nullptr);
+  return timers_.pacer->start(1, [this] {
+    startDueCycles(uv_hrtime());
+    if (arrivalsOver()) return;
+    if (Status s = armPacer(); !s.isOk()) {
+      recordError("pacer:timer", s.toString());
+      closeWindow();
+    }
+  });
+}
+
+void CycleLoop::sendStage(uint64_t slot, uint64_t now_ns) {
   Cycle& cycle = cycles_[slot];
   wire::RequestBody body;
   switch (cycle.stage) {
@@ -159,8 +220,8 @@ void ClosedLoop::sendStage(uint64_t slot, uint64_t now_ns) {
   }
 }
 
-std::string ClosedLoop::checkReply(const Cycle& cycle, const wire::Response& response,
-                                   std::string* detail) const {
+std::string CycleLoop::checkReply(const Cycle& cycle, const wire::Response& response,
+                                  std::string* detail) const {
   const std::string where = cycle.id + " " + seriesName(cycle.stage) + ": ";
   if (const auto* error = std::get_if<wire::ErrorReply>(&response.body)) {
     *detail = where + wire::errorCodeName(error->code) + " " + error->message;
@@ -198,11 +259,11 @@ std::string ClosedLoop::checkReply(const Cycle& cycle, const wire::Response& res
   return {};
 }
 
-void ClosedLoop::onResponse(Connection*, uint64_t tag, wire::Response&& response) {
+void CycleLoop::onResponse(Connection*, uint64_t tag, wire::Response&& response) {
   TALLY_ASSERT(tag < cycles_.size());
   const uint64_t now = uv_hrtime();
   Cycle& cycle = cycles_[tag];
-  const bool in_window = measuring_ && !stopping_;
+  const bool in_window = measured(cycle);
   if (in_window) result_.latency[cycle.stage].add(now - cycle.op_sent_ns);
   std::string detail;
   const std::string error = checkReply(cycle, response, &detail);
@@ -224,7 +285,13 @@ void ClosedLoop::onResponse(Connection*, uint64_t tag, wire::Response&& response
   endCycle(tag, now);
 }
 
-void ClosedLoop::endCycle(uint64_t slot, uint64_t now_ns) {
+void CycleLoop::endCycle(uint64_t slot, uint64_t now_ns) {
+  if (openLoop()) {
+    --in_flight_;
+    free_slots_.push_back(slot);
+    startDueCycles(now_ns);
+    return;
+  }
   if (stopping_) {
     --in_flight_;
     return;
@@ -232,8 +299,8 @@ void ClosedLoop::endCycle(uint64_t slot, uint64_t now_ns) {
   beginCycle(slot, now_ns);
 }
 
-void ClosedLoop::onFailed(Connection* connection, const Status& status,
-                          const std::vector<uint64_t>& lost_tags) {
+void CycleLoop::onFailed(Connection* connection, const Status& status,
+                         const std::vector<uint64_t>& lost_tags) {
   recordError("transport:failed", "connection " + std::to_string(connection->index()) + ": " +
                                       status.toString() + " (" + std::to_string(lost_tags.size()) +
                                       " cycles lost)");
@@ -242,7 +309,7 @@ void ClosedLoop::onFailed(Connection* connection, const Status& status,
   in_flight_ -= lost_tags.size();
 }
 
-void ClosedLoop::recordError(const std::string& key, const std::string& detail) {
+void CycleLoop::recordError(const std::string& key, const std::string& detail) {
   ++result_.errors[key];
   if (result_.error_details.size() < limits::kErrorsShownMax) {
     result_.error_details.push_back(detail);

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "bench/bench_limits.h"
-#include "bench/closed_loop.h"
 #include "bench/connection.h"
+#include "bench/cycle_loop.h"
 #include "bench/loop.h"
 #include "bench/options.h"
 #include "bench/report.h"
@@ -37,10 +37,10 @@ class IdleListener : public ConnectionListener {
 // Every libuv handle of the run. shutdown() closes them all and lets their close callbacks run,
 // so they may be destroyed after it.
 struct Handles {
-  explicit Handles(uv_loop_t* loop) : deadline(loop), warmup(loop), end(loop) {}
+  explicit Handles(uv_loop_t* loop) : deadline(loop), warmup(loop), end(loop), pacer(loop) {}
 
   Status init() {
-    for (Timer* timer : {&deadline, &warmup, &end}) {
+    for (Timer* timer : {&deadline, &warmup, &end, &pacer}) {
       if (Status s = timer->init(); !s.isOk()) return s;
     }
     return Status::ok();
@@ -50,11 +50,12 @@ struct Handles {
     for (auto& connection : connections) connection->close();
     warmup.close();
     end.close();
+    pacer.close();
     auto all_closed = [this] {
       for (auto& connection : connections) {
         if (!connection->closed()) return false;
       }
-      return warmup.closed() && end.closed();
+      return warmup.closed() && end.closed() && pacer.closed();
     };
     if (!deadline.closed()) {
       if (!runUntil(loop, &deadline, limits::kCloseTimeoutMs, all_closed)) {
@@ -70,6 +71,7 @@ struct Handles {
   Timer deadline;
   Timer warmup;
   Timer end;
+  Timer pacer;
   IdleListener idle;
   std::vector<std::unique_ptr<Connection>> connections;
 };
@@ -115,16 +117,23 @@ int runPhases(uv_loop_t* loop, const BenchOptions& options, Handles* handles) {
     std::fprintf(stderr, "tally-bench: baseline audit: %s\n", baseline.status().toString().c_str());
     return kExitSetup;
   }
-  std::fprintf(stderr, "tally-bench: %s: K=%u S=%u c=%u, warm-up %gs, measuring %gs\n",
-               options.endpoint.name().c_str(), options.cycles_in_flight, options.subjects,
-               options.connections, options.warmup_s, options.duration_s);
+  std::fprintf(
+      stderr, "tally-bench: %s: K=%u S=%u c=%u, warm-up %gs, measuring %gs, %s\n",
+      options.endpoint.name().c_str(), options.cycles_in_flight, options.subjects,
+      options.connections, options.warmup_s, options.duration_s,
+      options.arrival_rate_per_s > 0
+          ? ("open loop at " + std::to_string(options.arrival_rate_per_s) + " cycles/s").c_str()
+          : "closed loop");
 
   std::vector<Connection*> connections;
   for (auto& connection : handles->connections) connections.push_back(connection.get());
-  ClosedLoop closed_loop(
+  CycleLoop cycle_loop(
       loop, connections,
-      {.warmup = &handles->warmup, .end = &handles->end, .deadline = &handles->deadline},
-      ClosedLoopOptions{
+      {.warmup = &handles->warmup,
+       .end = &handles->end,
+       .deadline = &handles->deadline,
+       .pacer = &handles->pacer},
+      CycleLoopOptions{
           .cycles_in_flight = options.cycles_in_flight,
           .subjects = options.subjects,
           .seed = options.seed,
@@ -132,15 +141,16 @@ int runPhases(uv_loop_t* loop, const BenchOptions& options, Handles* handles) {
           .warmup_ms = static_cast<uint64_t>(std::llround(options.warmup_s * 1000)),
           .duration_ms = static_cast<uint64_t>(std::llround(options.duration_s * 1000)),
           .drain_timeout_ms = limits::kDrainTimeoutMs,
+          .arrival_rate_per_s = options.arrival_rate_per_s,
       });
-  const Status ran = closed_loop.run();
+  const Status ran = cycle_loop.run();
   for (Connection* connection : connections) connection->setListener(&handles->idle);
   if (!ran.isOk()) {
     std::fprintf(stderr, "tally-bench: run: %s\n", ran.toString().c_str());
     return kExitSetup;
   }
 
-  ClosedLoopResult& result = closed_loop.result();
+  CycleLoopResult& result = cycle_loop.result();
   VerifyReport verify;
   if (handles->connections.front()->failed()) {
     verify.failures.push_back("cannot verify: the connection failed");

@@ -14,12 +14,15 @@ namespace {
 constexpr const char* kUsage =
     "usage: tally-bench (--ledger HOST:PORT | --agent SOCKET) [-K 64] [-S 1000] [-d 10] [-w 2]\n"
     "                   [-c CONNECTIONS] [--prefix NAME] [--no-publish] [--seed N]\n"
-    "                   [--sample N] [--label TEXT]\n"
+    "                   [--sample N] [--label TEXT] [--rate CYCLES_PER_S]\n"
     "\n"
     "Closed-loop load on the tally ledger (or agent): K reserve -> start -> settle cycles always\n"
     "in flight over C pipelined connections, S subjects, d seconds measured after w seconds of\n"
     "warm-up. Then it drains, audits conservation and queries a sample of reservations, and\n"
     "prints a RESULT line in the format of ../shared/peers/driver (summarize.sh reads it).\n"
+    "With --rate, an open loop instead: a new cycle is due every 1/rate seconds whatever the\n"
+    "replies do, and the latencies of the cycles due in the window are measured from the time\n"
+    "each was due (no coordinated omission).\n"
     "\n"
     "  --ledger HOST:PORT   the ledger's TCP address\n"
     "  --agent SOCKET       an agent's Unix socket (same protocol)\n"
@@ -33,7 +36,11 @@ constexpr const char* kUsage =
     "                       bench); default: publish the active policy plus the bench budget\n"
     "  --seed N             workload PRNG seed (default 42, as the peers' driver)\n"
     "  --sample N           reservations checked with a query after the run (default 100)\n"
-    "  --label TEXT         label of the RESULT line (default tally-S<S>-K<K>)\n"
+    "  --label TEXT         label of the RESULT line (default tally-S<S>-K<K>, or\n"
+    "                       tally-S<S>-R<rate> with --rate)\n"
+    "  --rate N             open loop: N cycles/s offered (1..10000000); -K is then the most\n"
+    "                       cycles in flight (default 4096): a due cycle that finds K in flight\n"
+    "                       waits, and the wait counts in its latency\n"
     "\n"
     "Exit: 0 verify PASS and no errors, 1 verify FAIL or errors, 2 usage, 3 setup failed.\n";
 
@@ -64,6 +71,21 @@ Status parseSeconds(std::string_view flag, const std::string& text, double min, 
   if (value < min || value > limits::kDurationSecondsMax) {
     return badValue(flag, "must be in [" + std::to_string(min) + ", " +
                               std::to_string(limits::kDurationSecondsMax) + "] seconds");
+  }
+  *out = value;
+  return Status::ok();
+}
+
+Status parseRate(std::string_view flag, const std::string& text, double* out) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value)) {
+    return badValue(flag, "'" + text + "' is not a number of cycles per second");
+  }
+  if (value < 1 || value > limits::kArrivalRatePerSecondMax) {
+    return badValue(flag, "must be in [1, " +
+                              std::to_string(std::llround(limits::kArrivalRatePerSecondMax)) +
+                              "] cycles/s");
   }
   *out = value;
   return Status::ok();
@@ -121,6 +143,7 @@ Result<ParsedOptions> parseOptions(int argc, char** argv) {
   ParsedOptions parsed;
   BenchOptions& o = parsed.options;
   bool have_endpoint = false;
+  bool cycles_in_flight_given = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "-h" || flag == "--help") {
@@ -147,6 +170,7 @@ Result<ParsedOptions> parseOptions(int argc, char** argv) {
         o.endpoint = Endpoint{.kind = Endpoint::Kind::kUnix, .path = value};
       }
     } else if (flag == "-K") {
+      cycles_in_flight_given = true;
       s = parseUnsigned<uint32_t>(flag, value, 1, limits::kCyclesInFlightMax, &o.cycles_in_flight);
     } else if (flag == "-S") {
       s = parseUnsigned<uint32_t>(flag, value, 1, limits::kSubjectsMax, &o.subjects);
@@ -164,14 +188,22 @@ Result<ParsedOptions> parseOptions(int argc, char** argv) {
       s = parseUnsigned<uint32_t>(flag, value, 0, limits::kSampleQueriesMax, &o.sample_queries);
     } else if (flag == "--label") {
       o.label = value;
+    } else if (flag == "--rate") {
+      s = parseRate(flag, value, &o.arrival_rate_per_s);
     } else {
       return Status::invalidArgument("unknown option '" + flag + "' (see --help)");
     }
     if (!s.isOk()) return s;
   }
   if (o.prefix.empty()) o.prefix = "bench-" + std::to_string(::getpid());
+  const bool open_loop = o.arrival_rate_per_s > 0;
+  if (open_loop && !cycles_in_flight_given) {
+    o.cycles_in_flight = limits::kOpenLoopCyclesInFlightDefault;
+  }
   if (o.label.empty()) {
-    o.label = "tally-S" + std::to_string(o.subjects) + "-K" + std::to_string(o.cycles_in_flight);
+    o.label = "tally-S" + std::to_string(o.subjects) +
+              (open_loop ? "-R" + std::to_string(std::llround(o.arrival_rate_per_s))
+                         : "-K" + std::to_string(o.cycles_in_flight));
   }
   if (Status s = validate(o, have_endpoint); !s.isOk()) return s;
   return parsed;

@@ -36,7 +36,8 @@ struct BenchOptions {
   bool publish = true;             // --no-publish clears it
   uint64_t seed = 42;              // --seed
   uint32_t sample_queries = 100;   // --sample
-  std::string label;               // --label; default "tally-S<S>-K<K>"
+  std::string label;               // --label; default "tally-S<S>-K<K>" or "tally-S<S>-R<rate>"
+  double arrival_rate_per_s = 0;   // --rate: > 0 is an open loop
 };
 
 struct ParsedOptions {

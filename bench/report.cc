@@ -5,7 +5,7 @@
 
 namespace tally::bench {
 
-bool printReport(const BenchOptions& o, const SetupOutcome& setup, ClosedLoopResult* result,
+bool printReport(const BenchOptions& o, const SetupOutcome& setup, CycleLoopResult* result,
                  const VerifyReport& verify) {
   const double cps = result->measured_s > 0
                          ? static_cast<double>(result->cycles_measured) / result->measured_s
@@ -25,6 +25,14 @@ bool printReport(const BenchOptions& o, const SetupOutcome& setup, ClosedLoopRes
                 " (%zu other budgets kept, %zu earlier "
                 "bench budgets dropped)\n",
                 setup.generation, setup.budgets_kept, setup.budgets_dropped);
+  }
+  const bool open_loop = o.arrival_rate_per_s > 0;
+  if (open_loop) {
+    std::printf("open loop: %.1f cycles/s offered, %" PRIu64
+                " cycles due in the window, at most %u in flight; most due cycles waiting "
+                "for a free slot at once: %" PRIu64 "\n",
+                o.arrival_rate_per_s, result->cycles_due_in_window, o.cycles_in_flight,
+                result->due_waiting_max);
   }
   std::printf("cycles in window: %" PRIu64 " in %.3f s  ->  %.1f cycles/s  (%.1f ops/s)\n",
               result->cycles_measured, result->measured_s, cps, 3 * cps);
@@ -65,11 +73,14 @@ bool printReport(const BenchOptions& o, const SetupOutcome& setup, ClosedLoopRes
       "reserve_p99=%.1f start_p50=%.1f start_p99=%.1f settle_p50=%.1f settle_p99=%.1f "
       "cycle_p50=%.1f cycle_p99=%.1f errors=%" PRIu64
       " verify=%s d=%g w=%g transport=%s "
-      "driver_cpu=%.2f\n",
+      "driver_cpu=%.2f loop=%s offered_cps=%.1f due_waiting_max=%" PRIu64
+      " reserve_p999=%.1f cycle_p999=%.1f\n",
       o.label.c_str(), o.subjects, o.cycles_in_flight, o.connections, cps, summary[0].p50_us,
       summary[0].p99_us, summary[1].p50_us, summary[1].p99_us, summary[2].p50_us, summary[2].p99_us,
       summary[3].p50_us, summary[3].p99_us, errors, verdict, o.duration_s, o.warmup_s,
-      o.endpoint.kind == Endpoint::Kind::kTcp ? "tcp" : "unix", driver_cpu);
+      o.endpoint.kind == Endpoint::Kind::kTcp ? "tcp" : "unix", driver_cpu,
+      open_loop ? "open" : "closed", o.arrival_rate_per_s, result->due_waiting_max,
+      summary[0].p999_us, summary[3].p999_us);
   std::fflush(stdout);
   return failures == 0;
 }

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "bench/closed_loop.h"
+#include "bench/cycle_loop.h"
 #include "bench/options.h"
 #include "bench/setup.h"
 #include "bench/verify.h"
@@ -11,7 +11,7 @@
 namespace tally::bench {
 
 // Prints to stdout; returns true when the run passes (no errors, every check passed).
-bool printReport(const BenchOptions& options, const SetupOutcome& setup, ClosedLoopResult* result,
+bool printReport(const BenchOptions& options, const SetupOutcome& setup, CycleLoopResult* result,
                  const VerifyReport& verify);
 
 }  // namespace tally::bench
