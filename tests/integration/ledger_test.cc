@@ -542,6 +542,41 @@ TEST_F(LedgerServiceTest, SigtermWithRequestsInFlightKeepsEveryAnswerAndExitsZer
 
 // After varied activity (every terminal state, debt, a draining generation), a graceful restart
 // restores exactly the same accounts and receipts (refill 0, so nothing moves meanwhile).
+// Large batches are several Cap'n Proto segments in the log: thousands of pipelined reserves
+// over as many new accounts, then a publish that moves all of them to a new generation. The
+// ledger keeps committing and comes back after kill -9 (the restart reads every log row the
+// fold has not folded yet).
+TEST_F(LedgerServiceTest, LargeBatchesKeepTheLedgerServingAndSurviveAKill) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  ASSERT_NO_FATAL_FAILURE(publish({makeBudget({.subject = "tenant-*", .burst = 1'000'000})}));
+  constexpr int kSubjects = 3000;
+  std::vector<wire::RequestBody> reserves;
+  for (int i = 0; i < kSubjects; ++i) {
+    reserves.push_back(makeReserve({.id = "large-" + std::to_string(i) + std::string(80, 'x'),
+                                    .subject = "tenant-" + std::to_string(i) + std::string(60, 's'),
+                                    .units = 1}));
+  }
+  for (const Result<ReservationReply>& reply : callPipelined(*client_, reserves)) {
+    ASSERT_TRUE(reply.isOk()) << reply.status().toString();
+    ASSERT_EQ(reply.value().code, ReplyCode::kOk) << describe(reply.value());
+  }
+  ASSERT_NO_FATAL_FAILURE(publish({makeBudget({.subject = "tenant-*", .burst = 2'000'000})}));
+  for (int i = 0; i < 3; ++i) {
+    TALLY_ASSIGN_OR_FAIL(ReservationReply reply,
+                         callReservation(*client_, makeReserve({.id = "after-" + std::to_string(i),
+                                                                .subject = "tenant-after",
+                                                                .units = 1})));
+    ASSERT_EQ(reply.code, ReplyCode::kOk) << describe(reply);
+  }
+  AuditReport before;
+  ASSERT_NO_FATAL_FAILURE(auditConserved(&before));
+  ledger_.kill9();
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  AuditReport after;
+  ASSERT_NO_FATAL_FAILURE(auditConserved(&after));
+  EXPECT_EQ(after.accounts.size(), before.accounts.size());
+}
+
 TEST_F(LedgerServiceTest, RestartRestoresIdenticalAuditAndReceipts) {
   ASSERT_NO_FATAL_FAILURE(startLedger());
   ASSERT_NO_FATAL_FAILURE(
