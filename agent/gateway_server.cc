@@ -317,10 +317,8 @@ void GatewayServer::queueReply(Connection* connection, const wire::Response& res
                                                       limits::kFrameBytesMaxDefault, &scratch_);
   if (!status.isOk()) {
     const Status fallback = wire::encodeResponseFrameInto(
-        wire::Response{.request_id = response.request_id,
-                       .body = wire::ErrorReply{.code = wire::ErrorCode::kInternal,
-                                                .message = "reply too large: " + status.message()}},
-        connection->output(), limits::kFrameBytesMaxDefault, &scratch_);
+        wire::replyTooLarge(response.request_id, status), connection->output(),
+        limits::kFrameBytesMaxDefault, &scratch_);
     TALLY_ASSERT(fallback.isOk());
   }
 }

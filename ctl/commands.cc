@@ -44,7 +44,8 @@ int exitCodeForStatus(StatusCode code) {
 
 int exitCodeForError(wire::ErrorCode code) {
   switch (code) {
-    case wire::ErrorCode::kInvalidArgument: return kExitUsage;
+    case wire::ErrorCode::kInvalidArgument:
+    case wire::ErrorCode::kFrameTooLarge: return kExitUsage;  // e.g. an audit above one frame
     case wire::ErrorCode::kUnavailable:
     case wire::ErrorCode::kNotPrimary: return kExitUnavailable;  // no primary among the addresses
     case wire::ErrorCode::kNotFound: return kExitNotFound;

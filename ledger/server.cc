@@ -48,10 +48,6 @@ std::string peerName(uv_tcp_t* tcp) {
   return "?";
 }
 
-wire::ErrorReply internalError(std::string message) {
-  return {.code = wire::ErrorCode::kInternal, .message = std::move(message)};
-}
-
 // The wire's answer is the core's: the same types, one more alternative.
 wire::ResponseBody responseBodyOf(LedgerReply&& reply) {
   return std::visit([](auto&& body) -> wire::ResponseBody { return std::move(body); },
@@ -348,10 +344,9 @@ void Server::enqueueReply(Connection* connection, const wire::Response& response
                                                 limits::kFrameBytesMaxDefault, &encode_scratch_);
   if (!status.isOk()) {
     // Our own answer is too large for a frame (e.g. a huge audit): say so instead.
-    status = wire::encodeResponseFrameInto(
-        wire::Response{.request_id = response.request_id,
-                       .body = internalError("reply too large: " + status.message())},
-        &replies.bytes, limits::kFrameBytesMaxDefault, &encode_scratch_);
+    status = wire::encodeResponseFrameInto(wire::replyTooLarge(response.request_id, status),
+                                           &replies.bytes, limits::kFrameBytesMaxDefault,
+                                           &encode_scratch_);
     TALLY_ASSERT(status.isOk());
   }
   ++replies.count;

@@ -508,6 +508,14 @@ Result<std::vector<uint8_t>> encodeResponseFrame(const Response& response,
   return encodeFrame(message.builder(), frame_bytes_max);
 }
 
+Response replyTooLarge(uint64_t request_id, const Status& why) {
+  return Response{
+      .request_id = request_id,
+      .body = ErrorReply{.code = ErrorCode::kFrameTooLarge,
+                         .message = "the answer does not fit in one frame (" + why.message() +
+                                    "); ask for less: an audit takes --subject or --route"}};
+}
+
 Status encodeResponseFrameInto(const Response& response, std::vector<uint8_t>* out,
                                uint64_t frame_bytes_max, EncodeScratch* scratch) {
   if (scratch == nullptr) {

@@ -133,6 +133,9 @@ class EncodeScratch {
 Status encodeResponseFrameInto(const Response& response, std::vector<uint8_t>* out,
                                uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault,
                                EncodeScratch* scratch = nullptr);
+// What a server sends instead of an answer that does not fit in one frame (`why`: the
+// encoder's kResourceExhausted): FRAME_TOO_LARGE, saying how to ask for less. Always encodable.
+Response replyTooLarge(uint64_t request_id, const Status& why);
 // The same for a request: the bytes of encodeRequestFrame, appended to `*out`.
 Status encodeRequestFrameInto(const Request& request, std::vector<uint8_t>* out,
                               uint64_t frame_bytes_max = limits::kFrameBytesMaxDefault,

@@ -42,10 +42,7 @@ std::vector<uint8_t> encodeAnswer(const wire::Response& response, bool* too_larg
   if (too_large != nullptr) *too_large = false;
   if (!frame.isOk() && frame.status().code() == StatusCode::kResourceExhausted) {
     if (too_large != nullptr) *too_large = true;
-    frame = wire::encodeResponseFrame(wire::Response{
-        .request_id = response.request_id,
-        .body = wire::ErrorReply{.code = wire::ErrorCode::kInternal,
-                                 .message = "reply too large: " + frame.status().message()}});
+    frame = wire::encodeResponseFrame(wire::replyTooLarge(response.request_id, frame.status()));
   }
   if (!frame.isOk()) fail("encodeResponseFrame", frame.status().toString());
   Result<wire::Response> back = wire::decodeResponse(payloadOf(frame.value()));

@@ -45,7 +45,8 @@ class FuzzBytes {
 // Encodes `response` as the daemons do (one frame), decodes it back as their peers do and fails
 // unless it decodes: what we send must be readable by our own clients. A reply too large for a
 // frame is answered as both servers answer it (ledger/server.cc, agent/gateway_server.cc): an
-// INTERNAL error "reply too large", which must encode. `*too_large` (optional) says it happened.
+// FRAME_TOO_LARGE error (wire::replyTooLarge), which must encode. `*too_large` (optional) says it
+// happened.
 std::vector<uint8_t> encodeAnswer(const wire::Response& response, bool* too_large = nullptr);
 // The same for a request we send (the agent's forwarded requests and its own calls). With
 // `too_large`, a request too large for a frame is not a finding: it returns nothing and says so

@@ -217,8 +217,8 @@ Result<PolicyReply> rollbackPolicy(client::BlockingClient& client) {
   return policyCall(client, wire::RollbackPolicyRequest{});
 }
 
-Result<AuditReport> auditLedger(client::BlockingClient& client) {
-  return bodyAs<AuditReport>(client.call(wire::AuditRequest{}, kCallTimeoutMs));
+Result<AuditReport> auditLedger(client::BlockingClient& client, const wire::AuditRequest& request) {
+  return bodyAs<AuditReport>(client.call(request, kCallTimeoutMs));
 }
 
 Result<wire::HealthReply> health(client::BlockingClient& client) {

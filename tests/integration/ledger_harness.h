@@ -107,7 +107,8 @@ Result<ReservationReply> callReservation(client::BlockingClient& client,
                                          const wire::RequestBody& body);
 Result<PolicyReply> publishPolicy(client::BlockingClient& client, std::vector<Budget> budgets);
 Result<PolicyReply> rollbackPolicy(client::BlockingClient& client);
-Result<AuditReport> auditLedger(client::BlockingClient& client);
+Result<AuditReport> auditLedger(client::BlockingClient& client,
+                                const wire::AuditRequest& request = {});
 Result<wire::HealthReply> health(client::BlockingClient& client);
 // Sends every request pipelined (in chunks of 256 in flight) and returns the replies in
 // request order.

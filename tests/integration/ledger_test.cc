@@ -545,11 +545,12 @@ TEST_F(LedgerServiceTest, SigtermWithRequestsInFlightKeepsEveryAnswerAndExitsZer
 // Large batches are several Cap'n Proto segments in the log: thousands of pipelined reserves
 // over as many new accounts, then a publish that moves all of them to a new generation. The
 // ledger keeps committing and comes back after kill -9 (the restart reads every log row the
-// fold has not folded yet).
+// fold has not folded yet). An audit of every account is then above one frame: it is answered
+// FRAME_TOO_LARGE with what to ask instead, and a narrower audit is served.
 TEST_F(LedgerServiceTest, LargeBatchesKeepTheLedgerServingAndSurviveAKill) {
   ASSERT_NO_FATAL_FAILURE(startLedger());
   ASSERT_NO_FATAL_FAILURE(publish({makeBudget({.subject = "tenant-*", .burst = 1'000'000})}));
-  constexpr int kSubjects = 3000;
+  constexpr int kSubjects = 7000;
   std::vector<wire::RequestBody> reserves;
   for (int i = 0; i < kSubjects; ++i) {
     reserves.push_back(makeReserve({.id = "large-" + std::to_string(i) + std::string(80, 'x'),
@@ -568,13 +569,27 @@ TEST_F(LedgerServiceTest, LargeBatchesKeepTheLedgerServingAndSurviveAKill) {
                                                                 .units = 1})));
     ASSERT_EQ(reply.code, ReplyCode::kOk) << describe(reply);
   }
-  AuditReport before;
-  ASSERT_NO_FATAL_FAILURE(auditConserved(&before));
+  const wire::AuditRequest one_subject{.subject = "tenant-after"};
+  TALLY_ASSIGN_OR_FAIL(AuditReport before, auditLedger(*client_, one_subject));
+  ASSERT_TRUE(before.conserved) << describe(before);
+  ASSERT_EQ(before.accounts.size(), 1u) << describe(before);
   ledger_.kill9();
   ASSERT_NO_FATAL_FAILURE(startLedger());
-  AuditReport after;
-  ASSERT_NO_FATAL_FAILURE(auditConserved(&after));
-  EXPECT_EQ(after.accounts.size(), before.accounts.size());
+  TALLY_ASSIGN_OR_FAIL(AuditReport after, auditLedger(*client_, one_subject));
+  ASSERT_TRUE(after.conserved) << describe(after);
+  ASSERT_EQ(after.accounts.size(), 1u);
+  EXPECT_EQ(after.accounts[0].balances, before.accounts[0].balances);
+
+  TALLY_ASSIGN_OR_FAIL(wire::Response whole, client_->call(wire::AuditRequest{}, 10'000));
+  const auto* error = std::get_if<wire::ErrorReply>(&whole.body);
+  ASSERT_NE(error, nullptr) << "an audit of " << kSubjects << " accounts fit in one frame";
+  EXPECT_EQ(error->code, wire::ErrorCode::kFrameTooLarge);
+  EXPECT_NE(error->message.find("--subject"), std::string::npos) << error->message;
+  TALLY_ASSIGN_OR_FAIL(
+      ReservationReply served,
+      callReservation(
+          *client_, makeReserve({.id = "after-too-large", .subject = "tenant-after", .units = 1})));
+  EXPECT_EQ(served.code, ReplyCode::kOk) << describe(served);
 }
 
 TEST_F(LedgerServiceTest, RestartRestoresIdenticalAuditAndReceipts) {
