@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Instructions of tally-ledger under callgrind: LABEL 0 = start/health/stop only; LABEL SECONDS =
+# tally-bench -K 64 -S 1000 for SECONDS. Output /tmp/cgl/LABEL.out (docs/PERFORMANCE.md,
+# "Instructions per cycle in the ledger"). Needs valgrind and a release build.
+# Usage: bench/ledger_callgrind.sh idle 0 && bench/ledger_callgrind.sh k64 20
+# $1 = label, $2 = bench duration seconds (0: no bench, just start/stop)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+mkdir -p /tmp/cgl
+d=$(mktemp -d)
+mkfifo "$d.ready"
+valgrind --tool=callgrind --callgrind-out-file=/tmp/cgl/$1.out build/release/bin/tally-ledger --insecure --data-dir $d --listen 127.0.0.1:0 --log-level warn --ready-fd 3 3>$d.ready 2>/tmp/cgl/$1.log &
+pid=$!
+read -r -t 120 w port _ < $d.ready
+if [[ "$2" != 0 ]]; then
+  build/release/bin/tally-bench --ledger 127.0.0.1:$port -K 64 -S 1000 -d $2 -w 2 --prefix cg > /tmp/cgl/$1.bench 2>&1 || true
+else
+  build/release/bin/tallyctl --insecure --ledger 127.0.0.1:$port --timeout-ms 60000 health > /tmp/cgl/$1.bench 2>&1 || true
+fi
+kill -TERM $pid; wait $pid || true
+rm -rf $d $d.ready
