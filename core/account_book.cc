@@ -434,37 +434,65 @@ AccountCode AccountBook::remint(const AccountKey& source, Units units, uint64_t 
 }
 
 std::vector<AccountView> AccountBook::view(uint64_t now_ms) const {
+  return view(now_ms, AccountFilter{}, [](const AccountKey&, const Balances&, bool) {});
+}
+
+std::vector<AccountView> AccountBook::view(uint64_t now_ms, const AccountFilter& filter,
+                                           const OtherAccount& other) const {
   // As of now_ms: each subject/route's accounts are copied and rebalanced (refill up to now,
   // draining handovers and debt collection) by the rule admission applies, leaving the book as
   // it is. Debt that refill has already repaid is not reported. One route's copies at a time.
   // Listed in key order: routes by (subject, route), each route's accounts ascending by
   // generation as by_generation keeps them (the index itself is unordered).
   std::vector<const RouteMap::value_type*> ordered;
-  ordered.reserve(routes_.size());
-  for (const RouteMap::value_type& route : routes_) ordered.push_back(&route);
+  std::set<Generation> holding;  // non-active generations that still hold anything
+  std::vector<ProjectedAccount> copies;
+  auto project = [&](const RouteMap::value_type& route) {
+    copies.clear();
+    for (const std::unique_ptr<AccountEntry>& entry : route.second.by_generation) {
+      copies.push_back({.generation = entry->key.generation, .account = entry->account});
+    }
+    rebalanceEntries(copies, active_generation_, now_ms, [](ProjectedAccount*) {});
+  };
+  auto holds = [](const Account& account) {
+    const Balances& b = account.balances();
+    return b.reserved != 0 || b.retired_for_emergency != 0 || account.debt() != 0;
+  };
+  ordered.reserve(filter.all() ? routes_.size() : 0);
+  for (const RouteMap::value_type& route : routes_) {
+    if (filter.matches(route.first)) {
+      ordered.push_back(&route);
+      continue;
+    }
+    // Projection moves available and repays debt; it never changes reserved or
+    // retiredForEmergency, and keeps the equation. So a route without debt is checked as it
+    // stands, without copies; one with debt is projected, as its holding may have been repaid.
+    const std::vector<std::unique_ptr<AccountEntry>>& entries = route.second.by_generation;
+    const bool owes = std::any_of(entries.begin(), entries.end(),
+                                  [](const auto& entry) { return entry->account.debt() != 0; });
+    if (owes) project(route);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const AccountEntry& entry = *entries[i];
+      const Account& account = owes ? copies[i].account : entry.account;
+      if (holds(account)) holding.insert(entry.key.generation);
+      other(entry.key, account.balances(), isConserved(account.balances()));
+    }
+  }
   std::sort(ordered.begin(), ordered.end(),
             [](const RouteMap::value_type* a, const RouteMap::value_type* b) {
               return a->first < b->first;
             });
   std::vector<AccountView> views;
-  views.reserve(account_count_);
-  std::set<Generation> holding;  // non-active generations that still hold anything
-  std::vector<ProjectedAccount> copies;
+  views.reserve(filter.all() ? account_count_ : ordered.size());
   for (const RouteMap::value_type* route : ordered) {
     const std::vector<std::unique_ptr<AccountEntry>>& entries = route->second.by_generation;
-    copies.clear();
-    for (const std::unique_ptr<AccountEntry>& entry : entries) {
-      copies.push_back({.generation = entry->key.generation, .account = entry->account});
-    }
-    rebalanceEntries(copies, active_generation_, now_ms, [](ProjectedAccount*) {});
+    project(*route);
     for (size_t i = 0; i < entries.size(); ++i) {
       const AccountEntry& entry = *entries[i];
       const Account& account = copies[i].account;
       TALLY_ASSERT(i == 0 || entries[i - 1]->key.generation < entry.key.generation);
       const Balances& b = account.balances();
-      if (b.reserved != 0 || b.retired_for_emergency != 0 || account.debt() != 0) {
-        holding.insert(entry.key.generation);
-      }
+      if (holds(account)) holding.insert(entry.key.generation);
       views.push_back(AccountView{
           .key = entry.key,
           .balances = b,

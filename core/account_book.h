@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -113,6 +114,13 @@ class AccountBook {
   // Audit of balances only (the Ledger adds the reservation cross-check), sorted by key, as of
   // `now_ms`: refill and handovers earned by then are projected onto copies; nothing changes.
   std::vector<AccountView> view(uint64_t now_ms) const;
+  // The same, listing only the accounts `filter` selects (`tallyctl audit --subject/--route`):
+  // every other account is projected all the same — its generation's draining state and the
+  // audit's verdict depend on it — but only handed to `other` (key, projected balances,
+  // conserved), in no particular order, without being copied into a view or sorted.
+  using OtherAccount = std::function<void(const AccountKey&, const Balances&, bool conserved)>;
+  std::vector<AccountView> view(uint64_t now_ms, const AccountFilter& filter,
+                                const OtherAccount& other) const;
 
   // Records that `entry`'s balances changed (the Ledger calls it for every balance operation it
   // applies to an AccountEntry directly).

@@ -184,15 +184,10 @@ LedgerOutcome LedgerRequests::audit(const AuditRequest& request, uint64_t now_ms
     }
     return outcome;
   }
-  AuditReport report = ledger_->audit(now_ms);
+  AuditReport report =
+      ledger_->audit(now_ms, AccountFilter{.subject = request.subject, .route = request.route});
   outcome.events.emplace_back(
       Audited{.conserved = report.conserved, .violations = uint64_t{report.violations.size()}});
-  if (!request.subject.empty() || !request.route.empty()) {
-    std::erase_if(report.accounts, [&](const AccountView& view) {
-      return (!request.subject.empty() && view.key.subject != request.subject) ||
-             (!request.route.empty() && view.key.route != request.route);
-    });
-  }
   outcome.reply = std::move(report);
   return outcome;
 }

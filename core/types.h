@@ -4,6 +4,7 @@
 #include <compare>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 // Value types shared by every state machine. All amounts are non-negative 64-bit integers in
 // the policy's capacity unit; all times are milliseconds on the ledger clock (see ledger.h).
@@ -29,6 +30,17 @@ struct SubjectRoute {
   std::string route;
 
   auto operator<=>(const SubjectRoute&) const = default;
+};
+
+// Which accounts an audit lists: an empty field matches everything.
+struct AccountFilter {
+  std::string_view subject;
+  std::string_view route;
+
+  bool all() const { return subject.empty() && route.empty(); }
+  bool matches(const SubjectRoute& key) const {
+    return (subject.empty() || key.subject == subject) && (route.empty() || key.route == route);
+  }
 };
 
 // Why an admission was refused. Wire names are in limitingDimensionName().

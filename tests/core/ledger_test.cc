@@ -815,6 +815,104 @@ TEST(LedgerCompactionTest, TerminalReservationsAreForgottenAfterRetention) {
 
 // ---- policy generations -----------------------------------------------------------------------
 
+// A filtered audit (tallyctl audit --subject/--route) lists what the whole audit lists for the
+// selected accounts, with the same verdict and the same draining state of each generation,
+// though the accounts left out are never copied into views.
+TEST(LedgerAuditFilterTest, AFilteredAuditIsTheWholeAuditNarrowedToTheFilter) {
+  Ledger ledger;
+  Policy policy;
+  for (const char* route : {"chat", "batch"}) {
+    Budget budget = testBudget();
+    budget.subject_pattern = "tenant-*";
+    budget.route = route;
+    policy.budgets.push_back(budget);
+  }
+  ASSERT_EQ(ledger.publishPolicy(policy, kT0).code, ReplyCode::kOk);
+  auto reserve = [&](const std::string& id, const std::string& subject, const std::string& route,
+                     Units units) {
+    ReserveRequest request = reserveRequest(id, units, 1, 0, subject);
+    request.route = route;
+    return ledger.reserve(request, kT0).code;
+  };
+  ASSERT_EQ(reserve("a", "tenant-1", "chat", 100), ReplyCode::kOk);  // holds generation 1
+  ASSERT_EQ(reserve("b", "tenant-2", "chat", 50), ReplyCode::kOk);
+  ASSERT_EQ(reserve("c", "tenant-2", "batch", 70), ReplyCode::kOk);
+  ASSERT_EQ(ledger.release({.reservation_id = "b"}, kT0).code, ReplyCode::kOk);
+  ASSERT_EQ(ledger.release({.reservation_id = "c"}, kT0).code, ReplyCode::kOk);
+  ASSERT_EQ(ledger.publishPolicy(policy, kT0 + 10).code, ReplyCode::kOk);  // generation 2
+  ASSERT_EQ(reserve("d", "tenant-3", "batch", 10), ReplyCode::kOk);
+
+  const uint64_t now = kT0 + 5'000;
+  const AuditReport whole = ledger.audit(now);
+  ASSERT_TRUE(whole.conserved);
+  ASSERT_GE(whole.accounts.size(), 4u);
+  const std::vector<AccountFilter> filters = {{},
+                                              {.subject = "tenant-2"},
+                                              {.route = "chat"},
+                                              {.subject = "tenant-1", .route = "chat"},
+                                              {.subject = "tenant-9"}};
+  for (const AccountFilter& filter : filters) {
+    std::vector<AccountView> expected;
+    for (const AccountView& view : whole.accounts) {
+      if (filter.matches(SubjectRoute{view.key.subject, view.key.route})) expected.push_back(view);
+    }
+    const AuditReport filtered = ledger.audit(now, filter);
+    EXPECT_EQ(filtered.accounts, expected) << filter.subject << "/" << filter.route;
+    EXPECT_EQ(filtered.conserved, whole.conserved);
+    EXPECT_EQ(filtered.violations, whole.violations);
+    EXPECT_EQ(filtered.shards, whole.shards);
+  }
+  // tenant-1's generation 1 still holds "a": every generation-1 account is draining, whichever
+  // accounts the filter lists.
+  const AuditReport tenant2 = ledger.audit(now, {.subject = "tenant-2"});
+  bool saw_generation_1 = false;
+  for (const AccountView& view : tenant2.accounts) {
+    if (view.key.generation != 1) continue;
+    saw_generation_1 = true;
+    EXPECT_EQ(view.generation_state, GenerationState::kDraining) << view.key.route;
+  }
+  EXPECT_TRUE(saw_generation_1);
+}
+
+// The accounts a filter leaves out are checked without a projection unless they owe debt: a
+// draining generation whose only holding is debt that refill repays by `now` is DRAINED in the
+// filtered audit exactly when it is in the whole one.
+TEST(LedgerAuditFilterTest, DebtRepaidByProjectionDrainsTheGenerationInAFilteredAuditToo) {
+  Ledger ledger;
+  Budget budget = testBudget();
+  budget.subject_pattern = "tenant-*";
+  ASSERT_EQ(ledger.publishPolicy(Policy{.budgets = {budget}}, kT0).code, ReplyCode::kOk);
+  ASSERT_EQ(ledger.reserve(reserveRequest("owes", 1000, 1, 0, "tenant-4"), kT0).code,
+            ReplyCode::kOk);
+  ASSERT_EQ(ledger.start({.reservation_id = "owes", .operation_id = "op"}, kT0).code,
+            ReplyCode::kOk);
+  ASSERT_EQ(
+      ledger.settle({.reservation_id = "owes", .operation_id = "op", .actual_units = 1200}, kT0)
+          .receipt.debt_units,
+      200u);
+  ASSERT_EQ(ledger.reserve(reserveRequest("free", 10, 1, 0, "tenant-6"), kT0).code, ReplyCode::kOk);
+  ASSERT_EQ(ledger.release({.reservation_id = "free"}, kT0).code, ReplyCode::kOk);
+  ASSERT_EQ(ledger.publishPolicy(Policy{.budgets = {budget}}, kT0).code, ReplyCode::kOk);
+  // tenant-4's first request in generation 2 opens its account there (refused: it owes debt);
+  // refill of that account is what repays generation 1's debt.
+  (void)ledger.reserve(reserveRequest("after", 1, 1, 0, "tenant-4"), kT0);
+  const AccountFilter tenant6{.subject = "tenant-6"};
+  for (const uint64_t now : {kT0 + 1'000, kT0 + 60'000}) {  // 10/s repays 200 in 20 s
+    const AuditReport whole = ledger.audit(now);
+    std::vector<AccountView> expected;
+    for (const AccountView& view : whole.accounts) {
+      if (tenant6.matches(SubjectRoute{view.key.subject, view.key.route})) expected.push_back(view);
+    }
+    const AuditReport filtered = ledger.audit(now, tenant6);
+    ASSERT_EQ(filtered.accounts, expected) << now;
+    EXPECT_EQ(filtered.conserved, whole.conserved);
+    ASSERT_FALSE(filtered.accounts.empty());
+    EXPECT_EQ(filtered.accounts[0].generation_state,
+              now == kT0 + 1'000 ? GenerationState::kDraining : GenerationState::kDrained)
+        << now;
+  }
+}
+
 TEST_F(LedgerTest, GenerationSwitchHandsCapacityOverAndRollbackRepublishes) {
   ASSERT_EQ(reserve("r1", 600).code, ReplyCode::kOk);
   ASSERT_EQ(start("r1", "op1").code, ReplyCode::kOk);
