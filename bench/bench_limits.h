@@ -27,6 +27,9 @@ inline constexpr uint64_t kRequestsInFlightPerConnectionMax = 4'096;
 inline constexpr uint64_t kWriteQueueBytesMax = 64u << 20;
 // Pipelined requests in flight during setup and verification.
 inline constexpr uint64_t kVerifyWindow = 256;
+// Subject/routes per audit page during verification: ~130 bytes an account, so ~0.3 MiB a
+// page, well inside one frame.
+inline constexpr uint32_t kAuditRoutesPerPage = 2'000;
 
 // Every wait is bounded.
 inline constexpr uint64_t kConnectTimeoutMs = 5'000;

@@ -49,22 +49,22 @@ void keep(const AuditReport& report, const std::string& prefix, uint32_t subject
   }
 }
 
-Result<BenchAudit> auditEachSubject(Rpc* rpc, const std::string& prefix, uint32_t subjects) {
-  std::vector<wire::RequestBody> requests;
-  requests.reserve(subjects);
-  for (uint32_t i = 0; i < subjects; ++i) {
-    requests.push_back(wire::AuditRequest{.subject = subjectName(prefix, i), .route = kBenchRoute});
-  }
-  Result<std::vector<wire::Response>> answers =
-      rpc->callAll(std::move(requests), limits::kVerifyWindow, limits::kVerifyTimeoutMs);
-  if (!answers.isOk()) return answers.status();
-  BenchAudit audit{.per_subject = true};
-  for (const wire::Response& response : answers.value()) {
-    const auto* report = std::get_if<AuditReport>(&response.body);
-    if (report == nullptr) return unexpected(response, "audit of one subject");
+// The route's accounts, a page at a time (AuditRequest::routes_max), each page with the
+// ledger's whole verdict.
+Result<BenchAudit> auditInPages(Rpc* rpc, const std::string& prefix, uint32_t subjects) {
+  BenchAudit audit{.pages = 0};
+  wire::AuditRequest request{.route = kBenchRoute, .routes_max = limits::kAuditRoutesPerPage};
+  for (;;) {
+    Result<wire::Response> answer = rpc->call(request, limits::kVerifyTimeoutMs);
+    if (!answer.isOk()) return answer.status();
+    const auto* report = std::get_if<AuditReport>(&answer.value().body);
+    if (report == nullptr) return unexpected(answer.value(), "audit page");
+    ++audit.pages;
     keep(*report, prefix, subjects, &audit);
+    if (!report->more || report->accounts.empty()) return audit;
+    request.after_subject = report->accounts.back().key.subject;
+    request.after_route = report->accounts.back().key.route;
   }
-  return audit;
 }
 
 // Checks the sampled reservations against a replay of the workload.
@@ -180,7 +180,10 @@ void verifyAccounts(const BenchAudit& audit, const VerifyInput& input, VerifyRep
   }
   report->notes.push_back("audit: conservation=" + std::string(audit.conserved ? "true" : "false") +
                           ", " + std::to_string(audit.accounts.size()) + " bench accounts" +
-                          (audit.per_subject ? " (audited per subject)" : "") + example);
+                          (audit.pages > 1
+                               ? " (audited in " + std::to_string(audit.pages) + " pages)"
+                               : std::string()) +
+                          example);
 }
 
 }  // namespace
@@ -194,21 +197,7 @@ std::vector<Units> BenchAudit::consumedPerSubject(uint32_t subjects) const {
 }
 
 Result<BenchAudit> auditBench(Rpc* rpc, const std::string& prefix, uint32_t subjects) {
-  Result<wire::Response> answer =
-      rpc->call(wire::AuditRequest{.route = kBenchRoute}, limits::kVerifyTimeoutMs);
-  if (!answer.isOk()) return answer.status();
-  const auto* report = std::get_if<AuditReport>(&answer.value().body);
-  if (report == nullptr) {
-    // The route's audit does not fit in one reply frame (many earlier runs on this ledger):
-    // ask subject by subject.
-    if (std::holds_alternative<wire::ErrorReply>(answer.value().body)) {
-      return auditEachSubject(rpc, prefix, subjects);
-    }
-    return unexpected(answer.value(), "audit");
-  }
-  BenchAudit audit;
-  keep(*report, prefix, subjects, &audit);
-  return audit;
+  return auditInPages(rpc, prefix, subjects);
 }
 
 VerifyReport verifyRun(Rpc* rpc, const VerifyInput& input) {

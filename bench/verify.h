@@ -25,7 +25,7 @@ struct BenchAudit {
   std::vector<std::string> violations;  // the ledger's, first few
   std::vector<AccountView> accounts;    // accounts of <prefix>-<i>, i < subjects
   std::vector<uint32_t> subject_of;     // accounts[k] belongs to subject subject_of[k]
-  bool per_subject = false;             // the route audit was too large; audited per subject
+  uint64_t pages = 0;                   // audit pages asked for (limits::kAuditRoutesPerPage each)
 
   // spent + debt per subject, summed over its accounts.
   std::vector<Units> consumedPerSubject(uint32_t subjects) const;

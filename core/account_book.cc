@@ -438,7 +438,7 @@ std::vector<AccountView> AccountBook::view(uint64_t now_ms) const {
 }
 
 std::vector<AccountView> AccountBook::view(uint64_t now_ms, const AccountFilter& filter,
-                                           const OtherAccount& other) const {
+                                           const OtherAccount& other, bool* more) const {
   // As of now_ms: each subject/route's accounts are copied and rebalanced (refill up to now,
   // draining handovers and debt collection) by the rule admission applies, leaving the book as
   // it is. Debt that refill has already repaid is not reported. One route's copies at a time.
@@ -458,15 +458,11 @@ std::vector<AccountView> AccountBook::view(uint64_t now_ms, const AccountFilter&
     const Balances& b = account.balances();
     return b.reserved != 0 || b.retired_for_emergency != 0 || account.debt() != 0;
   };
-  ordered.reserve(filter.all() ? routes_.size() : 0);
-  for (const RouteMap::value_type& route : routes_) {
-    if (filter.matches(route.first)) {
-      ordered.push_back(&route);
-      continue;
-    }
-    // Projection moves available and repays debt; it never changes reserved or
-    // retiredForEmergency, and keeps the equation. So a route without debt is checked as it
-    // stands, without copies; one with debt is projected, as its holding may have been repaid.
+  // Projection moves available and repays debt; it never changes reserved or
+  // retiredForEmergency, and keeps the equation. So a route left out without debt is checked
+  // as it stands, without copies; one with debt is projected, as its holding may have been
+  // repaid.
+  auto leftOut = [&](const RouteMap::value_type& route) {
     const std::vector<std::unique_ptr<AccountEntry>>& entries = route.second.by_generation;
     const bool owes = std::any_of(entries.begin(), entries.end(),
                                   [](const auto& entry) { return entry->account.debt() != 0; });
@@ -477,11 +473,27 @@ std::vector<AccountView> AccountBook::view(uint64_t now_ms, const AccountFilter&
       if (holds(account)) holding.insert(entry.key.generation);
       other(entry.key, account.balances(), isConserved(account.balances()));
     }
+  };
+  ordered.reserve(filter.all() ? routes_.size() : 0);
+  for (const RouteMap::value_type& route : routes_) {
+    if (filter.matches(route.first)) {
+      ordered.push_back(&route);
+    } else {
+      leftOut(route);
+    }
   }
-  std::sort(ordered.begin(), ordered.end(),
-            [](const RouteMap::value_type* a, const RouteMap::value_type* b) {
-              return a->first < b->first;
-            });
+  auto by_key = [](const RouteMap::value_type* a, const RouteMap::value_type* b) {
+    return a->first < b->first;
+  };
+  if (more != nullptr) *more = false;
+  if (filter.paged() && ordered.size() > filter.routes_max) {
+    // The page is the first routes_max in key order; the routes after it are left out.
+    std::nth_element(ordered.begin(), ordered.begin() + filter.routes_max, ordered.end(), by_key);
+    for (auto it = ordered.begin() + filter.routes_max; it != ordered.end(); ++it) leftOut(**it);
+    ordered.resize(filter.routes_max);
+    if (more != nullptr) *more = true;
+  }
+  std::sort(ordered.begin(), ordered.end(), by_key);
   std::vector<AccountView> views;
   views.reserve(filter.all() ? account_count_ : ordered.size());
   for (const RouteMap::value_type* route : ordered) {

@@ -119,8 +119,10 @@ class AccountBook {
   // audit's verdict depend on it — but only handed to `other` (key, projected balances,
   // conserved), in no particular order, without being copied into a view or sorted.
   using OtherAccount = std::function<void(const AccountKey&, const Balances&, bool conserved)>;
+  // A paged filter lists the first routes_max selected routes in key order, and sets `*more`
+  // (optional) when selected routes remain after them.
   std::vector<AccountView> view(uint64_t now_ms, const AccountFilter& filter,
-                                const OtherAccount& other) const;
+                                const OtherAccount& other, bool* more = nullptr) const;
 
   // Records that `entry`'s balances changed (the Ledger calls it for every balance operation it
   // applies to an AccountEntry directly).

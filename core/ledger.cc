@@ -860,12 +860,13 @@ AuditReport Ledger::audit(uint64_t now_ms, const AccountFilter& filter) const {
   // One that reserves nothing and conserves is not looked up in `held` (a lookup per account
   // is most of a filtered audit's cost); live reservations of such an account are left over
   // in held.rest() and reported below under the same message.
-  report.accounts =
-      accounts_.view(report.as_of_ms, filter,
-                     [&](const AccountKey& key, const Balances& balances, bool conserved) {
-                       if (conserved && balances.reserved == 0) return;
-                       check(key, balances, conserved, &report.violations);
-                     });
+  report.accounts = accounts_.view(
+      report.as_of_ms, filter,
+      [&](const AccountKey& key, const Balances& balances, bool conserved) {
+        if (conserved && balances.reserved == 0) return;
+        check(key, balances, conserved, &report.violations);
+      },
+      &report.more);
   std::sort(report.violations.begin(), report.violations.end());  // they came unordered
   for (const AccountView& view : report.accounts) {
     check(view.key, view.balances, view.conserved, &report.violations);

@@ -28,6 +28,11 @@ struct AuditRequest {
   // Closed accounting periods instead of current balances (`tallyctl audit --period/--periods`).
   std::optional<uint64_t> period;
   bool list_periods = false;
+  // Paging: with routes_max > 0, the accounts of the first routes_max subject/routes after
+  // (after_subject, after_route) in key order; AuditReport::more says whether any remain.
+  std::string after_subject;
+  std::string after_route;
+  uint32_t routes_max = 0;
 };
 struct HealthRequest {};
 struct PublishPolicyRequest {

@@ -184,8 +184,11 @@ LedgerOutcome LedgerRequests::audit(const AuditRequest& request, uint64_t now_ms
     }
     return outcome;
   }
-  AuditReport report =
-      ledger_->audit(now_ms, AccountFilter{.subject = request.subject, .route = request.route});
+  AuditReport report = ledger_->audit(now_ms, AccountFilter{.subject = request.subject,
+                                                            .route = request.route,
+                                                            .after_subject = request.after_subject,
+                                                            .after_route = request.after_route,
+                                                            .routes_max = request.routes_max});
   outcome.events.emplace_back(
       Audited{.conserved = report.conserved, .violations = uint64_t{report.violations.size()}});
   outcome.reply = std::move(report);

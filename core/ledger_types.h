@@ -135,6 +135,7 @@ struct AuditReport {
   std::optional<uint64_t> period_epoch;          // the epoch asked for
   std::vector<PeriodSnapshot> period_snapshots;  // every account's period covering it, by key
   std::vector<PeriodSpan> closed_periods;        // every closed period kept, ascending
+  bool more = false;  // a paged audit (AuditRequest::routes_max): accounts after these remain
 };
 
 struct GatewayReply {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <tuple>
 
 // Value types shared by every state machine. All amounts are non-negative 64-bit integers in
 // the policy's capacity unit; all times are milliseconds on the ledger clock (see ledger.h).
@@ -36,10 +37,23 @@ struct SubjectRoute {
 struct AccountFilter {
   std::string_view subject;
   std::string_view route;
+  // A page: only subject/routes after (after_subject, after_route), at most routes_max of them
+  // (0: no paging).
+  std::string_view after_subject;
+  std::string_view after_route;
+  uint32_t routes_max = 0;
 
-  bool all() const { return subject.empty() && route.empty(); }
+  bool all() const {
+    return subject.empty() && route.empty() && !paged() && after_subject.empty() &&
+           after_route.empty();
+  }
+  bool paged() const { return routes_max > 0; }
   bool matches(const SubjectRoute& key) const {
-    return (subject.empty() || key.subject == subject) && (route.empty() || key.route == route);
+    if (!subject.empty() && key.subject != subject) return false;
+    if (!route.empty() && key.route != route) return false;
+    if (after_subject.empty() && after_route.empty()) return true;
+    return std::tie(key.subject, key.route) >
+           std::tuple<std::string_view, std::string_view>(after_subject, after_route);
   }
 };
 

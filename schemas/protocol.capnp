@@ -90,6 +90,12 @@ struct AuditRequest {
   period @2 :UInt64;               # with periodSet: every account's closed period covering it
   periodSet @3 :Bool;
   listPeriods @4 :Bool;            # the list of closed periods kept (closedPeriods)
+  # Paging (docs/LEDGER.md "Audit"): with routesMax > 0, only the accounts of the first routesMax
+  # subject/routes after (afterSubject, afterRoute) in key order; the reply says whether more
+  # follow. The next page starts after the last account listed.
+  afterSubject @5 :Text;
+  afterRoute @6 :Text;
+  routesMax @7 :UInt32;
 }
 
 struct HealthRequest {}
@@ -278,6 +284,7 @@ struct AuditReply {
   periodSet @6 :Bool;
   periodSnapshots @7 :List(PeriodSnapshotV1);  # sorted by subject, route, generation
   closedPeriods @8 :List(ClosedPeriodV1);      # listPeriods only, ascending
+  more @9 :Bool;                   # paged: accounts after this page's last remain
 }
 
 struct BalancesV1 {

@@ -256,6 +256,11 @@ Result<AuditRequest> readAudit(schema::AuditRequest::Reader reader) {
       readText(reader.getRoute(), limits::kRouteBytesMax, "route", &out.route));
   if (reader.getPeriodSet()) out.period = reader.getPeriod();
   out.list_periods = reader.getListPeriods();
+  TALLY_WIRE_RETURN_IF_ERROR(readText(reader.getAfterSubject(), limits::kSubjectBytesMax,
+                                      "afterSubject", &out.after_subject));
+  TALLY_WIRE_RETURN_IF_ERROR(
+      readText(reader.getAfterRoute(), limits::kRouteBytesMax, "afterRoute", &out.after_route));
+  out.routes_max = reader.getRoutesMax();
   return out;
 }
 
@@ -426,6 +431,7 @@ Result<AuditReport> readAuditReply(schema::AuditReply::Reader reader) {
       return withContext(status, "closedPeriods[" + std::to_string(i) + "]");
     }
   }
+  out.more = reader.getMore();
   return out;
 }
 
@@ -738,6 +744,9 @@ void fromCore(const AuditRequest& request, schema::AuditRequest::Builder builder
     builder.setPeriodSet(true);
   }
   builder.setListPeriods(request.list_periods);
+  builder.setAfterSubject(textOf(request.after_subject));
+  builder.setAfterRoute(textOf(request.after_route));
+  builder.setRoutesMax(request.routes_max);
 }
 
 void fromCore(const PublishPolicyRequest& request, schema::PublishPolicyRequest::Builder builder) {
@@ -855,6 +864,7 @@ void fromCore(const AuditReport& report, schema::AuditReply::Builder builder) {
   for (size_t i = 0; i < report.closed_periods.size(); ++i) {
     fromCore(report.closed_periods[i], periods[static_cast<capnp::uint>(i)]);
   }
+  builder.setMore(report.more);
 }
 
 void fromCore(const HealthReply& reply, schema::HealthReply::Builder builder) {

@@ -874,6 +874,53 @@ TEST(LedgerAuditFilterTest, AFilteredAuditIsTheWholeAuditNarrowedToTheFilter) {
   EXPECT_TRUE(saw_generation_1);
 }
 
+// Paged audits (routes_max) list the whole audit's accounts in key order, a page at a time,
+// each page with the whole verdict; `more` is false only on the last.
+TEST(LedgerAuditFilterTest, PagesOfAnAuditConcatenateToTheWholeListing) {
+  Ledger ledger;
+  Budget budget = testBudget();
+  budget.subject_pattern = "tenant-*";
+  ASSERT_EQ(ledger.publishPolicy(Policy{.budgets = {budget}}, kT0).code, ReplyCode::kOk);
+  for (int i = 0; i < 23; ++i) {
+    const std::string subject = "tenant-" + std::to_string(i);
+    ASSERT_EQ(ledger.reserve(reserveRequest("r" + std::to_string(i), 5, 1, 0, subject), kT0).code,
+              ReplyCode::kOk);
+    if (i == 7) {
+      ASSERT_EQ(ledger.publishPolicy(Policy{.budgets = {budget}}, kT0).code, ReplyCode::kOk);
+    }
+  }
+  // tenant-0 and tenant-1 now have an account in each generation.
+  for (const char* subject : {"tenant-0", "tenant-1"}) {
+    ASSERT_EQ(
+        ledger.reserve(reserveRequest(std::string("again-") + subject, 5, 1, 0, subject), kT0).code,
+        ReplyCode::kOk);
+  }
+  const AuditReport whole = ledger.audit(kT0 + 1);
+  ASSERT_EQ(whole.accounts.size(), 25u);
+  EXPECT_FALSE(whole.more);
+  std::vector<AccountView> listed;
+  AccountFilter page{.routes_max = 5};
+  std::string after_subject;
+  std::string after_route;
+  for (int pages = 1;; ++pages) {
+    ASSERT_LE(pages, 5);  // 23 routes, 5 a page
+    page.after_subject = after_subject;
+    page.after_route = after_route;
+    const AuditReport report = ledger.audit(kT0 + 1, page);
+    EXPECT_EQ(report.conserved, whole.conserved);
+    EXPECT_EQ(report.violations, whole.violations);
+    ASSERT_FALSE(report.accounts.empty());
+    listed.insert(listed.end(), report.accounts.begin(), report.accounts.end());
+    after_subject = report.accounts.back().key.subject;
+    after_route = report.accounts.back().key.route;
+    if (!report.more) {
+      EXPECT_EQ(pages, 5);
+      break;
+    }
+  }
+  EXPECT_EQ(listed, whole.accounts);
+}
+
 // The accounts a filter leaves out are checked without a projection unless they owe debt: a
 // draining generation whose only holding is debt that refill repays by `now` is DRAINED in the
 // filtered audit exactly when it is in the whole one.

@@ -298,6 +298,19 @@ TEST(CodecRequest, AuditHealthRollbackShowRoundTrip) {
   EXPECT_EQ(bodyAs<ShowPolicyRequest>(show).generation, 4u);
 }
 
+TEST(CodecRequest, AuditPageRoundTrips) {
+  Request page = requestRoundTrip({.request_id = 12,
+                                   .body = AuditRequest{.route = "bench",
+                                                        .after_subject = "tenant-9",
+                                                        .after_route = "bench",
+                                                        .routes_max = 2000}});
+  EXPECT_EQ(bodyAs<AuditRequest>(page).after_subject, "tenant-9");
+  EXPECT_EQ(bodyAs<AuditRequest>(page).after_route, "bench");
+  EXPECT_EQ(bodyAs<AuditRequest>(page).routes_max, 2000u);
+  const Response reply = responseRoundTrip({.request_id = 12, .body = AuditReport{.more = true}});
+  EXPECT_TRUE(std::get<AuditReport>(reply.body).more);
+}
+
 TEST(CodecRequest, PublishPolicyRoundTrips) {
   const Policy policy = samplePolicy();
   Request got = requestRoundTrip(
