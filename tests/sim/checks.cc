@@ -355,7 +355,7 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
   // failures are reported after the sums, by id, as a lookup of each fact would report them.
   std::map<std::string, std::string> fact_failures;
   size_t facts_met = 0;
-  size_t unknown_met = 0;  // unknown_since_ms_ entries the scan met USAGE_UNKNOWN
+  size_t unknown_met = 0;                    // unknown_since_ms_ entries the scan met USAGE_UNKNOWN
   const AccountEntry* last_entry = nullptr;  // the account of the last reservation scanned
   Sums* last_sums = nullptr;                 // its sums (stable: an unordered_map's nodes stay)
   ++facts_pass_;
