@@ -355,7 +355,9 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
   // failures are reported after the sums, by id, as a lookup of each fact would report them.
   std::map<std::string, std::string> fact_failures;
   size_t facts_met = 0;
-  size_t unknown_met = 0;  // unknown_since_ms_ entries the scan met USAGE_UNKNOWN
+  size_t unknown_met = 0;                    // unknown_since_ms_ entries the scan met USAGE_UNKNOWN
+  const AccountEntry* last_entry = nullptr;  // the account of the last reservation scanned
+  Sums* last_sums = nullptr;                 // its sums (stable: an unordered_map's nodes stay)
   ++facts_pass_;
   horizon_.saw(now_ms);
   horizon_.closed_ms_min = archive_.closed_ms_min;
@@ -392,7 +394,13 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
         }
       }
     }
-    Sums& account = sums[ledger.accounts().find(r.subject, r.route, r.policy_generation)];
+    // Neighbouring reservations mostly share an account: look it up only when it changes.
+    if (last_entry == nullptr || last_entry->key.generation != r.policy_generation ||
+        last_entry->key.subject != r.subject || last_entry->key.route != r.route) {
+      last_entry = ledger.accounts().find(r.subject, r.route, r.policy_generation);
+      last_sums = &sums[last_entry];
+    }
+    Sums& account = *last_sums;
     account.consumed += consumedBy(r);
     account.debt += r.debt_units;
     if (std::optional<std::string> refund = unknownRefundOf(r)) {
@@ -457,9 +465,15 @@ void Checker::afterStep(const Ledger& ledger, uint64_t now_ms) {
     account.consumed += view.spent_units + view.debt_units;  // overspend is spent too
     account.debt += view.debt_units;
   }
-  for (const AccountView& view : audit.accounts) {
+  // The audit lists every account sorted by key, and accounts are never removed: the entry at
+  // the same position as at the last call is looked up again only when its key differs.
+  if (entries_.ledger != &ledger) entries_ = {.ledger = &ledger, .by_position = {}};
+  entries_.by_position.resize(audit.accounts.size(), nullptr);
+  for (size_t position = 0; position < audit.accounts.size(); ++position) {
+    const AccountView& view = audit.accounts[position];
     Sums expected;
-    const AccountEntry* entry = ledger.accounts().find(view.key);
+    const AccountEntry*& entry = entries_.by_position[position];
+    if (entry == nullptr || !(entry->key == view.key)) entry = ledger.accounts().find(view.key);
     if (auto it = sums.find(entry); it != sums.end()) expected = it->second;
     if (auto it = archive_.sums.find(entry); it != archive_.sums.end()) {
       expected.consumed += it->second.consumed;

@@ -81,6 +81,7 @@ class Checker {
   void onLedgerRestarted() {
     horizon_ = {};
     archive_ = {};
+    entries_ = {};
   }
   // Reservations compacted by a durable commit (their consumption stays in the sums).
   void onCompacted(const std::vector<Reservation>& deleted);
@@ -196,6 +197,14 @@ class Checker {
   };
   // Of archive_.ledger's receipts (cleared when the Ledger changes).
   std::unordered_map<std::string, PackedReceipt, ViewHash, std::equal_to<>> packed_;
+
+  // The account entries of the last afterStep's audit, by position in audit.accounts (sorted
+  // by key), of one Ledger (cleared when it changes: entries never move within one Ledger).
+  struct AuditEntries {
+    const Ledger* ledger = nullptr;
+    std::vector<const AccountEntry*> by_position;
+  };
+  AuditEntries entries_;
 
   Trace* trace_;
   std::vector<Finding> findings_;
