@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
-#include <tuple>
 
 // Value types shared by every state machine. All amounts are non-negative 64-bit integers in
 // the policy's capacity unit; all times are milliseconds on the ledger clock (see ledger.h).
@@ -52,8 +51,9 @@ struct AccountFilter {
     if (!subject.empty() && key.subject != subject) return false;
     if (!route.empty() && key.route != route) return false;
     if (after_subject.empty() && after_route.empty()) return true;
-    return std::tie(key.subject, key.route) >
-           std::tuple<std::string_view, std::string_view>(after_subject, after_route);
+    const std::string_view subject_key = key.subject;
+    if (subject_key != after_subject) return subject_key > after_subject;
+    return std::string_view(key.route) > after_route;
   }
 };
 
