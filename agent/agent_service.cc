@@ -22,7 +22,9 @@ constexpr bool kGatewayOrShardRequest =
     std::is_same_v<T, wire::SetGatewayEnabledRequest> || std::is_same_v<T, ShardIssueRequest> ||
     std::is_same_v<T, ShardReport> || std::is_same_v<T, wire::ShardStatusRequest> ||
     std::is_same_v<T, wire::ListShardsRequest> || std::is_same_v<T, wire::RevokeShardsRequest> ||
-    std::is_same_v<T, wire::WriteOffShardRequest>;
+    std::is_same_v<T, wire::WriteOffShardRequest> || std::is_same_v<T, EnrollOperatorRequest> ||
+    std::is_same_v<T, SetOperatorEnabledRequest> || std::is_same_v<T, ListOperatorsRequest> ||
+    std::is_same_v<T, AuditLogRequest>;
 
 template <typename T>
 constexpr bool kPolicyChange =

@@ -709,7 +709,34 @@ PeriodAudit Ledger::auditPeriods(const PeriodQuery& query, uint64_t now_ms) cons
 
 GatewayReply Ledger::enrollGateway(const std::string& gateway_name, const PublicKey& public_key,
                                    uint64_t now_ms) {
+  if (operators_.holdsKey(public_key)) {
+    return {.code = ReplyCode::kInvalidArgument,
+            .message = "that key is an operator's: a gateway needs a key of its own"};
+  }
   return shards_.enrollGateway(gateway_name, public_key, advance(now_ms));
+}
+
+OperatorReply Ledger::enrollOperator(const std::string& name, const PublicKey& public_key,
+                                     OperatorRole role, uint64_t now_ms) {
+  bool is_gateway_key = false;
+  for (const GatewayRecord& gateway : shards_.listGateways().gateways) {
+    if (gateway.public_key == public_key || gateway.previous_public_key == public_key) {
+      is_gateway_key = true;
+      break;
+    }
+  }
+  return operators_.enroll(name, public_key, role, is_gateway_key, advance(now_ms));
+}
+
+OperatorReply Ledger::setOperatorEnabled(const std::string& name, bool enabled,
+                                         uint64_t now_ms) {
+  advance(now_ms);
+  return operators_.setEnabled(name, enabled);
+}
+
+uint64_t Ledger::appendAuditLog(AuditLogEntry entry, uint64_t now_ms) {
+  entry.at_ms = advance(now_ms);
+  return audit_log_.append(std::move(entry));
 }
 
 GatewayReply Ledger::setGatewayEnabled(const std::string& gateway_name, bool enabled,
@@ -910,6 +937,11 @@ LedgerChanges Ledger::takeChanges() {
         {.key = snapshot->key, .epoch_first = snapshot->epoch_first});
   }
   changes.period_snapshots_deleted = std::move(rows.period_snapshots_deleted);
+  for (const OperatorRecord* record : rows.operators) changes.operators.push_back(record->name);
+  for (const AuditLogEntry* entry : rows.audit_log.appended) {
+    changes.audit_log.push_back(entry->sequence);
+  }
+  changes.audit_log_kept_from = rows.audit_log.kept_from;
   return changes;
 }
 
@@ -944,6 +976,8 @@ LedgerChangedRows Ledger::takeChangedRows() {
   rows.period_snapshots_deleted = std::move(periods_deleted_);
   periods_deleted_.clear();
   std::sort(rows.period_snapshots_deleted.begin(), rows.period_snapshots_deleted.end());
+  rows.operators = operators_.takeChanged();
+  rows.audit_log = audit_log_.takeChanges();
   return rows;
 }
 

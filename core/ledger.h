@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "core/account_book.h"
+#include "core/audit_log.h"
 #include "core/checked_math.h"
 #include "core/ledger_types.h"
 #include "core/limits.h"
+#include "core/operator_registry.h"
 #include "core/period_close.h"
 #include "core/receipt_archive.h"
 #include "core/reservation.h"
@@ -95,12 +97,16 @@ struct LedgerChanges {
   bool shard_sequence = false;
   std::vector<PeriodKey> period_snapshots;          // closed periods written, sorted
   std::vector<PeriodKey> period_snapshots_deleted;  // beyond retention
+  std::vector<std::string> operators;               // enrolled operators, by name
+  std::vector<uint64_t> audit_log;                  // audit log entries appended, by sequence
+  uint64_t audit_log_kept_from = 0;                 // entries below it dropped (0: none)
 
   bool empty() const {
     return reservations_upserted.empty() && reservations_deleted.empty() && accounts.empty() &&
            !policies && gateways.empty() && shards.empty() && shards_deleted.empty() &&
            fences.empty() && !shard_sequence && period_snapshots.empty() &&
-           period_snapshots_deleted.empty();
+           period_snapshots_deleted.empty() && operators.empty() && audit_log.empty() &&
+           audit_log_kept_from == 0;
   }
 };
 
@@ -116,11 +122,13 @@ struct LedgerChangedRows {
   // crash never loses or doubles a period). Sorted by key.
   std::vector<const PeriodSnapshot*> period_snapshots;
   std::vector<PeriodKey> period_snapshots_deleted;  // beyond limits::kPeriodSnapshotsKept
+  std::vector<const OperatorRecord*> operators;      // enrolled operators changed, by name
+  AuditLog::Changes audit_log;                       // entries appended, and dropped below
 
   bool empty() const {
     return reservations_upserted.empty() && reservations_deleted.empty() && accounts.empty() &&
            !policies && shards.empty() && period_snapshots.empty() &&
-           period_snapshots_deleted.empty();
+           period_snapshots_deleted.empty() && operators.empty() && audit_log.empty();
   }
 };
 
@@ -209,6 +217,22 @@ class Ledger {
   ShardReply revokeShards(const std::string& shard_id, const std::string& gateway_name,
                           uint64_t now_ms);
   ShardReply writeOffShard(const std::string& shard_id, uint64_t now_ms);
+
+  // Operators (docs/security.md "Operators"). An operator's key may not be a gateway's, nor
+  // a gateway's an operator's: a key is one identity.
+  OperatorReply enrollOperator(const std::string& name, const PublicKey& public_key,
+                               OperatorRole role, uint64_t now_ms);
+  OperatorReply setOperatorEnabled(const std::string& name, bool enabled, uint64_t now_ms);
+  OperatorReply listOperators() const { return operators_.list(); }
+  OperatorRegistry& operators() { return operators_; }
+  const OperatorRegistry& operators() const { return operators_; }
+  // The audit log of privileged actions (core/audit_log.h): the shell appends an entry for
+  // each, in the batch of the action, so the two are durable together.
+  uint64_t appendAuditLog(AuditLogEntry entry, uint64_t now_ms);
+  AuditLogReply auditLog(uint64_t after_sequence, uint64_t entries_max) const {
+    return audit_log_.page(after_sequence, entries_max);
+  }
+  AuditLog& auditLogEntries() { return audit_log_; }
 
   AuditReport audit(uint64_t now_ms) const;
   // The same verdict over every account, listing only the accounts `filter` selects: the cost
@@ -329,6 +353,8 @@ class Ledger {
   uint64_t now_ms_ = 0;
   AccountBook accounts_;
   ShardRegistry shards_{&accounts_, options_.shard_retention_ms};
+  OperatorRegistry operators_;
+  AuditLog audit_log_;
   ReservationTable reservations_;
   DeadlineQueue expiry_queue_;      // RESERVED reservations by expiresAt
   DeadlineQueue hard_limit_queue_;  // USAGE_UNKNOWN by startedAt + hard execution limit

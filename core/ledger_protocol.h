@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/ledger_types.h"
+#include "core/operator_types.h"
 #include "core/policy.h"
 #include "core/shard_types.h"
 #include "core/types.h"
@@ -73,6 +74,22 @@ struct WriteOffShardRequest {
   std::string shard_id;
 };
 
+// Operators and the audit log (docs/security.md "Operators", "Audit log").
+struct EnrollOperatorRequest {
+  std::string operator_name;
+  PublicKey public_key{};
+  OperatorRole role = OperatorRole::kAudit;
+};
+struct SetOperatorEnabledRequest {
+  std::string operator_name;
+  bool enabled = false;
+};
+struct ListOperatorsRequest {};
+struct AuditLogRequest {
+  uint64_t after_sequence = 0;  // the entries after it
+  uint32_t entries_max = 0;     // 0: limits::kAuditLogEntriesPerReplyMax
+};
+
 // A request or response union member this build does not know (a newer peer), or the
 // `unspecified` default of an empty message. Answered with ErrorCode::kUnknownMessage.
 struct UnknownMessage {
@@ -86,7 +103,8 @@ using LedgerRequest =
                  HealthRequest, PublishPolicyRequest, RollbackPolicyRequest, ShowPolicyRequest,
                  EnrollGatewayRequest, ListGatewaysRequest, SetGatewayEnabledRequest,
                  ShardIssueRequest, ShardReport, ShardStatusRequest, ListShardsRequest,
-                 RevokeShardsRequest, WriteOffShardRequest, ExtendRequest>;
+                 RevokeShardsRequest, WriteOffShardRequest, ExtendRequest, EnrollOperatorRequest,
+                 SetOperatorEnabledRequest, ListOperatorsRequest, AuditLogRequest>;
 
 // --- Answers without a Ledger type of their own ----------------------------------------------
 
@@ -133,6 +151,7 @@ struct PolicyAnswer {
 
 // Every answer the ledger gives to a LedgerRequest.
 using LedgerReply = std::variant<ReservationReply, PolicyAnswer, AuditReport, HealthReply,
-                                 ErrorReply, GatewayReply, ShardReply>;
+                                 ErrorReply, GatewayReply, ShardReply, OperatorReply,
+                                 AuditLogReply>;
 
 }  // namespace tally

@@ -164,6 +164,29 @@ LedgerOutcome LedgerRequests::apply(const LedgerRequest& request, uint64_t now_m
           return answer(ledger->listShards(r.gateway_name, r.state));
         } else if constexpr (std::is_same_v<T, RevokeShardsRequest>) {
           return revokeShards(ledger, r, now_ms);
+        } else if constexpr (std::is_same_v<T, EnrollOperatorRequest>) {
+          OperatorReply reply =
+              ledger->enrollOperator(r.operator_name, r.public_key, r.role, now_ms);
+          LedgerOutcome outcome;
+          if (firstSuccess(reply.code, reply.duplicate)) {
+            outcome.events.push_back(OperatorEnrolled{
+                .operator_name = r.operator_name, .public_key = r.public_key, .role = r.role});
+          }
+          outcome.reply = std::move(reply);
+          return outcome;
+        } else if constexpr (std::is_same_v<T, SetOperatorEnabledRequest>) {
+          OperatorReply reply = ledger->setOperatorEnabled(r.operator_name, r.enabled, now_ms);
+          LedgerOutcome outcome;
+          if (firstSuccess(reply.code, reply.duplicate)) {
+            outcome.events.push_back(
+                OperatorEnabledSet{.operator_name = r.operator_name, .enabled = r.enabled});
+          }
+          outcome.reply = std::move(reply);
+          return outcome;
+        } else if constexpr (std::is_same_v<T, ListOperatorsRequest>) {
+          return answer(ledger->listOperators());
+        } else if constexpr (std::is_same_v<T, AuditLogRequest>) {
+          return answer(ledger->auditLog(r.after_sequence, r.entries_max));
         } else {
           static_assert(std::is_same_v<T, WriteOffShardRequest>, "every request is answered");
           return writeOffShard(ledger, r, now_ms);

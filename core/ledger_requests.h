@@ -54,6 +54,15 @@ struct GatewayEnabledSet {
   std::string gateway_name;
   bool enabled = false;
 };
+struct OperatorEnrolled {
+  std::string operator_name;
+  PublicKey public_key{};
+  OperatorRole role = OperatorRole::kAudit;
+};
+struct OperatorEnabledSet {
+  std::string operator_name;
+  bool enabled = false;
+};
 struct ShardIssued {
   ShardGrant grant;
 };
@@ -95,7 +104,8 @@ struct ShardWrittenOff {
 using LedgerEvent =
     std::variant<OverdraftBreached, PolicyPublished, PolicyRolledBack, Audited, GatewayEnrolled,
                  GatewayEnabledSet, ShardIssued, ShardIssueDenied, ShardReportRefused,
-                 ShardConflicted, ShardReconciled, ShardRevoked, ShardWrittenOff>;
+                 ShardConflicted, ShardReconciled, ShardRevoked, ShardWrittenOff,
+                 OperatorEnrolled, OperatorEnabledSet>;
 
 struct LedgerOutcome {
   LedgerReply reply;

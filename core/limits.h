@@ -61,6 +61,15 @@ inline constexpr uint64_t kLingerMsDefault = 5'000;
 inline constexpr uint64_t kGatewayNameBytesMax = 128;  // [A-Za-z0-9._-], at least one byte
 inline constexpr uint64_t kShardReceiptsPerReportMax = 100'000;
 
+// Operators and the audit log (docs/security.md "Operators", "Audit log").
+inline constexpr uint64_t kOperatorNameBytesMax = 64;  // [A-Za-z0-9._-], at least one byte
+inline constexpr uint64_t kOperatorsMax = 1'000;
+// Entries of the audit log kept, newest first; older ones are dropped (a few hundred bytes each:
+// at most ~50 MiB of store and memory however long the ledger runs).
+inline constexpr uint64_t kAuditLogEntriesKept = 100'000;
+inline constexpr uint64_t kAuditLogEntriesPerReplyMax = 1'000;
+inline constexpr uint64_t kAuditLogTextBytesMax = 1'024;  // each text field of an entry
+
 // Retention of terminal reservations before compaction: the idempotency window
 // (docs/LEDGER.md "Retention" derives it: the longest hold TTL a client retries a reserve
 // within, plus the agent's retry horizon for a settle or an operation receipt, with margin).

@@ -39,7 +39,9 @@ constexpr Rule ruleOf() {
     return {Access::kOwnGateway, OperatorRole::kAudit};
   } else if constexpr (std::is_same_v<T, ShardIssueRequest> || std::is_same_v<T, ShardReport>) {
     return {Access::kOwnGateway, OperatorRole::kAdmin};  // a gateway's traffic
-  } else if constexpr (std::is_same_v<T, ListGatewaysRequest>) {
+  } else if constexpr (std::is_same_v<T, ListGatewaysRequest> ||
+                       std::is_same_v<T, ListOperatorsRequest> ||
+                       std::is_same_v<T, AuditLogRequest>) {
     return {Access::kOperatorOnly, OperatorRole::kAudit};
   } else if constexpr (std::is_same_v<T, PublishPolicyRequest> ||
                        std::is_same_v<T, RollbackPolicyRequest>) {
@@ -49,7 +51,9 @@ constexpr Rule ruleOf() {
     return {Access::kOperatorOnly, OperatorRole::kShards};
   } else {
     static_assert(
-        std::is_same_v<T, EnrollGatewayRequest> || std::is_same_v<T, SetGatewayEnabledRequest>,
+        std::is_same_v<T, EnrollGatewayRequest> || std::is_same_v<T, SetGatewayEnabledRequest> ||
+            std::is_same_v<T, EnrollOperatorRequest> ||
+            std::is_same_v<T, SetOperatorEnabledRequest>,
         "every request kind has an access rule");
     return {Access::kOperatorOnly, OperatorRole::kAdmin};
   }
@@ -82,36 +86,23 @@ const char* linkRequestName(const LedgerRequest& request) {
       "audit",           "health",          "policy publish", "policy rollback",
       "policy show",     "gateway enroll",  "gateway list",   "gateway enable/disable",
       "shard issue",     "shard report",    "shard status",   "shard list",
-      "shard revoke",    "shard write-off", "extend"};
+      "shard revoke",    "shard write-off", "extend",         "operator enroll",
+      "operator enable/disable", "operator list", "audit log"};
   static_assert(std::size(kNames) == std::variant_size_v<LedgerRequest>);
   return kNames[request.index()];
-}
-
-const char* operatorRoleName(OperatorRole role) {
-  switch (role) {
-    case OperatorRole::kAudit: return "audit";
-    case OperatorRole::kPolicy: return "policy";
-    case OperatorRole::kShards: return "shards";
-    case OperatorRole::kAdmin: return "admin";
-  }
-  return "?";
-}
-
-std::optional<OperatorRole> parseOperatorRole(std::string_view name) {
-  for (OperatorRole role :
-       {OperatorRole::kAudit, OperatorRole::kPolicy, OperatorRole::kShards, OperatorRole::kAdmin}) {
-    if (name == operatorRoleName(role)) return role;
-  }
-  return std::nullopt;
 }
 
 bool operatorRoleAllows(OperatorRole held, OperatorRole needed) {
   return held == OperatorRole::kAdmin || needed == OperatorRole::kAudit || held == needed;
 }
 
-OperatorRecord firstOperator(const PublicKey& operator_key) {
-  return OperatorRecord{
-      .name = kFirstOperatorName, .public_key = operator_key, .role = OperatorRole::kAdmin};
+bool isPrivilegedAction(const LedgerRequest& request) {
+  return std::visit(
+      [](const auto& r) {
+        constexpr Rule rule = ruleOf<std::decay_t<decltype(r)>>();
+        return rule.access == Access::kOperatorOnly && rule.role != OperatorRole::kAudit;
+      },
+      request);
 }
 
 OperatorRole operatorRoleNeeded(const LedgerRequest& request) {

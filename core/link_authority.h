@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/ledger_protocol.h"
+#include "core/operator_registry.h"
 #include "core/shard_registry.h"
 #include "core/shard_types.h"
 
@@ -41,28 +42,8 @@ namespace tally {
 enum class LinkRole : uint8_t { kUnauthenticated, kOperator, kGateway, kNobody };
 const char* linkRoleName(LinkRole role);  // "unauthenticated", "operator", "gateway", "nobody"
 
-// An operator's role (docs/security.md "Operators"). Not ordered: admin may do everything,
-// every role may read, policy and shards each add their own requests only.
-enum class OperatorRole : uint8_t { kAudit, kPolicy, kShards, kAdmin };
-const char* operatorRoleName(OperatorRole role);  // "audit", "policy", "shards", "admin"
-std::optional<OperatorRole> parseOperatorRole(std::string_view name);
 // Whether an operator of role `held` may send what needs role `needed` (kAudit: a read).
 bool operatorRoleAllows(OperatorRole held, OperatorRole needed);
-
-// One operator identity: tallyctl authenticates with its Ed25519 key.
-struct OperatorRecord {
-  std::string name;
-  PublicKey public_key{};
-  OperatorRole role = OperatorRole::kAudit;
-  bool enabled = true;
-  uint64_t enrolled_at_ms = 0;
-
-  bool operator==(const OperatorRecord&) const = default;
-};
-
-// The name of the first operator, the ledger's own operator key (role admin).
-inline constexpr const char* kFirstOperatorName = "admin";
-OperatorRecord firstOperator(const PublicKey& operator_key);
 
 struct LinkPeer {
   LinkRole role = LinkRole::kNobody;
@@ -99,6 +80,10 @@ bool endsKeyOverlap(const ShardRegistry& registry, const LinkPeer& peer, uint64_
 // Whether `peer` may send `request`: nullopt if it may, else why not (a message for the
 // kPermissionDenied answer, naming the request and who asked).
 std::optional<std::string> linkRefusal(const LinkPeer& peer, const LedgerRequest& request);
+// Whether `request` is a privileged action, written to the audit log served or refused: an
+// operator request that changes something (policy publish and rollback, gateway and operator
+// enroll, rotate, enable and disable, shard revoke and write-off).
+bool isPrivilegedAction(const LedgerRequest& request);
 // The role an operator needs for `request` (kAudit: a read every operator may send).
 OperatorRole operatorRoleNeeded(const LedgerRequest& request);
 

@@ -85,6 +85,14 @@ void logLedgerEvent(Logger* logger, const LedgerEvent& event) {
                          {{"gateway", e.gateway_name},
                           {"public_key", identity::encodePublicKey(e.public_key)}});
           }
+        } else if constexpr (std::is_same_v<T, OperatorEnrolled>) {
+          logger->info("operator_enrolled",
+                       {{"operator", e.operator_name},
+                        {"operator_role", operatorRoleName(e.role)},
+                        {"public_key", identity::encodePublicKey(e.public_key)}});
+        } else if constexpr (std::is_same_v<T, OperatorEnabledSet>) {
+          logger->info(e.enabled ? "operator_enabled" : "operator_disabled",
+                       {{"operator", e.operator_name}});
         } else if constexpr (std::is_same_v<T, GatewayEnabledSet>) {
           logger->info(e.enabled ? "gateway_enabled" : "gateway_disabled",
                        {{"gateway", e.gateway_name}});

@@ -18,7 +18,8 @@ constexpr const char* kOpNames[] = {
     "audit",         "health",          "publish_policy", "rollback_policy",
     "show_policy",   "enroll_gateway",  "list_gateways",  "set_gateway_enabled",
     "shard_issue",   "shard_report",    "shard_status",   "list_shards",
-    "revoke_shards", "write_off_shard", "extend"};
+    "revoke_shards", "write_off_shard", "extend",         "enroll_operator",
+    "set_operator_enabled", "list_operators", "audit_log"};
 static_assert(std::size(kOpNames) == std::variant_size_v<wire::RequestBody>);
 
 std::string outcomeOf(const wire::ResponseBody& response) {
@@ -27,6 +28,9 @@ std::string outcomeOf(const wire::ResponseBody& response) {
   }
   if (const auto* gateway = std::get_if<GatewayReply>(&response)) {
     return net::promLower(replyCodeName(gateway->code));
+  }
+  if (const auto* operators = std::get_if<OperatorReply>(&response)) {
+    return net::promLower(replyCodeName(operators->code));
   }
   return net::outcomeLabel(response);
 }

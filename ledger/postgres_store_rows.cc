@@ -387,6 +387,58 @@ Status readPeriodSnapshots(pg::Connection& connection, uint64_t bytes_max, Store
   return Status::ok();
 }
 
+void addOperatorRows(const StoreBatch& batch, std::vector<Step>* steps) {
+  if (!batch.operators.empty()) {
+    ArrayParam names(kOidText);
+    ArrayParam bodies(kOidBytea);
+    for (size_t i : lastOfEachKey(batch.operators, [](const OperatorRecord& r) { return r.name; })) {
+      names.add(batch.operators[i].name);
+      bodies.add(bytesOf(encodeOperatorRecord(batch.operators[i])));
+    }
+    steps->push_back({schema::kUpsertOperators.name, {names.finish(), bodies.finish()}});
+  }
+  if (batch.audit_log_kept_from > 0) {
+    steps->push_back({schema::kDeleteAuditLogBelow.name,
+                      {pg::int8Param(asInt8(batch.audit_log_kept_from))}});
+  }
+  if (batch.audit_log.empty()) return;
+  ArrayParam sequences(kOidInt8);
+  ArrayParam times(kOidInt8);
+  ArrayParam actors(kOidText);
+  ArrayParam actions(kOidText);
+  ArrayParam outcomes(kOidText);
+  ArrayParam bodies(kOidBytea);
+  for (const AuditLogEntry& entry : batch.audit_log) {
+    sequences.addInt8(asInt8(entry.sequence));
+    times.addInt8(asInt8(entry.at_ms));
+    actors.add(entry.actor);
+    actions.add(entry.action);
+    outcomes.add(entry.outcome);
+    bodies.add(bytesOf(encodeAuditLogEntry(entry)));
+  }
+  steps->push_back({schema::kInsertAuditLog.name,
+                    {sequences.finish(), times.finish(), actors.finish(), actions.finish(),
+                     outcomes.finish(), bodies.finish()}});
+}
+
+Status readAuditLog(pg::Connection& connection, uint64_t bytes_max, StoreContents* out) {
+  return forEachRow(
+      connection, schema::kSelectAuditLog, "read audit log",
+      [&](const Rows& rows, int row) -> Status {
+        int64_t seq = 0;
+        TALLY_PG_RETURN_IF_ERROR(readInt8(rows, row, 0, "tally.audit_log", &seq));
+        const std::string where = "tally.audit_log seq " + std::to_string(seq);
+        AuditLogEntry entry;
+        TALLY_PG_RETURN_IF_ERROR(
+            decodeChecked(rows.bytes(row, 1), bytes_max, where, decodeAuditLogEntry, &entry));
+        if (entry.sequence != static_cast<uint64_t>(seq)) {
+          return Status::corruption(where + ": body holds another");
+        }
+        out->audit_log.push_back(std::move(entry));
+        return Status::ok();
+      });
+}
+
 }  // namespace
 
 std::vector<Step> batchSteps(const StoreBatch& batch) {
@@ -396,6 +448,7 @@ std::vector<Step> batchSteps(const StoreBatch& batch) {
   addReservations(batch, &steps);
   addShardRows(batch, &steps);
   addPeriodSnapshots(batch, &steps);
+  addOperatorRows(batch, &steps);
   steps.push_back({schema::kRaiseMeta.name,
                    {pg::int8Param(asInt8(batch.ledger_clock_ms)),
                     pg::int8Param(asInt8(batch.shard_sequence))}});
@@ -418,6 +471,11 @@ Status readContents(pg::Connection& connection, uint64_t body_bytes_max, StoreCo
       &contents.shards));
   TALLY_PG_RETURN_IF_ERROR(readFences(connection, &contents));
   TALLY_PG_RETURN_IF_ERROR(readPeriodSnapshots(connection, body_bytes_max, &contents));
+  TALLY_PG_RETURN_IF_ERROR(readKeyed(
+      connection, schema::kSelectOperators, "tally.operators", body_bytes_max,
+      decodeOperatorRecord, [](const OperatorRecord& r) -> const std::string& { return r.name; },
+      &contents.operators));
+  TALLY_PG_RETURN_IF_ERROR(readAuditLog(connection, body_bytes_max, &contents));
   *out = std::move(contents);
   return Status::ok();
 }

@@ -14,6 +14,9 @@
 //   tally.reservations           one row per reservation id, with subject, route and state
 //   tally.gateways, tally.shards, tally.fences, tally.period_snapshots
 //   tally.lease                  one row (id = 1): the writer's lease and its epoch (version 2)
+//   tally.operators              enrolled operators (version 3)
+//   tally.audit_log              privileged actions, one row per sequence, with when, who, what
+//                                and how it ended readable beside the body (version 3)
 //
 // Every `body` is the same packed Cap'n Proto record the SQLite store's tables.db holds
 // (ledger/store_codec.h) and is authoritative; the readable columns beside it are copies for
@@ -22,7 +25,7 @@
 
 namespace tally::ledger::postgres_schema {
 
-inline constexpr int64_t kSchemaVersion = 2;
+inline constexpr int64_t kSchemaVersion = 3;
 inline constexpr const char* kMetaSchemaVersion = "schema_version";
 inline constexpr const char* kMetaLedgerClockMs = "ledger_clock_ms";
 inline constexpr const char* kMetaShardSequence = "shard_sequence";
@@ -37,8 +40,15 @@ inline constexpr const char* kCreateLease =
 inline constexpr const char* kInsertLease =
     "INSERT INTO tally.lease VALUES (1, 0, '', '', 0, '-infinity')";
 
+// Operators and the audit log (version 3).
+inline constexpr const char* kCreateOperators =
+    "CREATE TABLE tally.operators(name text COLLATE \"C\" PRIMARY KEY, body bytea NOT NULL)";
+inline constexpr const char* kCreateAuditLog =
+    "CREATE TABLE tally.audit_log(seq int8 PRIMARY KEY, at_ms int8 NOT NULL, actor text NOT NULL, "
+    "action text NOT NULL, outcome text NOT NULL, body bytea NOT NULL)";
+
 // The tables of version kSchemaVersion, created in one transaction with the meta rows.
-inline constexpr std::array<const char*, 11> kSchema = {
+inline constexpr std::array<const char*, 13> kSchema = {
     "CREATE TABLE tally.meta(key text COLLATE \"C\" PRIMARY KEY, value int8 NOT NULL)",
     "CREATE TABLE tally.policies(generation int8 PRIMARY KEY, body bytea NOT NULL)",
     "CREATE TABLE tally.accounts(subject text COLLATE \"C\", route text COLLATE \"C\", "
@@ -57,6 +67,8 @@ inline constexpr std::array<const char*, 11> kSchema = {
     "INSERT INTO tally.meta(key, value) VALUES ('ledger_clock_ms', 0), ('shard_sequence', 0)",
     kCreateLease,
     kInsertLease,
+    kCreateOperators,
+    kCreateAuditLog,
 };
 
 // A step from one schema version to the next: its statements run, in order, in the transaction
@@ -67,7 +79,9 @@ struct Migration {
   std::span<const char* const> statements;
 };
 inline constexpr std::array<const char*, 2> kMigrationTo2 = {kCreateLease, kInsertLease};
-inline constexpr std::array<Migration, 1> kMigrations = {Migration{1, kMigrationTo2}};
+inline constexpr std::array<const char*, 2> kMigrationTo3 = {kCreateOperators, kCreateAuditLog};
+inline constexpr std::array<Migration, 2> kMigrations = {Migration{1, kMigrationTo2},
+                                                         Migration{2, kMigrationTo3}};
 
 // The lease. $1 holder, $2 address, $3 lease_ms: takes it when it has lapsed or its holder's
 // session is gone, with the next epoch; no row when another ledger holds it.
@@ -137,6 +151,17 @@ inline constexpr Statement kUpsertPeriodSnapshots = {
     "INSERT INTO tally.period_snapshots(subject, route, generation, epoch_first, body) "
     "SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::int8[], $5::bytea[]) "
     "ON CONFLICT (subject, route, generation, epoch_first) DO UPDATE SET body = excluded.body"};
+inline constexpr Statement kUpsertOperators = {
+    "tally_upsert_operators",
+    "INSERT INTO tally.operators(name, body) SELECT * FROM unnest($1::text[], $2::bytea[]) "
+    "ON CONFLICT (name) DO UPDATE SET body = excluded.body"};
+inline constexpr Statement kDeleteAuditLogBelow = {
+    "tally_delete_audit_log_below", "DELETE FROM tally.audit_log WHERE seq < $1::int8"};
+inline constexpr Statement kInsertAuditLog = {
+    "tally_insert_audit_log",
+    "INSERT INTO tally.audit_log(seq, at_ms, actor, action, outcome, body) "
+    "SELECT * FROM unnest($1::int8[], $2::int8[], $3::text[], $4::text[], $5::text[], "
+    "$6::bytea[]) ON CONFLICT (seq) DO UPDATE SET body = excluded.body"};
 // Raises ledger_clock_ms and shard_sequence (never lowers them): $1 and $2.
 inline constexpr Statement kRaiseMeta = {
     "tally_raise_meta",
@@ -159,7 +184,10 @@ inline constexpr Statement kRenewLease = {
 inline constexpr Statement kBegin = {"tally_begin", "BEGIN"};
 inline constexpr Statement kCommit = {"tally_commit", "COMMIT"};
 
-inline constexpr std::array<const Statement*, 14> kStatements = {
+inline constexpr std::array<const Statement*, 17> kStatements = {
+    &kUpsertOperators,
+    &kDeleteAuditLogBelow,
+    &kInsertAuditLog,
     &kFence,
     &kUpsertPolicies,
     &kUpsertAccounts,
@@ -186,6 +214,8 @@ inline constexpr const char* kSelectReservations =
 inline constexpr const char* kSelectGateways = "SELECT name, body FROM tally.gateways";
 inline constexpr const char* kSelectShards = "SELECT id, body FROM tally.shards";
 inline constexpr const char* kSelectFences = "SELECT subject, route, fence FROM tally.fences";
+inline constexpr const char* kSelectOperators = "SELECT name, body FROM tally.operators";
+inline constexpr const char* kSelectAuditLog = "SELECT seq, body FROM tally.audit_log ORDER BY seq";
 inline constexpr const char* kSelectPeriodSnapshots =
     "SELECT subject, route, generation, epoch_first, body FROM tally.period_snapshots";
 

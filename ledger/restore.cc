@@ -80,6 +80,12 @@ Result<RestoreSummary> restoreLedger(StoreContents contents, Ledger* ledger, uin
     if (Status s = shards.restoreFence(fence); !s.isOk()) return s;
   }
   shards.restoreShardSequence(contents.shard_sequence);
+  for (const OperatorRecord& record : contents.operators) {
+    if (Status s = ledger->operators().restore(record); !s.isOk()) return s;
+  }
+  for (AuditLogEntry& entry : contents.audit_log) {
+    if (Status s = ledger->auditLogEntries().restore(std::move(entry)); !s.isOk()) return s;
+  }
   summary.ledger_clock_ms = std::max(contents.ledger_clock_ms, wall_now_ms);
   summary.apply_ms = msSince(started);
   const auto finishing = std::chrono::steady_clock::now();

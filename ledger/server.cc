@@ -7,10 +7,12 @@
 #include <variant>
 
 #include "core/assert.h"
+#include "core/audit_entry.h"
 #include "ledger/event_log.h"
 #include "ledger/link_tls.h"
 #include "ledger/store_batch.h"
 #include "tally/version.h"
+#include "wire/digest.h"
 
 namespace tally::ledger {
 
@@ -69,6 +71,9 @@ Server::Server(uv_loop_t* loop, Ledger* ledger, Store* store, LedgerClock* clock
                    {.connections_max = options_.connections_max,
                     .buffered_bytes_max = options_.buffered_bytes_max,
                     .refusal_frame = !options_.tls}) {
+  if (options_.operator_key.has_value()) {
+    ledger_->operators().setFirstOperatorKey(*options_.operator_key);
+  }
   listener_.data = this;
   check_.data = this;
   tick_timer_.data = this;
@@ -168,18 +173,37 @@ void Server::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
                                   {"peer", connection->peer_},
                                   {"error", decoded.body.status().toString()}});
     response.body = wire::errorReplyFor(decoded.body.status());
-  } else if (std::optional<std::string> refusal = refusalOf(connection, decoded.body.value())) {
-    response.body = wire::ErrorReply{.code = wire::ErrorCode::kPermissionDenied,
-                                     .message = std::move(*refusal)};
   } else {
-    LedgerOutcome outcome = requests_.apply(decoded.body.value(), clock_->nowMs());
-    report(outcome.events);
-    for (const LedgerEvent& event : outcome.events) {
-      if (const auto* set = std::get_if<GatewayEnabledSet>(&event); set && !set->enabled) {
-        open_.disabled_gateways.push_back(set->gateway_name);
+    const wire::RequestBody& request = decoded.body.value();
+    const LinkPeer peer = linkPeerOf(connection);
+    std::optional<std::string> refusal = refusalOf(connection, peer, request);
+    std::optional<LedgerReply> reply;
+    if (!refusal.has_value()) {
+      LedgerOutcome outcome = requests_.apply(request, clock_->nowMs());
+      report(outcome.events);
+      for (const LedgerEvent& event : outcome.events) {
+        if (const auto* set = std::get_if<GatewayEnabledSet>(&event); set && !set->enabled) {
+          open_.disabled_gateways.push_back(set->gateway_name);
+        }
+        if (const auto* set = std::get_if<OperatorEnabledSet>(&event); set && !set->enabled) {
+          open_.disabled_operators.push_back(set->operator_name);
+        }
       }
+      reply = std::move(outcome.reply);
     }
-    response.body = responseBodyOf(std::move(outcome.reply));
+    if (isPrivilegedAction(request)) {
+      // In the batch of the action: the two are durable together, and so is a refusal.
+      ledger_->appendAuditLog(auditLogEntryOf(peer, request, refusal,
+                                              reply.has_value() ? &*reply : nullptr,
+                                              wire::sha256(std::span<const uint8_t>(frame))),
+                              clock_->nowMs());
+    }
+    if (refusal.has_value()) {
+      response.body = wire::ErrorReply{.code = wire::ErrorCode::kPermissionDenied,
+                                       .message = std::move(*refusal)};
+    } else {
+      response.body = responseBodyOf(std::move(*reply));
+    }
   }
   if (options_.metrics != nullptr) {
     options_.metrics->countRequest(decoded.body.isOk() ? decoded.body.value() : wire::RequestBody{},
@@ -198,8 +222,8 @@ LinkPeer Server::linkPeerOf(Connection* connection) {
     const std::string hint =
         connection->link_peer_.has_value() ? connection->link_peer_->gateway_name : std::string();
     const uint64_t now_ms = clock_->nowMs();
-    peer = identifyLinkPeer(ledger_->shards(), options_.operator_key.value_or(PublicKey{}),
-                            *tls->peerKey(), now_ms, hint);
+    peer = identifyLinkPeer(ledger_->shards(), ledger_->operators().all(), *tls->peerKey(),
+                            now_ms, hint);
     if (endsKeyOverlap(ledger_->shards(), peer, now_ms)) {
       // The first use of a rotated gateway's new key: its previous key is no longer admitted
       // (durable with this batch; its connections are cut after it).
@@ -226,9 +250,8 @@ LinkPeer Server::linkPeerOf(Connection* connection) {
   return peer;
 }
 
-std::optional<std::string> Server::refusalOf(Connection* connection,
+std::optional<std::string> Server::refusalOf(Connection* connection, const LinkPeer& peer,
                                              const wire::RequestBody& request) {
-  const LinkPeer peer = linkPeerOf(connection);
   std::optional<std::string> refusal = linkRefusal(peer, request);
   if (refusal.has_value()) {
     logger_->warn("request_refused", {{"connection", connection->id()},
@@ -249,6 +272,16 @@ void Server::cutConnectionsOf(const std::string& gateway_name) {
   std::vector<PublicKey> keys{gateway->public_key};
   if (gateway->previous_public_key != PublicKey{}) keys.push_back(gateway->previous_public_key);
   cutConnections(keys, gateway_name, "gateway '" + gateway_name + "' was disabled");
+}
+
+void Server::cutConnectionsOfOperator(const std::string& operator_name) {
+  for (const OperatorRecord& record : ledger_->operators().all()) {
+    if (record.name != operator_name) continue;
+    if (record.enabled) return;  // enabled again meanwhile
+    cutConnections({record.public_key}, "",
+                   "operator '" + operator_name + "' was disabled");
+    return;
+  }
 }
 
 void Server::cutConnectionsOfRetiredKey(const std::string& gateway_name, const PublicKey& key) {
@@ -447,6 +480,7 @@ void Server::flush(Batch* batch) {
   }
   // After the disable's answer went out (to the operator's connection, in the loop above).
   for (const std::string& gateway_name : batch->disabled_gateways) cutConnectionsOf(gateway_name);
+  for (const std::string& name : batch->disabled_operators) cutConnectionsOfOperator(name);
   for (const auto& [gateway_name, key] : batch->retired_keys) {
     cutConnectionsOfRetiredKey(gateway_name, key);
   }

@@ -126,6 +126,7 @@ class Server : private net::StreamHandler {
     std::vector<uint64_t> close_after_flush;
     // Gateways disabled by this batch: their open connections are cut once it is durable.
     std::vector<std::string> disabled_gateways;
+    std::vector<std::string> disabled_operators;  // likewise, operators
     // Previous keys of gateways whose rotation this batch ended (their new key was used): the
     // connections that presented them are cut once it is durable.
     std::vector<std::pair<std::string, PublicKey>> retired_keys;
@@ -138,7 +139,7 @@ class Server : private net::StreamHandler {
 
     bool idle() const {
       return replies.empty() && close_after_flush.empty() && disabled_gateways.empty() &&
-             retired_keys.empty() && !tick_changes;
+             disabled_operators.empty() && retired_keys.empty() && !tick_changes;
     }
   };
 
@@ -162,10 +163,12 @@ class Server : private net::StreamHandler {
   // Who `connection` is now (core/link_authority.h), and why `request` is refused on it, if it
   // is (logged: event=request_refused).
   LinkPeer linkPeerOf(Connection* connection);
-  std::optional<std::string> refusalOf(Connection* connection, const wire::RequestBody& request);
+  std::optional<std::string> refusalOf(Connection* connection, const LinkPeer& peer,
+                                       const wire::RequestBody& request);
   // Closes the open connections that presented the keys of `gateway_name` if it is disabled
   // (logged: event=connection_cut).
   void cutConnectionsOf(const std::string& gateway_name);
+  void cutConnectionsOfOperator(const std::string& operator_name);
   // Closes the open connections that presented `key` if `gateway_name` no longer holds it.
   void cutConnectionsOfRetiredKey(const std::string& gateway_name, const PublicKey& key);
   void cutConnections(const std::vector<PublicKey>& keys, const std::string& gateway_name,

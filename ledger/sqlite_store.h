@@ -117,7 +117,7 @@ struct SqliteStoreStats {
 
 class SqliteStore final : public Store {
  public:
-  static constexpr int64_t kSchemaVersion = 4;
+  static constexpr int64_t kSchemaVersion = 5;
   static constexpr const char* kDatabaseFileName = "ledger.db";
   static constexpr const char* kTablesFileName = "tables.db";
   static constexpr const char* kLockFileName = "LOCK";

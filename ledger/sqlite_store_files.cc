@@ -226,6 +226,53 @@ Status writeShardRows(const sqlite::Connection& tables, const StoreBatch& net) {
   return Status::ok();
 }
 
+// Drops first: the fold's appends are above its kept_from.
+Status writeOperatorRows(const sqlite::Connection& tables, const StoreBatch& net) {
+  sqlite3* db = tables.db();
+  for (const OperatorRecord& record : net.operators) {
+    const Blob blob = encodeOperatorRecord(record);
+    sqlite3_stmt* stmt = tables[kTablesUpsertOperator];
+    ResetOnExit reset(stmt);
+    const char* op = "fold operator";
+    TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 1, record.name, op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+  }
+  if (net.audit_log_kept_from > 0) {
+    sqlite3_stmt* stmt = tables[kTablesDeleteAuditLogBelow];
+    ResetOnExit reset(stmt);
+    const char* op = "fold audit log drop";
+    TALLY_SQLITE_RETURN_IF_ERROR(
+        bindInt64(db, stmt, 1, static_cast<int64_t>(net.audit_log_kept_from), op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+  }
+  for (const AuditLogEntry& entry : net.audit_log) {
+    const Blob blob = encodeAuditLogEntry(entry);
+    sqlite3_stmt* stmt = tables[kTablesInsertAuditLog];
+    ResetOnExit reset(stmt);
+    const char* op = "fold audit log entry";
+    TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db, stmt, 1, static_cast<int64_t>(entry.sequence), op));
+    TALLY_SQLITE_RETURN_IF_ERROR(bindBlob(db, stmt, 2, blobBytes(blob), op));
+    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
+  }
+  return Status::ok();
+}
+
+Status readAuditLog(sqlite3* db, sqlite3_stmt* stmt, uint64_t bytes_max,
+                    std::map<uint64_t, AuditLogEntry>* out) {
+  return forEachRow(db, stmt, "read audit log", [&](sqlite3_stmt* row) -> Status {
+    const auto seq = static_cast<uint64_t>(sqlite3_column_int64(row, 0));
+    const std::string where = "audit_log seq " + std::to_string(seq);
+    std::span<const uint8_t> body = columnBlob(row, 1);
+    TALLY_SQLITE_RETURN_IF_ERROR(checkBodySize(body, bytes_max, where));
+    Result<AuditLogEntry> entry = decodeAuditLogEntry(body);
+    if (!entry.isOk()) return Status::corruption(where + ": " + entry.status().message());
+    if (entry.value().sequence != seq) return Status::corruption(where + ": body holds another");
+    (*out)[seq] = std::move(entry).value();
+    return Status::ok();
+  });
+}
+
 Status bindPeriodKey(sqlite3* db, sqlite3_stmt* stmt, const AccountKey& key, uint64_t epoch_first,
                      const char* op) {
   TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 1, key.subject, op));
@@ -371,6 +418,18 @@ void LogFold::apply(StoreBatch&& batch) {
   for (PeriodSnapshot& snapshot : batch.period_snapshots) {
     PeriodKey key{.key = snapshot.key, .epoch_first = snapshot.epoch_first};
     period_snapshots[std::move(key)] = std::move(snapshot);
+  }
+  for (OperatorRecord& record : batch.operators) {
+    std::string name = record.name;
+    operators[std::move(name)] = std::move(record);
+  }
+  if (batch.audit_log_kept_from > audit_log_kept_from) {
+    audit_log_kept_from = batch.audit_log_kept_from;
+    audit_log.erase(audit_log.begin(), audit_log.lower_bound(audit_log_kept_from));
+  }
+  for (AuditLogEntry& entry : batch.audit_log) {
+    const uint64_t sequence = entry.sequence;
+    audit_log[sequence] = std::move(entry);
   }
   ledger_clock_ms = std::max(ledger_clock_ms, batch.ledger_clock_ms);
   shard_sequence = std::max(shard_sequence, batch.shard_sequence);
@@ -533,6 +592,7 @@ Status writeFold(const sqlite::Connection& tables, StoreBatch* net, int64_t last
   TALLY_SQLITE_RETURN_IF_ERROR(writeReservations(tables, net));
   TALLY_SQLITE_RETURN_IF_ERROR(writeShardRows(tables, *net));
   TALLY_SQLITE_RETURN_IF_ERROR(writePeriodSnapshots(tables, *net));
+  TALLY_SQLITE_RETURN_IF_ERROR(writeOperatorRows(tables, *net));
   sqlite3* db = tables.db();
   sqlite3_stmt* set_max = tables[kTablesSetMetaMax];
   TALLY_SQLITE_RETURN_IF_ERROR(
@@ -560,6 +620,11 @@ Status readTables(const sqlite::Connection& tables, uint64_t bytes_max, TablesIm
   TALLY_SQLITE_RETURN_IF_ERROR(readFences(db, tables[kTablesSelectFences], &image->fences));
   TALLY_SQLITE_RETURN_IF_ERROR(readPeriodSnapshots(db, tables[kTablesSelectPeriodSnapshots],
                                                    bytes_max, &image->period_snapshots));
+  TALLY_SQLITE_RETURN_IF_ERROR(readKeyedBodies(
+      db, tables[kTablesSelectOperators], bytes_max, "operators", decodeOperatorRecord,
+      [](const OperatorRecord& record) { return record.name; }, &image->operators));
+  TALLY_SQLITE_RETURN_IF_ERROR(
+      readAuditLog(db, tables[kTablesSelectAuditLog], bytes_max, &image->audit_log));
   std::optional<int64_t> shard_sequence;
   TALLY_SQLITE_RETURN_IF_ERROR(
       readMeta(db, tables[kTablesGetMeta], kMetaShardSequence, &shard_sequence));
@@ -614,6 +679,13 @@ StoreContents mergeContents(TablesImage image, LogFold fold) {
   for (auto& [key, record] : image.period_snapshots) {
     contents.period_snapshots.push_back(std::move(record));
   }
+  for (auto& [name, record] : fold.operators) image.operators[name] = std::move(record);
+  for (auto& [name, record] : image.operators) contents.operators.push_back(std::move(record));
+  image.audit_log.erase(image.audit_log.begin(),
+                        image.audit_log.lower_bound(fold.audit_log_kept_from));
+  for (auto& [sequence, entry] : fold.audit_log) image.audit_log[sequence] = std::move(entry);
+  contents.audit_log.reserve(image.audit_log.size());
+  for (auto& [sequence, entry] : image.audit_log) contents.audit_log.push_back(std::move(entry));
   return contents;
 }
 

@@ -24,7 +24,8 @@
 //   DIR/ledger.db  meta(schema_version, trimmed_seq)     log(seq, body): one StoreBatchV1 each
 //   DIR/tables.db  meta(schema_version, folded_seq,      policies, accounts, reservations,
 //                       ledger_clock_ms, shard_sequence) gateways, shards, fences,
-//                                                        period_snapshots: the latest image
+//                                                        period_snapshots, operators,
+//                                                        audit_log: the latest image
 //                                                        of each row, folded from log
 //
 // Invariant across the files: trimmed_seq <= folded_seq, and ledger.db holds every log row with
@@ -32,10 +33,10 @@
 
 namespace tally::ledger::store_files {
 
-inline constexpr int64_t kSchemaVersion = 4;
+inline constexpr int64_t kSchemaVersion = 5;
 // The versions this build migrates from, oldest first, each by its Migration's statements:
 // 2 lacked the shard tables (gateways, shards, fences) and meta.shard_sequence; 3 lacked
-// period_snapshots (accounting-period close). Opening an older file runs every step from its
+// period_snapshots (accounting-period close); 4 lacked operators and audit_log. Opening an older file runs every step from its
 // version on, in one transaction, and bumps schema_version.
 inline constexpr int64_t kOldestMigratedSchemaVersion = 2;
 struct Migration {
@@ -96,16 +97,23 @@ inline constexpr std::array<const char*, 1> kTablesPeriodSchema = {
     "epoch_first INTEGER, body BLOB NOT NULL, "
     "PRIMARY KEY(subject, route, generation, epoch_first)) WITHOUT ROWID",
 };
-inline constexpr std::array<Migration, 2> kTablesMigrations = {
+// What version 5 added to tables.db: also the migration from version 4.
+inline constexpr std::array<const char*, 2> kTablesOperatorSchema = {
+    "CREATE TABLE operators(name TEXT PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE audit_log(seq INTEGER PRIMARY KEY, body BLOB NOT NULL)",
+};
+inline constexpr std::array<Migration, 3> kTablesMigrations = {
     Migration{.from_version = 2, .statements = kTablesShardSchema},
     Migration{.from_version = 3, .statements = kTablesPeriodSchema},
+    Migration{.from_version = 4, .statements = kTablesOperatorSchema},
 };
 // ledger.db's log is the same table in every version: only schema_version moves.
-inline constexpr std::array<Migration, 2> kLogMigrations = {
+inline constexpr std::array<Migration, 3> kLogMigrations = {
     Migration{.from_version = 2},
     Migration{.from_version = 3},
+    Migration{.from_version = 4},
 };
-inline constexpr std::array<const char*, 8> kTablesSchema = {
+inline constexpr std::array<const char*, 10> kTablesSchema = {
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER)",
     "CREATE TABLE policies(generation INTEGER PRIMARY KEY, body BLOB NOT NULL)",
     "CREATE TABLE accounts(subject TEXT, route TEXT, generation INTEGER, body BLOB NOT NULL, "
@@ -115,6 +123,8 @@ inline constexpr std::array<const char*, 8> kTablesSchema = {
     kTablesShardSchema[1],
     kTablesShardSchema[2],
     kTablesPeriodSchema[0],
+    kTablesOperatorSchema[0],
+    kTablesOperatorSchema[1],
 };
 
 enum TablesStatement : size_t {
@@ -141,6 +151,11 @@ enum TablesStatement : size_t {
   kTablesDeletePeriodSnapshot,
   kTablesSelectPeriodSnapshots,
   kTablesCountReservations,
+  kTablesUpsertOperator,
+  kTablesSelectOperators,
+  kTablesInsertAuditLog,
+  kTablesDeleteAuditLogBelow,
+  kTablesSelectAuditLog,
   kTablesStatementCount,
 };
 
@@ -172,6 +187,11 @@ inline constexpr std::array<const char*, kTablesStatementCount> kTablesStatement
     "SELECT subject, route, generation, epoch_first, body FROM period_snapshots "
     "ORDER BY subject, route, generation, epoch_first",
     "SELECT count(*) FROM reservations",
+    "INSERT OR REPLACE INTO operators(name, body) VALUES(?1, ?2)",
+    "SELECT name, body FROM operators ORDER BY name",
+    "INSERT OR REPLACE INTO audit_log(seq, body) VALUES(?1, ?2)",
+    "DELETE FROM audit_log WHERE seq < ?1",
+    "SELECT seq, body FROM audit_log ORDER BY seq",
 };
 
 // --- Folding ------------------------------------------------------------------------------------
@@ -188,6 +208,9 @@ struct LogFold {
   std::map<std::string, std::optional<ShardRecord>> shards;  // nullopt: deleted
   std::map<SubjectRoute, FenceRecord> fences;
   std::map<PeriodKey, std::optional<PeriodSnapshot>> period_snapshots;  // nullopt: deleted
+  std::map<std::string, OperatorRecord> operators;
+  std::map<uint64_t, AuditLogEntry> audit_log;
+  uint64_t audit_log_kept_from = 0;  // entries below it dropped
   uint64_t ledger_clock_ms = 0;
   uint64_t shard_sequence = 0;
   int64_t first_seq = 0;  // 0 while empty
@@ -240,6 +263,8 @@ struct TablesImage {
   std::map<std::string, ShardRecord> shards;
   std::map<SubjectRoute, FenceRecord> fences;
   std::map<PeriodKey, PeriodSnapshot> period_snapshots;
+  std::map<std::string, OperatorRecord> operators;
+  std::map<uint64_t, AuditLogEntry> audit_log;
   uint64_t ledger_clock_ms = 0;
   uint64_t shard_sequence = 0;
   int64_t folded_seq = 0;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/account.h"
+#include "core/operator_types.h"
 #include "core/period_close.h"
 #include "core/policy.h"
 #include "core/reservation.h"
@@ -63,11 +64,17 @@ struct StoreBatch {
   // Deletions apply before the upserts; the two never name the same key in one batch.
   std::vector<PeriodSnapshot> period_snapshots;
   std::vector<PeriodKey> deleted_period_snapshots;  // beyond limits::kPeriodSnapshotsKept
+  // Enrolled operators (full images) and the audit log: entries are appended, never changed;
+  // those below audit_log_kept_from (0: none) are dropped, before the appends apply.
+  std::vector<OperatorRecord> operators;
+  std::vector<AuditLogEntry> audit_log;
+  uint64_t audit_log_kept_from = 0;
 
   bool empty() const {
     return policies.empty() && accounts.empty() && reservations.empty() &&
            deleted_reservations.empty() && gateways.empty() && shards.empty() && fences.empty() &&
-           deleted_shards.empty() && period_snapshots.empty() && deleted_period_snapshots.empty();
+           deleted_shards.empty() && period_snapshots.empty() && deleted_period_snapshots.empty() &&
+           operators.empty() && audit_log.empty() && audit_log_kept_from == 0;
   }
 };
 
@@ -81,6 +88,8 @@ struct StoreContents {
   std::vector<FenceRecord> fences;      // ascending subject/route
   uint64_t shard_sequence = 0;
   std::vector<PeriodSnapshot> period_snapshots;  // ascending (key, epoch_first)
+  std::vector<OperatorRecord> operators;         // ascending name
+  std::vector<AuditLogEntry> audit_log;          // ascending sequence, contiguous
 };
 
 class Store {

@@ -40,6 +40,10 @@ StoreBatch storeBatchOf(const Ledger& ledger, LedgerChangedRows* rows, uint64_t 
     batch.period_snapshots.push_back(*snapshot);
   }
   batch.deleted_period_snapshots = std::move(rows->period_snapshots_deleted);
+  for (const OperatorRecord* record : rows->operators) batch.operators.push_back(*record);
+  batch.audit_log.reserve(rows->audit_log.appended.size());
+  for (const AuditLogEntry* entry : rows->audit_log.appended) batch.audit_log.push_back(*entry);
+  batch.audit_log_kept_from = rows->audit_log.kept_from;
   return batch;
 }
 

@@ -32,6 +32,7 @@ constexpr uint64_t kWordsPerReservation = 48;
 constexpr uint64_t kWordsPerPolicy = 256;
 constexpr uint64_t kWordsPerDeletion = 20;
 constexpr uint64_t kWordsPerGateway = 20;
+constexpr uint64_t kWordsPerAuditLogEntry = 64;
 constexpr uint64_t kWordsPerShard = 160;
 constexpr uint64_t kWordsPerFence = 12;
 constexpr uint64_t kWordsPerPeriodSnapshot = 40;
@@ -277,6 +278,18 @@ Result<PeriodSnapshot> readPeriodSnapshot(schema::PeriodSnapshotV1::Reader reade
   return snapshot;
 }
 
+Result<OperatorRecord> readOperatorRecord(schema::OperatorInfo::Reader reader) {
+  Result<OperatorRecord> record = wire::toCore(reader);
+  if (!record.isOk()) return Status::corruption("operator: " + record.status().message());
+  return record;
+}
+
+Result<AuditLogEntry> readAuditLogEntry(schema::AuditLogEntry::Reader reader) {
+  Result<AuditLogEntry> entry = wire::toCore(reader);
+  if (!entry.isOk()) return Status::corruption("audit log entry: " + entry.status().message());
+  return entry;
+}
+
 Result<PeriodKey> readPeriodKey(schema::PeriodKeyV1::Reader reader) {
   if (reader.getSubject().size() > limits::kSubjectBytesMax ||
       reader.getRoute().size() > limits::kRouteBytesMax) {
@@ -441,6 +454,15 @@ Result<StoreBatch> readBatch(schema::StoreBatchV1::Reader reader) {
       !status.isOk()) {
     return status;
   }
+  if (Status status = readAll(reader.getOperators(), readOperatorRecord, &batch.operators);
+      !status.isOk()) {
+    return status;
+  }
+  if (Status status = readAll(reader.getAuditLog(), readAuditLogEntry, &batch.audit_log);
+      !status.isOk()) {
+    return status;
+  }
+  batch.audit_log_kept_from = reader.getAuditLogKeptFrom();
   return batch;
 }
 
@@ -454,7 +476,8 @@ Blob encodeBatch(const StoreBatch& batch) {
       kWordsPerGateway * batch.gateways.size() + kWordsPerShard * batch.shards.size() +
       kWordsPerFence * batch.fences.size() +
       kWordsPerPeriodSnapshot * batch.period_snapshots.size() +
-      kWordsPerDeletion * batch.deleted_period_snapshots.size();
+      kWordsPerDeletion * batch.deleted_period_snapshots.size() +
+      kWordsPerGateway * batch.operators.size() + kWordsPerAuditLogEntry * batch.audit_log.size();
   capnp::MallocMessageBuilder message(static_cast<unsigned>(std::min<uint64_t>(estimate, 1 << 24)));
   auto builder = message.initRoot<schema::StoreBatchV1>();
   auto policies = builder.initPolicies(static_cast<unsigned>(batch.policies.size()));
@@ -501,6 +524,15 @@ Blob encodeBatch(const StoreBatch& batch) {
   for (size_t i = 0; i < batch.deleted_period_snapshots.size(); ++i) {
     buildPeriodKey(batch.deleted_period_snapshots[i], deleted_periods[static_cast<unsigned>(i)]);
   }
+  auto operators = builder.initOperators(static_cast<unsigned>(batch.operators.size()));
+  for (size_t i = 0; i < batch.operators.size(); ++i) {
+    wire::fromCore(batch.operators[i], operators[static_cast<unsigned>(i)]);
+  }
+  auto audit_log = builder.initAuditLog(static_cast<unsigned>(batch.audit_log.size()));
+  for (size_t i = 0; i < batch.audit_log.size(); ++i) {
+    wire::fromCore(batch.audit_log[i], audit_log[static_cast<unsigned>(i)]);
+  }
+  builder.setAuditLogKeptFrom(batch.audit_log_kept_from);
   return finish(message);
 }
 
@@ -512,6 +544,26 @@ Blob encodePeriodSnapshotRecord(const PeriodSnapshot& snapshot) {
 
 Result<PeriodSnapshot> decodePeriodSnapshotRecord(std::span<const uint8_t> bytes) {
   return withRoot<schema::PeriodSnapshotV1, PeriodSnapshot>(bytes, readPeriodSnapshot);
+}
+
+Blob encodeOperatorRecord(const OperatorRecord& record) {
+  capnp::MallocMessageBuilder message(kWordsPerGateway * 2);
+  wire::fromCore(record, message.initRoot<schema::OperatorInfo>());
+  return finish(message);
+}
+
+Result<OperatorRecord> decodeOperatorRecord(std::span<const uint8_t> bytes) {
+  return withRoot<schema::OperatorInfo, OperatorRecord>(bytes, readOperatorRecord);
+}
+
+Blob encodeAuditLogEntry(const AuditLogEntry& entry) {
+  capnp::MallocMessageBuilder message(kWordsPerAuditLogEntry * 2);
+  wire::fromCore(entry, message.initRoot<schema::AuditLogEntry>());
+  return finish(message);
+}
+
+Result<AuditLogEntry> decodeAuditLogEntry(std::span<const uint8_t> bytes) {
+  return withRoot<schema::AuditLogEntry, AuditLogEntry>(bytes, readAuditLogEntry);
 }
 
 Blob encodePolicyRecord(const PolicyRecord& record) {
@@ -595,6 +647,9 @@ struct BatchFolder::Index {
   std::map<std::pair<std::string_view, std::string_view>, schema::FenceRecordV1::Reader> fences;
   using PeriodKeyView = std::tuple<std::string_view, std::string_view, uint64_t, uint64_t>;
   std::map<PeriodKeyView, std::optional<schema::PeriodSnapshotV1::Reader>> period_snapshots;
+  std::map<std::string_view, schema::OperatorInfo::Reader> operators;
+  std::map<uint64_t, schema::AuditLogEntry::Reader> audit_log;
+  uint64_t audit_log_kept_from = 0;
   uint64_t ledger_clock_ms = 0;
   uint64_t shard_sequence = 0;
 };
@@ -664,6 +719,17 @@ Status BatchFolder::add(Blob blob) {
           Index::PeriodKeyView{viewOf(record.getSubject()), viewOf(record.getRoute()),
                                record.getPolicyGeneration(), record.getEpochFirst()},
           record);
+    }
+    for (auto record : batch.getOperators()) {
+      index.operators.insert_or_assign(viewOf(record.getOperatorName()), record);
+    }
+    // Drops first, as deletions: the appends of the batch are above its kept_from.
+    if (uint64_t kept_from = batch.getAuditLogKeptFrom(); kept_from > index.audit_log_kept_from) {
+      index.audit_log_kept_from = kept_from;
+      index.audit_log.erase(index.audit_log.begin(), index.audit_log.lower_bound(kept_from));
+    }
+    for (auto entry : batch.getAuditLog()) {
+      index.audit_log.insert_or_assign(entry.getSequence(), entry);
     }
     index.ledger_clock_ms = std::max(index.ledger_clock_ms, batch.getLedgerClockMs());
     index.shard_sequence = std::max(index.shard_sequence, batch.getShardSequence());
@@ -737,6 +803,22 @@ Result<StoreBatch> BatchFolder::finish() const {
     return Status::corruption(std::string("malformed message: ") +
                               exception.getDescription().cStr());
   }
+  try {
+    for (const auto& [name, reader] : index.operators) {
+      Result<OperatorRecord> record = readOperatorRecord(reader);
+      if (!record.isOk()) return asCorruption(record.status());
+      batch.operators.push_back(std::move(record).value());
+    }
+    for (const auto& [sequence, reader] : index.audit_log) {
+      Result<AuditLogEntry> entry = readAuditLogEntry(reader);
+      if (!entry.isOk()) return asCorruption(entry.status());
+      batch.audit_log.push_back(std::move(entry).value());
+    }
+  } catch (const kj::Exception& exception) {
+    return Status::corruption(std::string("malformed message: ") +
+                              exception.getDescription().cStr());
+  }
+  batch.audit_log_kept_from = index.audit_log_kept_from;
   batch.ledger_clock_ms = index.ledger_clock_ms;
   batch.shard_sequence = index.shard_sequence;
   return batch;

@@ -35,6 +35,8 @@ Blob encodePolicyRecord(const PolicyRecord& record);
 Blob encodeAccountRecord(const AccountRecord& record);
 Blob encodeReservationRecord(const Reservation& reservation);
 Blob encodeGatewayRecord(const GatewayRecord& record);
+Blob encodeOperatorRecord(const OperatorRecord& record);
+Blob encodeAuditLogEntry(const AuditLogEntry& entry);
 Blob encodeShardRecord(const ShardRecord& record);
 Blob encodePeriodSnapshotRecord(const PeriodSnapshot& snapshot);  // Protocol.PeriodSnapshotV1
 
@@ -43,6 +45,8 @@ Result<PolicyRecord> decodePolicyRecord(std::span<const uint8_t> bytes);
 Result<AccountRecord> decodeAccountRecord(std::span<const uint8_t> bytes);
 Result<Reservation> decodeReservationRecord(std::span<const uint8_t> bytes);
 Result<GatewayRecord> decodeGatewayRecord(std::span<const uint8_t> bytes);
+Result<OperatorRecord> decodeOperatorRecord(std::span<const uint8_t> bytes);
+Result<AuditLogEntry> decodeAuditLogEntry(std::span<const uint8_t> bytes);
 Result<ShardRecord> decodeShardRecord(std::span<const uint8_t> bytes);
 Result<PeriodSnapshot> decodePeriodSnapshotRecord(std::span<const uint8_t> bytes);
 

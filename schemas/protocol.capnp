@@ -150,6 +150,33 @@ struct WriteOffShardRequest {
   shardId @0 :Text;
 }
 
+# --- Operators and the audit log (docs/security.md "Operators", "Audit log") ------------------
+
+enum OperatorRole {
+  audit @0;                        # the reads
+  policy @1;                       # the reads, policy publish and rollback
+  shards @2;                       # the reads, shard revoke and write-off
+  admin @3;                        # every request
+}
+
+struct EnrollOperatorRequest {
+  operatorName @0 :Text;           # tallyctl operator enroll --name NAME
+  publicKey @1 :Data;              # Ed25519, 32 bytes
+  role @2 :OperatorRole;
+}
+
+struct SetOperatorEnabledRequest {
+  operatorName @0 :Text;
+  enabled @1 :Bool;                # false: tallyctl operator disable
+}
+
+struct ListOperatorsRequest {}
+
+struct AuditLogRequest {
+  afterSequence @0 :UInt64;        # the entries after it (0: from the oldest kept)
+  entriesMax @1 :UInt32;           # 0: the ledger's maximum per reply (1,000)
+}
+
 struct Request {
   requestId @0 :UInt64;
   union {
@@ -176,6 +203,10 @@ struct Request {
     revokeShards @21 :RevokeShardsRequest;
     writeOffShard @22 :WriteOffShardRequest;
     extend @23 :ExtendRequest;
+    enrollOperator @24 :EnrollOperatorRequest;
+    setOperatorEnabled @25 :SetOperatorEnabledRequest;
+    listOperators @26 :ListOperatorsRequest;
+    auditLog @27 :AuditLogRequest;
   }
 }
 
@@ -383,6 +414,41 @@ struct ShardReply {
   permissionDenied @8 :Bool;       # unknown or disabled gateway, or a bad signature
 }
 
+struct OperatorInfo {
+  operatorName @0 :Text;
+  publicKey @1 :Data;
+  role @2 :OperatorRole;
+  enabled @3 :Bool;
+  enrolledAtMs @4 :UInt64;         # 0: the first operator (the ledger's operator key)
+}
+
+struct OperatorReply {
+  code @0 :ReplyCode;              # notFound, idempotencyConflict, invalidArgument …
+  message @1 :Text;
+  operators @2 :List(OperatorInfo);
+  duplicate @3 :Bool;
+}
+
+struct AuditLogEntry {
+  sequence @0 :UInt64;
+  atMs @1 :UInt64;                 # the ledger clock
+  actor @2 :Text;                  # operator or gateway name; empty: an --insecure connection
+  actorKind @3 :Text;              # operator, gateway, nobody, unauthenticated
+  actorRole @4 :Text;              # an operator's role
+  action @5 :Text;                 # "policy publish", "gateway disable", …
+  target @6 :Text;                 # what it named
+  outcome @7 :Text;                # ok, ok duplicate, refused, or a reply code's name
+  detail @8 :Text;                 # the refusal's or the reply's message
+  requestDigest @9 :Data;          # SHA-256 of the request's frame (its Cap'n Proto message)
+}
+
+struct AuditLogReply {
+  entries @0 :List(AuditLogEntry);  # ascending sequence
+  more @1 :Bool;                   # entries after the last one remain
+  firstKeptSequence @2 :UInt64;    # older ones were dropped past retention
+  lastSequence @3 :UInt64;         # the newest entry's (0: none written yet)
+}
+
 struct Response {
   requestId @0 :UInt64;
   union {
@@ -394,5 +460,7 @@ struct Response {
     error @6 :ErrorReply;
     gateway @7 :GatewayReply;
     shard @8 :ShardReply;
+    operators @9 :OperatorReply;
+    auditLog @10 :AuditLogReply;
   }
 }

@@ -69,6 +69,9 @@ struct StoreBatchV1 {
   deletedShards @9 :List(Text);    # compacted after retention (ids are never reused)
   periodSnapshots @10 :List(Protocol.PeriodSnapshotV1);  # closed accounting periods
   deletedPeriodSnapshots @11 :List(PeriodKeyV1);         # beyond retention
+  operators @12 :List(Protocol.OperatorInfo);   # enrolled operators (docs/security.md)
+  auditLog @13 :List(Protocol.AuditLogEntry);   # appended privileged actions, by sequence
+  auditLogKeptFrom @14 :UInt64;                 # entries below it dropped (0: none)
 }
 
 struct PeriodKeyV1 {

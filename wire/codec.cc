@@ -312,6 +312,12 @@ Result<RequestBody> readRequestBody(schema::Request::Reader reader) {
     case schema::Request::WRITE_OFF_SHARD:
       return lift<RequestBody>(toCore(reader.getWriteOffShard()));
     case schema::Request::EXTEND: return lift<RequestBody>(readExtend(reader.getExtend()));
+    case schema::Request::ENROLL_OPERATOR:
+      return lift<RequestBody>(toCore(reader.getEnrollOperator()));
+    case schema::Request::SET_OPERATOR_ENABLED:
+      return lift<RequestBody>(toCore(reader.getSetOperatorEnabled()));
+    case schema::Request::LIST_OPERATORS: return RequestBody(ListOperatorsRequest{});
+    case schema::Request::AUDIT_LOG: return lift<RequestBody>(toCore(reader.getAuditLog()));
   }
   // A member appended by a newer peer.
   return RequestBody(UnknownMessage{.which = static_cast<uint16_t>(reader.which())});
@@ -463,6 +469,9 @@ Result<ResponseBody> readResponseBody(schema::Response::Reader reader) {
     case schema::Response::ERROR: return lift<ResponseBody>(readErrorReply(reader.getError()));
     case schema::Response::GATEWAY: return lift<ResponseBody>(toCore(reader.getGateway()));
     case schema::Response::SHARD: return lift<ResponseBody>(toCore(reader.getShard()));
+    case schema::Response::OPERATORS:
+      return lift<ResponseBody>(toCore(reader.getOperators()));
+    case schema::Response::AUDIT_LOG: return lift<ResponseBody>(toCore(reader.getAuditLog()));
   }
   return ResponseBody(UnknownMessage{.which = static_cast<uint16_t>(reader.which())});
 }
@@ -798,6 +807,14 @@ void fromCore(const Request& request, schema::Request::Builder builder) {
     void operator()(const WriteOffShardRequest& body) {
       fromCore(body, builder.initWriteOffShard());
     }
+    void operator()(const EnrollOperatorRequest& body) {
+      fromCore(body, builder.initEnrollOperator());
+    }
+    void operator()(const SetOperatorEnabledRequest& body) {
+      fromCore(body, builder.initSetOperatorEnabled());
+    }
+    void operator()(const ListOperatorsRequest&) { builder.initListOperators(); }
+    void operator()(const AuditLogRequest& body) { fromCore(body, builder.initAuditLog()); }
   };
   std::visit(Visitor{builder}, request.body);
 }
@@ -890,6 +907,8 @@ void fromCore(const Response& response, schema::Response::Builder builder) {
     void operator()(const ErrorReply& body) { fromCore(body, builder.initError()); }
     void operator()(const GatewayReply& body) { fromCore(body, builder.initGateway()); }
     void operator()(const ShardReply& body) { fromCore(body, builder.initShard()); }
+    void operator()(const OperatorReply& body) { fromCore(body, builder.initOperators()); }
+    void operator()(const AuditLogReply& body) { fromCore(body, builder.initAuditLog()); }
   };
   std::visit(Visitor{builder}, response.body);
 }

@@ -85,8 +85,9 @@ struct Request {
   RequestBody body;
 };
 
-using ResponseBody = std::variant<UnknownMessage, ReservationReply, PolicyAnswer, AuditReport,
-                                  HealthReply, ErrorReply, GatewayReply, ShardReply>;
+using ResponseBody =
+    std::variant<UnknownMessage, ReservationReply, PolicyAnswer, AuditReport, HealthReply,
+                 ErrorReply, GatewayReply, ShardReply, OperatorReply, AuditLogReply>;
 
 struct Response {
   uint64_t request_id = 0;
@@ -193,6 +194,26 @@ Result<RevokeShardsRequest> toCore(schema::RevokeShardsRequest::Reader reader);
 Result<WriteOffShardRequest> toCore(schema::WriteOffShardRequest::Reader reader);
 Result<GatewayReply> toCore(schema::GatewayReply::Reader reader);
 Result<ShardReply> toCore(schema::ShardReply::Reader reader);
+
+// Operators and the audit log (wire/operator_codec.cc). Names are at most
+// limits::kOperatorNameBytesMax bytes, an entry's texts limits::kAuditLogTextBytesMax, digests
+// and keys exactly 32 bytes.
+Result<OperatorRecord> toCore(schema::OperatorInfo::Reader reader);
+Result<AuditLogEntry> toCore(schema::AuditLogEntry::Reader reader);
+Result<EnrollOperatorRequest> toCore(schema::EnrollOperatorRequest::Reader reader);
+Result<SetOperatorEnabledRequest> toCore(schema::SetOperatorEnabledRequest::Reader reader);
+Result<AuditLogRequest> toCore(schema::AuditLogRequest::Reader reader);
+Result<OperatorReply> toCore(schema::OperatorReply::Reader reader);
+Result<AuditLogReply> toCore(schema::AuditLogReply::Reader reader);
+void fromCore(const OperatorRecord& record, schema::OperatorInfo::Builder builder);
+void fromCore(const AuditLogEntry& entry, schema::AuditLogEntry::Builder builder);
+void fromCore(const EnrollOperatorRequest& request,
+              schema::EnrollOperatorRequest::Builder builder);
+void fromCore(const SetOperatorEnabledRequest& request,
+              schema::SetOperatorEnabledRequest::Builder builder);
+void fromCore(const AuditLogRequest& request, schema::AuditLogRequest::Builder builder);
+void fromCore(const OperatorReply& reply, schema::OperatorReply::Builder builder);
+void fromCore(const AuditLogReply& reply, schema::AuditLogReply::Builder builder);
 
 void fromCore(const Budget& budget, schema::AdmissionBudgetV1::Builder builder);
 void fromCore(const Policy& policy, schema::PolicyV1::Builder builder);
