@@ -728,8 +728,7 @@ OperatorReply Ledger::enrollOperator(const std::string& name, const PublicKey& p
   return operators_.enroll(name, public_key, role, is_gateway_key, advance(now_ms));
 }
 
-OperatorReply Ledger::setOperatorEnabled(const std::string& name, bool enabled,
-                                         uint64_t now_ms) {
+OperatorReply Ledger::setOperatorEnabled(const std::string& name, bool enabled, uint64_t now_ms) {
   advance(now_ms);
   return operators_.setEnabled(name, enabled);
 }

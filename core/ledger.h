@@ -122,8 +122,8 @@ struct LedgerChangedRows {
   // crash never loses or doubles a period). Sorted by key.
   std::vector<const PeriodSnapshot*> period_snapshots;
   std::vector<PeriodKey> period_snapshots_deleted;  // beyond limits::kPeriodSnapshotsKept
-  std::vector<const OperatorRecord*> operators;      // enrolled operators changed, by name
-  AuditLog::Changes audit_log;                       // entries appended, and dropped below
+  std::vector<const OperatorRecord*> operators;     // enrolled operators changed, by name
+  AuditLog::Changes audit_log;                      // entries appended, and dropped below
 
   bool empty() const {
     return reservations_upserted.empty() && reservations_deleted.empty() && accounts.empty() &&

@@ -150,8 +150,8 @@ struct PolicyAnswer {
 };
 
 // Every answer the ledger gives to a LedgerRequest.
-using LedgerReply = std::variant<ReservationReply, PolicyAnswer, AuditReport, HealthReply,
-                                 ErrorReply, GatewayReply, ShardReply, OperatorReply,
-                                 AuditLogReply>;
+using LedgerReply =
+    std::variant<ReservationReply, PolicyAnswer, AuditReport, HealthReply, ErrorReply, GatewayReply,
+                 ShardReply, OperatorReply, AuditLogReply>;
 
 }  // namespace tally

@@ -101,11 +101,10 @@ struct ShardWrittenOff {
   Units retired_units = 0;
 };
 
-using LedgerEvent =
-    std::variant<OverdraftBreached, PolicyPublished, PolicyRolledBack, Audited, GatewayEnrolled,
-                 GatewayEnabledSet, ShardIssued, ShardIssueDenied, ShardReportRefused,
-                 ShardConflicted, ShardReconciled, ShardRevoked, ShardWrittenOff,
-                 OperatorEnrolled, OperatorEnabledSet>;
+using LedgerEvent = std::variant<OverdraftBreached, PolicyPublished, PolicyRolledBack, Audited,
+                                 GatewayEnrolled, GatewayEnabledSet, ShardIssued, ShardIssueDenied,
+                                 ShardReportRefused, ShardConflicted, ShardReconciled, ShardRevoked,
+                                 ShardWrittenOff, OperatorEnrolled, OperatorEnabledSet>;
 
 struct LedgerOutcome {
   LedgerReply reply;

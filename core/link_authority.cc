@@ -50,11 +50,11 @@ constexpr Rule ruleOf() {
                        std::is_same_v<T, WriteOffShardRequest>) {
     return {Access::kOperatorOnly, OperatorRole::kShards};
   } else {
-    static_assert(
-        std::is_same_v<T, EnrollGatewayRequest> || std::is_same_v<T, SetGatewayEnabledRequest> ||
-            std::is_same_v<T, EnrollOperatorRequest> ||
-            std::is_same_v<T, SetOperatorEnabledRequest>,
-        "every request kind has an access rule");
+    static_assert(std::is_same_v<T, EnrollGatewayRequest> ||
+                      std::is_same_v<T, SetGatewayEnabledRequest> ||
+                      std::is_same_v<T, EnrollOperatorRequest> ||
+                      std::is_same_v<T, SetOperatorEnabledRequest>,
+                  "every request kind has an access rule");
     return {Access::kOperatorOnly, OperatorRole::kAdmin};
   }
 }
@@ -80,14 +80,33 @@ const char* linkRoleName(LinkRole role) {
 }
 
 const char* linkRequestName(const LedgerRequest& request) {
-  static constexpr const char* kNames[] = {
-      "unknown request", "reserve",         "start",          "settle",
-      "release",         "query",           "mark unknown",   "operation receipt",
-      "audit",           "health",          "policy publish", "policy rollback",
-      "policy show",     "gateway enroll",  "gateway list",   "gateway enable/disable",
-      "shard issue",     "shard report",    "shard status",   "shard list",
-      "shard revoke",    "shard write-off", "extend",         "operator enroll",
-      "operator enable/disable", "operator list", "audit log"};
+  static constexpr const char* kNames[] = {"unknown request",
+                                           "reserve",
+                                           "start",
+                                           "settle",
+                                           "release",
+                                           "query",
+                                           "mark unknown",
+                                           "operation receipt",
+                                           "audit",
+                                           "health",
+                                           "policy publish",
+                                           "policy rollback",
+                                           "policy show",
+                                           "gateway enroll",
+                                           "gateway list",
+                                           "gateway enable/disable",
+                                           "shard issue",
+                                           "shard report",
+                                           "shard status",
+                                           "shard list",
+                                           "shard revoke",
+                                           "shard write-off",
+                                           "extend",
+                                           "operator enroll",
+                                           "operator enable/disable",
+                                           "operator list",
+                                           "audit log"};
   static_assert(std::size(kNames) == std::variant_size_v<LedgerRequest>);
   return kNames[request.index()];
 }

@@ -100,14 +100,13 @@ OperatorReply OperatorRegistry::enroll(const std::string& name, const PublicKey&
   if (enrolled_.size() >= limits::kOperatorsMax) {
     return operatorError(ReplyCode::kResourceExhausted, "operator table is full");
   }
-  const OperatorRecord& record =
-      enrolled_
-          .emplace(name, OperatorRecord{.name = name,
-                                        .public_key = public_key,
-                                        .role = role,
-                                        .enabled = true,
-                                        .enrolled_at_ms = now_ms})
-          .first->second;
+  const OperatorRecord& record = enrolled_
+                                     .emplace(name, OperatorRecord{.name = name,
+                                                                   .public_key = public_key,
+                                                                   .role = role,
+                                                                   .enabled = true,
+                                                                   .enrolled_at_ms = now_ms})
+                                     .first->second;
   changed_.insert(name);
   rebuildAll();
   return {.code = ReplyCode::kOk, .operators = {record}};

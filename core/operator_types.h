@@ -44,8 +44,8 @@ using RequestDigest = std::array<uint8_t, 32>;  // SHA-256 of the request's fram
 
 // One privileged action, or a refused attempt at one. Append-only: never changed once written.
 struct AuditLogEntry {
-  uint64_t sequence = 0;  // 1, 2, 3, … in the order the ledger applied them
-  uint64_t at_ms = 0;     // the ledger clock
+  uint64_t sequence = 0;   // 1, 2, 3, … in the order the ledger applied them
+  uint64_t at_ms = 0;      // the ledger clock
   std::string actor;       // operator or gateway name; "" on an --insecure connection
   std::string actor_kind;  // "operator", "gateway", "nobody" or "unauthenticated"
   std::string actor_role;  // an operator's role; "" otherwise

@@ -35,6 +35,9 @@ enum class Flag : uint8_t {
   kPeriods,  // the one command flag without a value (audit --periods)
   kTotal,
   kOverlapMs,
+  kRole,
+  kAfter,
+  kLimit,
 };
 
 struct FlagName {
@@ -59,6 +62,9 @@ constexpr FlagName kFlags[] = {
     {"periods", Flag::kPeriods},
     {"total", Flag::kTotal},
     {"overlap-ms", Flag::kOverlapMs},
+    {"role", Flag::kRole},
+    {"after", Flag::kAfter},
+    {"limit", Flag::kLimit},
 };
 
 struct CommandSpec {
@@ -95,6 +101,12 @@ const CommandSpec& specFor(Command command) {
       {Command::kShardWriteOff, {F::kId}, {}},
       {Command::kExtend, {F::kId, F::kOperation, F::kTotal}, {}},
       {Command::kGatewayRotate, {F::kId, F::kPublicKey}, {F::kOverlapMs}},
+      {Command::kOperatorEnroll, {F::kId, F::kPublicKey, F::kRole}, {}},
+      {Command::kOperatorList, {}, {}},
+      {Command::kOperatorDisable, {F::kId}, {}},
+      {Command::kOperatorEnable, {F::kId}, {}},
+      {Command::kOperatorKeygen, {}, {}},
+      {Command::kAuditLog, {}, {F::kAfter, F::kLimit}},
   };
   for (const CommandSpec& spec : kSpecs) {
     if (spec.command == command) return spec;
@@ -155,6 +167,11 @@ bool isShardCommand(Command command) {
          command == Command::kShardWriteOff;
 }
 
+bool isOperatorCommand(Command command) {
+  return command == Command::kOperatorEnroll || command == Command::kOperatorDisable ||
+         command == Command::kOperatorEnable;
+}
+
 Status applyGatewayName(std::string_view flag, const std::string& value, Invocation* inv) {
   inv->gateway_name = value;
   if (Status valid = identity::validateGatewayName(value); !valid.isOk()) {
@@ -182,6 +199,10 @@ Status applyShardState(const std::string& value, Invocation* inv) {
 // --id names a reservation, a gateway or a shard, depending on the command.
 Status applyId(const std::string& value, Invocation* inv) {
   if (isGatewayCommand(inv->command)) return applyGatewayName("--id", value, inv);
+  if (isOperatorCommand(inv->command)) {
+    inv->operator_name = value;
+    return checkText("--id", value, limits::kOperatorNameBytesMax);
+  }
   if (isShardCommand(inv->command)) {
     inv->shard_id = value;
     return checkText("--id", value, wire::kOriginBytesMax);
@@ -217,6 +238,19 @@ Status applyFlag(Flag flag, const std::string& value, Invocation* inv) {
     case Flag::kTotal: return parseNumber(name, value, 1, UINT64_MAX, &inv->total_units);
     case Flag::kOverlapMs:
       return parseNumber(name, value, 0, limits::kGatewayKeyOverlapMsMax, &inv->overlap_ms);
+    case Flag::kRole: {
+      std::optional<OperatorRole> role = parseOperatorRole(value);
+      if (!role)
+        return usage("--role must be one of audit, policy, shards, admin, got '" + value + "'");
+      inv->operator_role = *role;
+      return Status::ok();
+    }
+    case Flag::kAfter: return parseNumber(name, value, 0, UINT64_MAX, &inv->after_sequence);
+    case Flag::kLimit: {
+      Status s = parseNumber(name, value, 1, limits::kAuditLogEntriesPerReplyMax, &number);
+      inv->entries_max = static_cast<uint32_t>(number);
+      return s;
+    }
     case Flag::kGeneration: return parseNumber(name, value, 0, UINT64_MAX, &inv->generation);
     case Flag::kPeriod: {
       Status s = parseNumber(name, value, 0, UINT64_MAX, &number);
@@ -404,12 +438,13 @@ Status applyGlobals(const Scanned& scanned, Invocation* inv) {
 Status resolveCommand(const std::vector<std::string>& words, Invocation* inv) {
   if (words.empty()) return usage("no command given");
   static const std::map<std::string_view, Command> kSimple = {
-      {"help", Command::kHelp},       {"version", Command::kVersion},
-      {"health", Command::kHealth},   {"reserve", Command::kReserve},
-      {"start", Command::kStart},     {"settle", Command::kSettle},
-      {"release", Command::kRelease}, {"unknown", Command::kMarkUnknown},
-      {"report", Command::kReport},   {"query", Command::kQuery},
-      {"audit", Command::kAudit},     {"extend", Command::kExtend},
+      {"help", Command::kHelp},          {"version", Command::kVersion},
+      {"health", Command::kHealth},      {"reserve", Command::kReserve},
+      {"start", Command::kStart},        {"settle", Command::kSettle},
+      {"release", Command::kRelease},    {"unknown", Command::kMarkUnknown},
+      {"report", Command::kReport},      {"query", Command::kQuery},
+      {"audit", Command::kAudit},        {"extend", Command::kExtend},
+      {"audit-log", Command::kAuditLog},
   };
   size_t used = 1;
   static const std::map<std::string_view, Command> kGateway = {
@@ -422,12 +457,19 @@ Status resolveCommand(const std::vector<std::string>& words, Invocation* inv) {
       {"revoke", Command::kShardRevoke},
       {"write-off", Command::kShardWriteOff},
   };
-  if (words[0] == "gateway" || words[0] == "shard") {
+  static const std::map<std::string_view, Command> kOperator = {
+      {"enroll", Command::kOperatorEnroll},   {"list", Command::kOperatorList},
+      {"disable", Command::kOperatorDisable}, {"enable", Command::kOperatorEnable},
+      {"keygen", Command::kOperatorKeygen},
+  };
+  if (words[0] == "gateway" || words[0] == "shard" || words[0] == "operator") {
     const bool gateway = words[0] == "gateway";
-    const char* expected =
-        gateway ? "enroll, list, disable, enable or rotate" : "list, revoke or write-off";
+    const bool op = words[0] == "operator";
+    const char* expected = gateway ? "enroll, list, disable, enable or rotate"
+                           : op    ? "enroll, list, disable, enable or keygen"
+                                   : "list, revoke or write-off";
     if (words.size() < 2) return usage("'" + words[0] + "' needs a subcommand: " + expected);
-    const auto& table = gateway ? kGateway : kShard;
+    const auto& table = gateway ? kGateway : op ? kOperator : kShard;
     const auto it = table.find(words[1]);
     if (it == table.end()) {
       return usage("unknown " + words[0] + " subcommand '" + words[1] + "' (expected " + expected +
@@ -485,6 +527,9 @@ Status applyCommandFlags(const Scanned& scanned, Invocation* inv) {
       return usage("'" + std::string(commandName(inv->command)) + "' needs " + flagText(flag));
     }
   }
+  if (inv->command == Command::kOperatorKeygen && inv->key_file.empty()) {
+    return usage("'operator keygen' needs --key FILE: the key file to create");
+  }
   if (inv->command == Command::kShardRevoke && inv->shard_id.empty() == inv->gateway_name.empty()) {
     return usage("'shard revoke' needs exactly one of --id and --gateway");
   }
@@ -518,6 +563,12 @@ const char* commandName(Command command) {
     case Command::kShardWriteOff: return "shard write-off";
     case Command::kExtend: return "extend";
     case Command::kGatewayRotate: return "gateway rotate";
+    case Command::kOperatorEnroll: return "operator enroll";
+    case Command::kOperatorList: return "operator list";
+    case Command::kOperatorDisable: return "operator disable";
+    case Command::kOperatorEnable: return "operator enable";
+    case Command::kOperatorKeygen: return "operator keygen";
+    case Command::kAuditLog: return "audit-log";
   }
   return "?";
 }
@@ -598,6 +649,19 @@ Commands:
                                   and the period's conservation check
   audit   --periods               the closed accounting periods kept
   health                          ask the peer whether it is serving
+
+Operators and the audit log (ledger only; docs/security.md "Operators"):
+  operator keygen --key FILE      create an operator key FILE (0600) if absent; print its
+                                  public key for the admin to enroll
+  operator enroll --id NAME --public-key BASE64 --role audit|policy|shards|admin
+                                  let NAME's key connect with that role (role admin)
+  operator list                   the first operator (the ledger's operator key) and the
+                                  enrolled ones
+  operator disable --id NAME      refuse NAME's key from now on; its connections are cut
+  operator enable --id NAME       undo disable
+  audit-log [--after N] [--limit N]
+                                  the privileged actions recorded (who, what, when, the
+                                  request's sha256, served or refused), oldest first
 
 Gateways and emergency shards (ledger only; an agent refuses these):
   gateway enroll --id NAME --public-key BASE64

@@ -45,6 +45,12 @@ enum class Command : uint8_t {
   kShardWriteOff,
   kExtend,         // `extend`: a STARTED reservation grows to a new total (streaming top-up)
   kGatewayRotate,  // `gateway rotate`: a new key, the old one admitted for an overlap window
+  kOperatorEnroll,
+  kOperatorList,
+  kOperatorDisable,
+  kOperatorEnable,
+  kOperatorKeygen,  // no request: creates the --key FILE if absent and prints its public key
+  kAuditLog,        // `audit-log`: the privileged actions the ledger recorded
 };
 
 // The command word(s) as typed, e.g. "policy publish", "unknown".
@@ -86,6 +92,11 @@ struct Invocation {
   uint64_t overlap_ms = limits::kGatewayKeyOverlapMsDefault;  // gateway rotate --overlap-ms
   std::string shard_id;                                       // shard revoke/write-off --id ID
   std::optional<ShardState> shard_state;                      // shard list --state S
+
+  std::string operator_name;                          // operator enroll/disable/enable --id NAME
+  OperatorRole operator_role = OperatorRole::kAudit;  // operator enroll --role ROLE
+  uint64_t after_sequence = 0;                        // audit-log --after N
+  uint32_t entries_max = 0;  // audit-log --limit N (0: the ledger's maximum)
 
   std::optional<uint64_t> period;  // audit --period EPOCH: that closed accounting period
   bool list_periods = false;       // audit --periods: the closed accounting periods kept

@@ -7,6 +7,7 @@
 #include "ctl/policy_toml.h"
 #include "ctl/render.h"
 #include "ctl/render_periods.h"
+#include "shard/identity.h"
 #include "tally/version.h"
 #include "wire/digest.h"
 
@@ -56,7 +57,16 @@ int exitCodeForError(wire::ErrorCode code) {
   }
 }
 
-enum class Expect : uint8_t { kReservation, kPolicy, kAudit, kHealth, kGateway, kShard };
+enum class Expect : uint8_t {
+  kReservation,
+  kPolicy,
+  kAudit,
+  kHealth,
+  kGateway,
+  kShard,
+  kOperator,
+  kAuditLog
+};
 
 Expect expectedAnswer(Command command) {
   switch (command) {
@@ -73,6 +83,11 @@ Expect expectedAnswer(Command command) {
     case Command::kShardList:
     case Command::kShardRevoke:
     case Command::kShardWriteOff: return Expect::kShard;
+    case Command::kOperatorEnroll:
+    case Command::kOperatorList:
+    case Command::kOperatorDisable:
+    case Command::kOperatorEnable: return Expect::kOperator;
+    case Command::kAuditLog: return Expect::kAuditLog;
     default: return Expect::kReservation;
   }
 }
@@ -108,6 +123,14 @@ CommandOutput renderBody(const Invocation& inv, const wire::ResponseBody& body) 
   if (const auto* reply = std::get_if<ShardReply>(&body);
       reply != nullptr && expect == Expect::kShard) {
     return {.exit_code = exitCodeFor(*reply), .out = renderShards(*reply, inv.json)};
+  }
+  if (const auto* reply = std::get_if<OperatorReply>(&body);
+      reply != nullptr && expect == Expect::kOperator) {
+    return {.exit_code = exitCodeFor(reply->code), .out = renderOperators(*reply, inv.json)};
+  }
+  if (const auto* reply = std::get_if<AuditLogReply>(&body);
+      reply != nullptr && expect == Expect::kAuditLog) {
+    return {.exit_code = kExitOk, .out = renderAuditLog(*reply, inv.json)};
   }
   if (const auto* error = std::get_if<wire::ErrorReply>(&body); error != nullptr) {
     return failure(inv, exitCodeForError(error->code), errorCodeConstant(error->code),
@@ -194,6 +217,20 @@ Result<wire::RequestBody> buildRequest(const Invocation& inv) {
           wire::RevokeShardsRequest{.shard_id = inv.shard_id, .gateway_name = inv.gateway_name});
     case Command::kShardWriteOff:
       return wire::RequestBody(wire::WriteOffShardRequest{.shard_id = inv.shard_id});
+    case Command::kOperatorEnroll:
+      return wire::RequestBody(
+          EnrollOperatorRequest{.operator_name = inv.operator_name,
+                                .public_key = inv.public_key.value_or(PublicKey{}),
+                                .role = inv.operator_role});
+    case Command::kOperatorList: return wire::RequestBody(ListOperatorsRequest{});
+    case Command::kOperatorDisable:
+    case Command::kOperatorEnable:
+      return wire::RequestBody(SetOperatorEnabledRequest{
+          .operator_name = inv.operator_name, .enabled = inv.command == Command::kOperatorEnable});
+    case Command::kOperatorKeygen: return Status::invalidArgument("no request for this command");
+    case Command::kAuditLog:
+      return wire::RequestBody(
+          AuditLogRequest{.after_sequence = inv.after_sequence, .entries_max = inv.entries_max});
   }
   TALLY_UNREACHABLE();
 }
@@ -211,6 +248,31 @@ CommandOutput renderAnswer(const Invocation& inv, const Result<wire::Response>& 
   return renderBody(inv, answer.value().body);
 }
 
+// `operator keygen --key FILE`: a new operator's key, created 0600 if absent (an existing one is
+// kept), and its public key to give the admin for `operator enroll --public-key`.
+CommandOutput operatorKeygen(const Invocation& inv) {
+  Result<identity::KeyPair> key = identity::loadOrCreateKeyPair(inv.key_file);
+  if (!key.isOk()) {
+    return failure(inv, exitCodeForStatus(key.status().code()), statusCodeName(key.status().code()),
+                   inv.key_file + ": " + key.status().message());
+  }
+  const std::string public_key = identity::encodePublicKey(key.value().public_key);
+  if (inv.json) {
+    JsonWriter w;
+    w.beginObject();
+    w.field("keyFile", inv.key_file);
+    w.field("publicKey", public_key);
+    w.endObject();
+    return {.exit_code = kExitOk, .out = w.take() + "\n"};
+  }
+  return {.exit_code = kExitOk,
+          .out = public_key + "\n",
+          .err = "key file " + inv.key_file +
+                 " (mode 0600); enroll it with: tallyctl --key ADMIN_KEY operator enroll --id NAME "
+                 "--public-key " +
+                 public_key + " --role ROLE\n"};
+}
+
 CommandOutput runCommand(const Invocation& inv, const CallFn& call) {
   if (inv.command == Command::kHelp) {
     return {.exit_code = kExitOk, .out = inv.json ? jsonObject("usage", usageText()) : usageText()};
@@ -220,6 +282,7 @@ CommandOutput runCommand(const Invocation& inv, const CallFn& call) {
             .out = inv.json ? jsonObject("version", kVersion)
                             : std::string("tallyctl ") + kVersion + "\n"};
   }
+  if (inv.command == Command::kOperatorKeygen) return operatorKeygen(inv);
   Result<wire::RequestBody> request = buildRequest(inv);
   if (!request.isOk()) {
     // Only usage-level problems get here (a bad policy file); nothing was sent.

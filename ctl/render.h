@@ -39,6 +39,9 @@ std::string renderAudit(const AuditReport& report, bool json);
 std::string renderHealth(const wire::HealthReply& reply, bool json);
 // gateway enroll / list / disable / enable.
 std::string renderGateways(const GatewayReply& reply, bool json);
+// ctl/render_operators.cc
+std::string renderOperators(const OperatorReply& reply, bool json);
+std::string renderAuditLog(const AuditLogReply& reply, bool json);
 // shard list / revoke / write-off: each shard with its central equation and, when reported,
 // the agent's local one.
 std::string renderShards(const ShardReply& reply, bool json);

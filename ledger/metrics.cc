@@ -12,14 +12,33 @@ using net::promSample;
 namespace {
 
 // By the index of wire::RequestBody's alternatives.
-constexpr const char* kOpNames[] = {
-    "unknown",       "reserve",         "start",          "settle",
-    "release",       "query",           "mark_unknown",   "report_operation",
-    "audit",         "health",          "publish_policy", "rollback_policy",
-    "show_policy",   "enroll_gateway",  "list_gateways",  "set_gateway_enabled",
-    "shard_issue",   "shard_report",    "shard_status",   "list_shards",
-    "revoke_shards", "write_off_shard", "extend",         "enroll_operator",
-    "set_operator_enabled", "list_operators", "audit_log"};
+constexpr const char* kOpNames[] = {"unknown",
+                                    "reserve",
+                                    "start",
+                                    "settle",
+                                    "release",
+                                    "query",
+                                    "mark_unknown",
+                                    "report_operation",
+                                    "audit",
+                                    "health",
+                                    "publish_policy",
+                                    "rollback_policy",
+                                    "show_policy",
+                                    "enroll_gateway",
+                                    "list_gateways",
+                                    "set_gateway_enabled",
+                                    "shard_issue",
+                                    "shard_report",
+                                    "shard_status",
+                                    "list_shards",
+                                    "revoke_shards",
+                                    "write_off_shard",
+                                    "extend",
+                                    "enroll_operator",
+                                    "set_operator_enabled",
+                                    "list_operators",
+                                    "audit_log"};
 static_assert(std::size(kOpNames) == std::variant_size_v<wire::RequestBody>);
 
 std::string outcomeOf(const wire::ResponseBody& response) {

@@ -391,15 +391,16 @@ void addOperatorRows(const StoreBatch& batch, std::vector<Step>* steps) {
   if (!batch.operators.empty()) {
     ArrayParam names(kOidText);
     ArrayParam bodies(kOidBytea);
-    for (size_t i : lastOfEachKey(batch.operators, [](const OperatorRecord& r) { return r.name; })) {
+    for (size_t i :
+         lastOfEachKey(batch.operators, [](const OperatorRecord& r) { return r.name; })) {
       names.add(batch.operators[i].name);
       bodies.add(bytesOf(encodeOperatorRecord(batch.operators[i])));
     }
     steps->push_back({schema::kUpsertOperators.name, {names.finish(), bodies.finish()}});
   }
   if (batch.audit_log_kept_from > 0) {
-    steps->push_back({schema::kDeleteAuditLogBelow.name,
-                      {pg::int8Param(asInt8(batch.audit_log_kept_from))}});
+    steps->push_back(
+        {schema::kDeleteAuditLogBelow.name, {pg::int8Param(asInt8(batch.audit_log_kept_from))}});
   }
   if (batch.audit_log.empty()) return;
   ArrayParam sequences(kOidInt8);
@@ -422,21 +423,20 @@ void addOperatorRows(const StoreBatch& batch, std::vector<Step>* steps) {
 }
 
 Status readAuditLog(pg::Connection& connection, uint64_t bytes_max, StoreContents* out) {
-  return forEachRow(
-      connection, schema::kSelectAuditLog, "read audit log",
-      [&](const Rows& rows, int row) -> Status {
-        int64_t seq = 0;
-        TALLY_PG_RETURN_IF_ERROR(readInt8(rows, row, 0, "tally.audit_log", &seq));
-        const std::string where = "tally.audit_log seq " + std::to_string(seq);
-        AuditLogEntry entry;
-        TALLY_PG_RETURN_IF_ERROR(
-            decodeChecked(rows.bytes(row, 1), bytes_max, where, decodeAuditLogEntry, &entry));
-        if (entry.sequence != static_cast<uint64_t>(seq)) {
-          return Status::corruption(where + ": body holds another");
-        }
-        out->audit_log.push_back(std::move(entry));
-        return Status::ok();
-      });
+  return forEachRow(connection, schema::kSelectAuditLog, "read audit log",
+                    [&](const Rows& rows, int row) -> Status {
+                      int64_t seq = 0;
+                      TALLY_PG_RETURN_IF_ERROR(readInt8(rows, row, 0, "tally.audit_log", &seq));
+                      const std::string where = "tally.audit_log seq " + std::to_string(seq);
+                      AuditLogEntry entry;
+                      TALLY_PG_RETURN_IF_ERROR(decodeChecked(rows.bytes(row, 1), bytes_max, where,
+                                                             decodeAuditLogEntry, &entry));
+                      if (entry.sequence != static_cast<uint64_t>(seq)) {
+                        return Status::corruption(where + ": body holds another");
+                      }
+                      out->audit_log.push_back(std::move(entry));
+                      return Status::ok();
+                    });
 }
 
 }  // namespace
@@ -472,9 +472,8 @@ Status readContents(pg::Connection& connection, uint64_t body_bytes_max, StoreCo
   TALLY_PG_RETURN_IF_ERROR(readFences(connection, &contents));
   TALLY_PG_RETURN_IF_ERROR(readPeriodSnapshots(connection, body_bytes_max, &contents));
   TALLY_PG_RETURN_IF_ERROR(readKeyed(
-      connection, schema::kSelectOperators, "tally.operators", body_bytes_max,
-      decodeOperatorRecord, [](const OperatorRecord& r) -> const std::string& { return r.name; },
-      &contents.operators));
+      connection, schema::kSelectOperators, "tally.operators", body_bytes_max, decodeOperatorRecord,
+      [](const OperatorRecord& r) -> const std::string& { return r.name; }, &contents.operators));
   TALLY_PG_RETURN_IF_ERROR(readAuditLog(connection, body_bytes_max, &contents));
   *out = std::move(contents);
   return Status::ok();

@@ -193,10 +193,10 @@ void Server::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
     }
     if (isPrivilegedAction(request)) {
       // In the batch of the action: the two are durable together, and so is a refusal.
-      ledger_->appendAuditLog(auditLogEntryOf(peer, request, refusal,
-                                              reply.has_value() ? &*reply : nullptr,
-                                              wire::sha256(std::span<const uint8_t>(frame))),
-                              clock_->nowMs());
+      ledger_->appendAuditLog(
+          auditLogEntryOf(peer, request, refusal, reply.has_value() ? &*reply : nullptr,
+                          wire::sha256(std::span<const uint8_t>(frame))),
+          clock_->nowMs());
     }
     if (refusal.has_value()) {
       response.body = wire::ErrorReply{.code = wire::ErrorCode::kPermissionDenied,
@@ -222,8 +222,8 @@ LinkPeer Server::linkPeerOf(Connection* connection) {
     const std::string hint =
         connection->link_peer_.has_value() ? connection->link_peer_->gateway_name : std::string();
     const uint64_t now_ms = clock_->nowMs();
-    peer = identifyLinkPeer(ledger_->shards(), ledger_->operators().all(), *tls->peerKey(),
-                            now_ms, hint);
+    peer = identifyLinkPeer(ledger_->shards(), ledger_->operators().all(), *tls->peerKey(), now_ms,
+                            hint);
     if (endsKeyOverlap(ledger_->shards(), peer, now_ms)) {
       // The first use of a rotated gateway's new key: its previous key is no longer admitted
       // (durable with this batch; its connections are cut after it).
@@ -278,8 +278,7 @@ void Server::cutConnectionsOfOperator(const std::string& operator_name) {
   for (const OperatorRecord& record : ledger_->operators().all()) {
     if (record.name != operator_name) continue;
     if (record.enabled) return;  // enabled again meanwhile
-    cutConnections({record.public_key}, "",
-                   "operator '" + operator_name + "' was disabled");
+    cutConnections({record.public_key}, "", "operator '" + operator_name + "' was disabled");
     return;
   }
 }

@@ -36,8 +36,8 @@ namespace tally::ledger::store_files {
 inline constexpr int64_t kSchemaVersion = 5;
 // The versions this build migrates from, oldest first, each by its Migration's statements:
 // 2 lacked the shard tables (gateways, shards, fences) and meta.shard_sequence; 3 lacked
-// period_snapshots (accounting-period close); 4 lacked operators and audit_log. Opening an older file runs every step from its
-// version on, in one transaction, and bumps schema_version.
+// period_snapshots (accounting-period close); 4 lacked operators and audit_log. Opening an older
+// file runs every step from its version on, in one transaction, and bumps schema_version.
 inline constexpr int64_t kOldestMigratedSchemaVersion = 2;
 struct Migration {
   int64_t from_version = 0;

@@ -469,8 +469,7 @@ Result<ResponseBody> readResponseBody(schema::Response::Reader reader) {
     case schema::Response::ERROR: return lift<ResponseBody>(readErrorReply(reader.getError()));
     case schema::Response::GATEWAY: return lift<ResponseBody>(toCore(reader.getGateway()));
     case schema::Response::SHARD: return lift<ResponseBody>(toCore(reader.getShard()));
-    case schema::Response::OPERATORS:
-      return lift<ResponseBody>(toCore(reader.getOperators()));
+    case schema::Response::OPERATORS: return lift<ResponseBody>(toCore(reader.getOperators()));
     case schema::Response::AUDIT_LOG: return lift<ResponseBody>(toCore(reader.getAuditLog()));
   }
   return ResponseBody(UnknownMessage{.which = static_cast<uint16_t>(reader.which())});

@@ -207,8 +207,7 @@ Result<OperatorReply> toCore(schema::OperatorReply::Reader reader);
 Result<AuditLogReply> toCore(schema::AuditLogReply::Reader reader);
 void fromCore(const OperatorRecord& record, schema::OperatorInfo::Builder builder);
 void fromCore(const AuditLogEntry& entry, schema::AuditLogEntry::Builder builder);
-void fromCore(const EnrollOperatorRequest& request,
-              schema::EnrollOperatorRequest::Builder builder);
+void fromCore(const EnrollOperatorRequest& request, schema::EnrollOperatorRequest::Builder builder);
 void fromCore(const SetOperatorEnabledRequest& request,
               schema::SetOperatorEnabledRequest::Builder builder);
 void fromCore(const AuditLogRequest& request, schema::AuditLogRequest::Builder builder);

@@ -159,6 +159,8 @@ TEST_F(LedgerRequestsTest, EveryRequestKindIsAnsweredEvenWhenEmpty) {
       5, 5, 5,              // enroll, list, enable → GatewayReply
       6, 6, 6, 6, 6, 6,     // the shard requests → ShardReply
       0,                    // extend → ReservationReply
+      7, 7, 7,              // operator enroll, enable, list → OperatorReply
+      8,                    // audit log → AuditLogReply
   };
   ASSERT_EQ(expected_reply.size(), std::variant_size_v<LedgerRequest>);
   for (size_t kind = 0; kind < std::variant_size_v<LedgerRequest>; ++kind) {

@@ -46,7 +46,11 @@ bool isOperatorKind(const LedgerRequest& request) {
          std::holds_alternative<ListGatewaysRequest>(request) ||
          std::holds_alternative<SetGatewayEnabledRequest>(request) ||
          std::holds_alternative<RevokeShardsRequest>(request) ||
-         std::holds_alternative<WriteOffShardRequest>(request);
+         std::holds_alternative<WriteOffShardRequest>(request) ||
+         std::holds_alternative<EnrollOperatorRequest>(request) ||
+         std::holds_alternative<SetOperatorEnabledRequest>(request) ||
+         std::holds_alternative<ListOperatorsRequest>(request) ||
+         std::holds_alternative<AuditLogRequest>(request);
 }
 bool namesAGateway(const LedgerRequest& request) {
   return std::holds_alternative<ShardIssueRequest>(request) ||
@@ -139,7 +143,7 @@ TEST_F(LinkAuthorityTest, AGatewaySendsNoOperatorRequest) {
     EXPECT_THAT(*refusal, HasSubstr("gateway 'gw-a'"));
     ++refused;
   }
-  EXPECT_EQ(refused, 7);
+  EXPECT_EQ(refused, 11);
   EXPECT_THAT(linkRefusal(a, PublishPolicyRequest{}).value_or(""),
               HasSubstr("policy publish refused"));
 }
@@ -277,7 +281,9 @@ bool isReadKind(const LedgerRequest& request) {
          std::holds_alternative<ShowPolicyRequest>(request) ||
          std::holds_alternative<ListGatewaysRequest>(request) ||
          std::holds_alternative<ShardStatusRequest>(request) ||
-         std::holds_alternative<ListShardsRequest>(request);
+         std::holds_alternative<ListShardsRequest>(request) ||
+         std::holds_alternative<ListOperatorsRequest>(request) ||
+         std::holds_alternative<AuditLogRequest>(request);
 }
 
 class OperatorAuthorityTest : public LinkAuthorityTest {
@@ -320,12 +326,28 @@ TEST_F(OperatorAuthorityTest, TheLedgersOperatorKeyIsTheFirstOperatorNamedAdminW
   EXPECT_EQ(allowedKinds(kOperatorKey).size(), std::variant_size_v<LedgerRequest>);
 }
 
+TEST(PrivilegedActionTest, TheOperatorWritesArePrivilegedAndNothingElse) {
+  std::vector<std::string> privileged;
+  for (size_t kind = 0; kind < std::variant_size_v<LedgerRequest>; ++kind) {
+    LedgerRequest request;
+    [&]<size_t... I>(std::index_sequence<I...>) {
+      ((kind == I ? (void)request.emplace<I>() : void()), ...);
+    }
+    (std::make_index_sequence<std::variant_size_v<LedgerRequest>>{});
+    if (isPrivilegedAction(request)) privileged.emplace_back(linkRequestName(request));
+  }
+  EXPECT_EQ(privileged,
+            (std::vector<std::string>{"policy publish", "policy rollback", "gateway enroll",
+                                      "gateway enable/disable", "shard revoke", "shard write-off",
+                                      "operator enroll", "operator enable/disable"}));
+}
+
 TEST_F(OperatorAuthorityTest, AnAuditOperatorMayOnlyRead) {
   const LinkPeer ro = identifyOperator(linkKey(20));
   EXPECT_EQ(ro.operator_name, "ro");
   EXPECT_EQ(ro.operator_role, OperatorRole::kAudit);
   EXPECT_EQ(allowedKinds(linkKey(20)), kindsWhere(isReadKind));
-  EXPECT_EQ(kindsWhere(isReadKind).size(), 8u);
+  EXPECT_EQ(kindsWhere(isReadKind).size(), 10u);
   EXPECT_EQ(linkRefusal(ro, PublishPolicyRequest{}).value_or(""),
             "policy publish refused: operator 'ro' has role audit, and it needs role policy or "
             "admin");

@@ -194,7 +194,7 @@ TEST(PostgresStoreTest, TheRowsAreReadableWithPsql) {
                               reservationStateName(ReservationState::kReserved) + "\n");
   rows = sharedPostgres().psql(db, "SELECT value FROM tally.meta WHERE key = 'schema_version'");
   ASSERT_TRUE(rows.isOk()) << rows.status().toString();
-  EXPECT_EQ(rows.value(), "2\n");
+  EXPECT_EQ(rows.value(), "3\n");
 }
 
 TEST(PostgresStoreTest, ASecondLedgerOnTheSameDatabaseIsRefusedUntilTheFirstLetsGo) {
@@ -283,7 +283,8 @@ TEST(PostgresStoreTest, ASchemaOfVersionOneGainsTheLease) {
   }
   ASSERT_TRUE(sharedPostgres()
                   .psql(db,
-                        "DROP TABLE tally.lease; UPDATE tally.meta SET value = 1 WHERE key = "
+                        "DROP TABLE tally.lease; DROP TABLE tally.operators; DROP TABLE "
+                        "tally.audit_log; UPDATE tally.meta SET value = 1 WHERE key = "
                         "'schema_version'")
                   .isOk());
   std::unique_ptr<PostgresStore> store = openOrFail(dir.file("data"), conninfo);
@@ -293,7 +294,7 @@ TEST(PostgresStoreTest, ASchemaOfVersionOneGainsTheLease) {
   Result<std::string> rows =
       sharedPostgres().psql(db, "SELECT value FROM tally.meta WHERE key = 'schema_version'");
   ASSERT_TRUE(rows.isOk()) << rows.status().toString();
-  EXPECT_EQ(rows.value(), "2\n");
+  EXPECT_EQ(rows.value(), "3\n");
 }
 
 TEST(PostgresStoreTest, ANewerSchemaIsRefusedNamingItsVersion) {

@@ -354,6 +354,57 @@ TEST_F(StoreTest, ABatchOfSeveralSegmentsRoundTripsThroughTheLogTheFoldAndReopen
   EXPECT_TRUE(contents.policies[0] == record);
 }
 
+// Operators and the audit log: through the log, the fold (with a drop below a sequence) and a
+// reopen that replays the log after the fold.
+TEST_F(StoreTest, OperatorsAndTheAuditLogSurviveTheFoldADropAndAReopen) {
+  auto entry = [](uint64_t sequence) {
+    return AuditLogEntry{.sequence = sequence,
+                         .at_ms = 1000 + sequence,
+                         .actor = "ro",
+                         .actor_kind = "operator",
+                         .actor_role = "audit",
+                         .action = "policy publish",
+                         .target = "3 budgets",
+                         .outcome = "refused",
+                         .detail = "policy publish refused: operator 'ro' has role audit",
+                         .request_digest = {static_cast<uint8_t>(sequence)}};
+  };
+  const OperatorRecord ro{.name = "ro",
+                          .public_key = {7},
+                          .role = OperatorRole::kAudit,
+                          .enabled = true,
+                          .enrolled_at_ms = 5};
+  OperatorRecord ro_disabled = ro;
+  ro_disabled.enabled = false;
+  const OperatorRecord pol{.name = "pol", .public_key = {8}, .role = OperatorRole::kPolicy};
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->commit({.operators = {ro}, .audit_log = {entry(1), entry(2)}}).isOk());
+    ASSERT_TRUE(store->commit({.audit_log = {entry(3)}}).isOk());
+    ASSERT_TRUE(store->checkpoint().isOk());  // folded into tables.db
+    // Left in the log: a later image of ro, a new operator, and a drop of entries below 3.
+    ASSERT_TRUE(store
+                    ->commit({.operators = {ro_disabled, pol},
+                              .audit_log = {entry(4)},
+                              .audit_log_kept_from = 3})
+                    .isOk());
+  }
+  auto reopened = openOrDie(dataDir());
+  ASSERT_NE(reopened, nullptr);
+  StoreContents contents = loadOrDie(reopened.get());
+  EXPECT_EQ(contents.operators, (std::vector<OperatorRecord>{pol, ro_disabled}));
+  EXPECT_EQ(contents.audit_log, (std::vector<AuditLogEntry>{entry(3), entry(4)}));
+  // And once everything is folded.
+  ASSERT_TRUE(reopened->checkpoint().isOk());
+  reopened.reset();
+  auto folded = openOrDie(dataDir());
+  ASSERT_NE(folded, nullptr);
+  contents = loadOrDie(folded.get());
+  EXPECT_EQ(contents.operators, (std::vector<OperatorRecord>{pol, ro_disabled}));
+  EXPECT_EQ(contents.audit_log, (std::vector<AuditLogEntry>{entry(3), entry(4)}));
+}
+
 TEST_F(StoreTest, EmptyStoreLoadsEmpty) {
   auto store = openOrDie(dataDir());
   ASSERT_NE(store, nullptr);
@@ -904,7 +955,7 @@ TEST_F(StoreTest, SchemaVersion1IsRefusedWithAClearMessage) {
   ASSERT_FALSE(store.isOk());
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   const std::string& message = store.status().message();
-  EXPECT_NE(message.find("ledger.db has schema_version 1; this build reads only 4"),
+  EXPECT_NE(message.find("ledger.db has schema_version 1; this build reads only 5"),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("there is no migration"), std::string::npos) << message;
@@ -1075,16 +1126,16 @@ TEST_F(StoreTest, OtherSchemaVersionIsRefused) {
   }
   for (const std::string& path : {dbPath(), tablesPath()}) {
     SCOPED_TRACE(path);
-    rawSql(path, "UPDATE meta SET value = 5 WHERE key = 'schema_version'", nullptr);
+    rawSql(path, "UPDATE meta SET value = 6 WHERE key = 'schema_version'", nullptr);
     Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
     ASSERT_FALSE(store.isOk());
     EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(
-        store.status().message().find(path + " has schema_version 5; this build reads only 4"),
+        store.status().message().find(path + " has schema_version 6; this build reads only 5"),
         std::string::npos)
         << store.status().toString();
     // Refusing changed nothing: with the version restored, the data is all there.
-    rawSql(path, "UPDATE meta SET value = 4 WHERE key = 'schema_version'", nullptr);
+    rawSql(path, "UPDATE meta SET value = 5 WHERE key = 'schema_version'", nullptr);
   }
   auto reopened = openOrDie(dataDir());
   ASSERT_NE(reopened, nullptr);
@@ -1318,9 +1369,10 @@ TEST_F(StoreTest, DataDirOfSchemaVersion2IsMigrated) {
     model.apply(crashBatch(2));
   }
   // Turn the dir back into what the build before emergency shards wrote.
-  execSql(tablesPath(), {"DROP TABLE gateways", "DROP TABLE shards", "DROP TABLE fences",
-                         "DROP TABLE period_snapshots",
-                         "UPDATE meta SET value = 2 WHERE key = 'schema_version'"});
+  execSql(tablesPath(),
+          {"DROP TABLE gateways", "DROP TABLE shards", "DROP TABLE fences",
+           "DROP TABLE period_snapshots", "DROP TABLE operators", "DROP TABLE audit_log",
+           "UPDATE meta SET value = 2 WHERE key = 'schema_version'"});
   execSql(dbPath(), {"UPDATE meta SET value = 2 WHERE key = 'schema_version'"});
   ASSERT_EQ(schemaVersionOf(tablesPath()), 2);
   {
@@ -1449,15 +1501,16 @@ TEST_F(StoreTest, DataDirOfSchemaVersion3IsMigrated) {
   }
   // Turn the dir back into what the build before accounting periods wrote (its account records
   // had no period fields: they read as zero, which crashBatch's accounts are).
-  execSql(tablesPath(), {"DROP TABLE period_snapshots",
-                         "UPDATE meta SET value = 3 WHERE key = 'schema_version'"});
+  execSql(tablesPath(),
+          {"DROP TABLE period_snapshots", "DROP TABLE operators", "DROP TABLE audit_log",
+           "UPDATE meta SET value = 3 WHERE key = 'schema_version'"});
   execSql(dbPath(), {"UPDATE meta SET value = 3 WHERE key = 'schema_version'"});
   ASSERT_EQ(schemaVersionOf(tablesPath()), 3);
   {
     auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
     ASSERT_NE(store, nullptr);
-    EXPECT_EQ(schemaVersionOf(tablesPath()), 4);
-    EXPECT_EQ(schemaVersionOf(dbPath()), 4);
+    EXPECT_EQ(schemaVersionOf(tablesPath()), SqliteStore::kSchemaVersion);
+    EXPECT_EQ(schemaVersionOf(dbPath()), SqliteStore::kSchemaVersion);
     StoreContents contents = loadOrDie(store.get());
     expectContents(contents, model);
     EXPECT_TRUE(contents.period_snapshots.empty());
