@@ -9,13 +9,7 @@ namespace {
 
 // 1..kOperatorNameBytesMax bytes of [A-Za-z0-9._-].
 bool validOperatorName(const std::string& name) {
-  if (name.empty() || name.size() > limits::kOperatorNameBytesMax) return false;
-  for (char ch : name) {
-    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
-    if (!ok) return false;
-  }
-  return true;
+  return isIdentityName(name, limits::kOperatorNameBytesMax);
 }
 
 OperatorReply operatorError(ReplyCode code, std::string message) {

@@ -13,13 +13,7 @@ namespace {
 
 // 1..kGatewayNameBytesMax bytes of [A-Za-z0-9._-], as shard/identity.h creates them.
 bool validGatewayName(const std::string& name) {
-  if (name.empty() || name.size() > limits::kGatewayNameBytesMax) return false;
-  for (char ch : name) {
-    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
-    if (!ok) return false;
-  }
-  return true;
+  return isIdentityName(name, limits::kGatewayNameBytesMax);
 }
 
 GatewayReply gatewayError(ReplyCode code, std::string message) {

@@ -2,6 +2,16 @@
 
 namespace tally {
 
+bool isIdentityName(std::string_view name, uint64_t bytes_max) {
+  if (name.empty() || name.size() > bytes_max) return false;
+  for (char ch : name) {
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
 const char* shardStateName(ShardState state) {
   switch (state) {
     case ShardState::kIssued: return "ISSUED";

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/reservation.h"
@@ -18,6 +19,9 @@
 namespace tally {
 
 using PublicKey = std::array<uint8_t, 32>;  // Ed25519
+
+// A gateway's or an operator's name: 1..bytes_max bytes of [A-Za-z0-9._-].
+bool isIdentityName(std::string_view name, uint64_t bytes_max);
 using Signature = std::array<uint8_t, 64>;  // Ed25519, detached
 
 // emergencyShard.v1: what the ledger carved for one gateway, as signed.

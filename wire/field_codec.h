@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <capnp/blob.h>
 #include <kj/exception.h>
@@ -99,6 +100,22 @@ inline Status checkListSize(uint64_t size, uint64_t size_max, const char* field)
   if (size > size_max) {
     return Status::invalidArgument(std::string(field) + ": " + std::to_string(size) +
                                    " entries, at most " + std::to_string(size_max) + " allowed");
+  }
+  return Status::ok();
+}
+
+// Each item of a list from outside, read by `read` (a Result<T>); at most size_max of them. An
+// item's invalid-argument status names its index ("gateways[3].publicKey: …").
+template <typename Reader, typename T, typename Read>
+Status readList(Reader list, uint64_t size_max, const char* name, Read read, std::vector<T>* out) {
+  TALLY_WIRE_RETURN_IF_ERROR(checkListSize(list.size(), size_max, name));
+  out->reserve(list.size());
+  for (uint32_t i = 0; i < list.size(); ++i) {
+    Result<T> item = read(list[i]);
+    if (!item.isOk()) {
+      return withContext(item.status(), std::string(name) + "[" + std::to_string(i) + "]");
+    }
+    out->push_back(std::move(item).value());
   }
   return Status::ok();
 }

@@ -12,13 +12,12 @@ namespace tally::wire {
 namespace {
 
 using field::catchDecodeErrors;
-using field::checkListSize;
 using field::dataOf;
 using field::readBytes;
 using field::readEnum;
+using field::readList;
 using field::readText;
 using field::textOf;
-using field::withContext;
 
 std::optional<OperatorRole> roleToCore(schema::OperatorRole value) {
   switch (value) {
@@ -81,20 +80,6 @@ Result<AuditLogEntry> readEntry(schema::AuditLogEntry::Reader reader) {
   TALLY_WIRE_RETURN_IF_ERROR(
       readBytes(reader.getRequestDigest(), "requestDigest", &out.request_digest));
   return out;
-}
-
-template <typename List, typename Read, typename T>
-Status readList(List list, uint64_t size_max, const char* name, Read read, std::vector<T>* out) {
-  TALLY_WIRE_RETURN_IF_ERROR(checkListSize(list.size(), size_max, name));
-  out->reserve(list.size());
-  for (unsigned i = 0; i < list.size(); ++i) {
-    Result<T> item = read(list[i]);
-    if (!item.isOk()) {
-      return withContext(item.status(), std::string(name) + "[" + std::to_string(i) + "]");
-    }
-    out->push_back(std::move(item).value());
-  }
-  return Status::ok();
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ using field::checkReceiptUnits;
 using field::dataOf;
 using field::readBytes;
 using field::readEnum;
+using field::readList;
 using field::readText;
 using field::readUnits;
 using field::textOf;
@@ -178,20 +179,6 @@ Result<ShardLedgerView> readShardInfo(schema::ShardInfo::Reader reader) {
   out.current_fence = reader.getCurrentFence();
   readAuditNumbers(reader.getAudit(), &out);
   return out;
-}
-
-template <typename Reader, typename T, typename Read>
-Status readList(Reader list, uint64_t size_max, const char* name, Read read, std::vector<T>* out) {
-  TALLY_WIRE_RETURN_IF_ERROR(checkListSize(list.size(), size_max, name));
-  out->reserve(list.size());
-  for (uint32_t i = 0; i < list.size(); ++i) {
-    Result<T> item = read(list[i]);
-    if (!item.isOk()) {
-      return withContext(item.status(), std::string(name) + "[" + std::to_string(i) + "]");
-    }
-    out->push_back(std::move(item).value());
-  }
-  return Status::ok();
 }
 
 Result<GatewayReply> readGatewayReply(schema::GatewayReply::Reader reader) {
