@@ -30,12 +30,20 @@ AuditLogReply AuditLog::page(uint64_t after_sequence, uint64_t entries_max) cons
   // Sequences are contiguous: the first entry after `after_sequence` is found by arithmetic.
   const uint64_t first = std::max(after_sequence + 1, reply.first_kept_sequence);
   if (after_sequence >= last_sequence_) return reply;
+  uint64_t bytes = 0;
   for (uint64_t i = first - reply.first_kept_sequence; i < entries_.size(); ++i) {
-    if (reply.entries.size() == entries_max) {
+    const AuditLogEntry& entry = entries_[i];
+    const uint64_t entry_bytes = 128 + entry.actor.size() + entry.actor_kind.size() +
+                                 entry.actor_role.size() + entry.action.size() +
+                                 entry.target.size() + entry.outcome.size() + entry.detail.size();
+    // A page fits one frame however long the entries' texts are (a few KiB each at most).
+    if (reply.entries.size() == entries_max ||
+        (!reply.entries.empty() && bytes + entry_bytes > limits::kAuditLogReplyBytesMax)) {
       reply.more = true;
       break;
     }
-    reply.entries.push_back(entries_[i]);
+    bytes += entry_bytes;
+    reply.entries.push_back(entry);
   }
   return reply;
 }

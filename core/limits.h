@@ -69,6 +69,8 @@ inline constexpr uint64_t kOperatorsMax = 1'000;
 inline constexpr uint64_t kAuditLogEntriesKept = 100'000;
 inline constexpr uint64_t kAuditLogEntriesPerReplyMax = 1'000;
 inline constexpr uint64_t kAuditLogTextBytesMax = 1'024;  // each text field of an entry
+// What one page of the audit log holds at most (its texts, estimated): well inside a frame.
+inline constexpr uint64_t kAuditLogReplyBytesMax = 256 << 10;
 
 // Retention of terminal reservations before compaction: the idempotency window
 // (docs/LEDGER.md "Retention" derives it: the longest hold TTL a client retries a reserve

@@ -127,6 +127,22 @@ TEST(AuditLogTest, OnlyTheNewestEntriesAreKeptAndTheDropIsTaken) {
   EXPECT_EQ(page.entries[0].sequence, 4u);
 }
 
+TEST(AuditLogTest, APageOfLongEntriesStaysWithinItsByteBound) {
+  AuditLog log;
+  for (int i = 0; i < 1'000; ++i) {
+    (void)log.append({.target = std::string(limits::kAuditLogTextBytesMax, 't'),
+                      .detail = std::string(limits::kAuditLogTextBytesMax, 'd')});
+  }
+  const AuditLogReply page = log.page(0, 0);
+  EXPECT_TRUE(page.more);
+  EXPECT_GT(page.entries.size(), 10u);
+  EXPECT_LT(page.entries.size() * 2 * limits::kAuditLogTextBytesMax,
+            limits::kAuditLogReplyBytesMax + 1);
+  // The next page starts where this one stopped.
+  EXPECT_EQ(log.page(page.entries.back().sequence, 0).entries.front().sequence,
+            page.entries.back().sequence + 1);
+}
+
 TEST(AuditLogTest, ARestoreMustBeContiguous) {
   AuditLog log;
   ASSERT_TRUE(log.restore({.sequence = 7}).isOk());
