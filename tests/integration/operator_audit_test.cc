@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,70 @@ TEST_F(OperatorAuditTest, ARoleBoundsAnOperatorAndEveryPrivilegedActionIsLogged)
   EXPECT_NE(admin_disable.code, 0) << admin_disable.output;
   EXPECT_NE(admin_disable.output.find("replace DATA_DIR/operator.key"), std::string::npos)
       << admin_disable.output;
+}
+
+// A `policy` operator may publish but not enroll a gateway nor revoke shards (refusals in the
+// audit log); and the first operator's key, if leaked, is shut out by replacing
+// DATA_DIR/operator.key and restarting (docs/security.md "Operators"): the old key is refused,
+// the new one is admin, and the other operators stay as they were.
+TEST_F(OperatorAuditTest, APolicyOperatorCannotEnrollAGatewayAndAReplacedFirstKeyShutsTheOldOut) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  ASSERT_NO_FATAL_FAILURE(publishPolicy());  // writes policy.toml; entry 1
+  const std::string pol_key_file = dir_.file("pol.key");
+  const CtlRun keygen = tallyctl({"operator", "keygen", "--key", pol_key_file, "--json"});
+  ASSERT_EQ(keygen.code, 0) << keygen.output;
+  const std::string pol_key = jsonString(keygen.output, "publicKey");
+  ASSERT_EQ(
+      asOperator({"operator", "enroll", "--id", "pol", "--public-key", pol_key, "--role", "policy"})
+          .code,
+      0);  // entry 2
+  const std::string ledger_key = ledgerPublicKey();
+  auto withKey = [&](const std::string& key_file, std::vector<std::string> args) {
+    args.insert(args.begin(),
+                {"--ledger", address_, "--key", key_file, "--ledger-key", ledger_key, "--json"});
+    return tallyctl(args);
+  };
+  const CtlRun published = withKey(pol_key_file, {"policy", "publish", dir_.file("policy.toml")});
+  EXPECT_EQ(published.code, 0) << published.output;  // entry 3
+  const std::string gateway_key = agentIdentity(dir_.file("agent"), "gw-1");
+  const CtlRun enroll =
+      withKey(pol_key_file, {"gateway", "enroll", "--id", "gw-1", "--public-key", gateway_key});
+  EXPECT_EQ(enroll.code, 11) << enroll.output;  // entry 4
+  EXPECT_NE(enroll.output.find("gateway enroll refused: operator 'pol' has role policy, and it "
+                               "needs role admin"),
+            std::string::npos)
+      << enroll.output;
+  EXPECT_EQ(withKey(pol_key_file, {"shard", "revoke", "--gateway", "gw-1"}).code, 11);  // entry 5
+  const CtlRun log = asOperator({"audit-log"});
+  ASSERT_EQ(log.code, 0) << log.output;
+  EXPECT_NE(log.output.find("\"actor\":\"pol\",\"actorKind\":\"operator\",\"actorRole\":"
+                            "\"policy\",\"action\":\"policy publish\""),
+            std::string::npos)
+      << log.output;
+  EXPECT_NE(log.output.find("\"actor\":\"pol\",\"actorKind\":\"operator\",\"actorRole\":"
+                            "\"policy\",\"action\":\"gateway enroll\",\"target\":\"gateway "
+                            "'gw-1'\",\"outcome\":\"refused\""),
+            std::string::npos)
+      << log.output;
+  EXPECT_EQ(countOf(log.output, "\"outcome\":\"refused\""), 2u) << log.output;
+  const CtlRun gateways = asOperator({"gateway", "list"});
+  ASSERT_EQ(gateways.code, 0) << gateways.output;
+  EXPECT_EQ(gateways.output.find("gw-1"), std::string::npos) << gateways.output;
+
+  // The first operator's key replaced: the ledger stopped, the file removed (kept aside here to
+  // try it), the ledger started again creates a new one.
+  const std::string old_key_file = dir_.file("old-operator.key");
+  std::filesystem::copy_file(operatorKey(), old_key_file);
+  ledger_->kill9();
+  ASSERT_TRUE(std::filesystem::remove(operatorKey()));
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  EXPECT_EQ(countOf(ledger_->log(), "event=operator_key_created"), 2u) << ledger_->log();
+  const CtlRun old_refused = withKey(old_key_file, {"health"});
+  EXPECT_EQ(old_refused.code, 11) << old_refused.output;
+  const CtlRun new_admin = asOperator({"operator", "list"});
+  ASSERT_EQ(new_admin.code, 0) << new_admin.output;
+  EXPECT_NE(new_admin.output.find("\"operatorId\":\"pol\""), std::string::npos) << new_admin.output;
+  EXPECT_EQ(withKey(pol_key_file, {"policy", "show"}).code, 0);
 }
 
 }  // namespace
