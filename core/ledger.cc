@@ -317,9 +317,10 @@ PolicyReply Ledger::rollbackPolicy(uint64_t now_ms) {
   return accounts_.rollback(now_ms_);
 }
 
-ReservationReply Ledger::reject(const ReserveRequest& request, uint64_t id_hash,
-                                Generation generation, LimitingDimension dimension,
-                                int64_t retry_after_ms, uint64_t now_ms) {
+ReservationReply Ledger::reject(const ReserveRequest& request, const std::string& gateway_name,
+                                uint64_t id_hash, Generation generation,
+                                LimitingDimension dimension, int64_t retry_after_ms,
+                                uint64_t now_ms) {
   // Stamp the epoch of the budget that refused it, or the hourly period when none matched.
   EpochPeriod period = EpochPeriod::kHour;
   if (const Policy* policy = accounts_.policy(generation)) {
@@ -328,6 +329,7 @@ ReservationReply Ledger::reject(const ReserveRequest& request, uint64_t id_hash,
     }
   }
   Reservation fresh = lifecycle::newRecord(request, now_ms);
+  fresh.gateway_name = gateway_name;
   fresh.policy_generation = generation;
   fresh.accounting_epoch_ms = accountingEpochStartMs(now_ms, period);
   fresh.limiting_dimension = dimension;
@@ -337,7 +339,8 @@ ReservationReply Ledger::reject(const ReserveRequest& request, uint64_t id_hash,
   return lifecycle::rejected(&record->reservation, &holder, now_ms);
 }
 
-ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms) {
+ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms,
+                                 const std::string& gateway_name) {
   now_ms = advance(now_ms);
   if (std::optional<ReservationReply> invalid = lifecycle::checkReserve(request)) {
     return *std::move(invalid);
@@ -381,8 +384,8 @@ ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms)
                                      .refill_per_second = account.bucket().refill_per_second,
                                      .burst = account.bucket().burst});
     }
-    ReservationReply rejected =
-        reject(request, id_hash, admission.generation, admission.refused, retry_after_ms, now_ms);
+    ReservationReply rejected = reject(request, gateway_name, id_hash, admission.generation,
+                                       admission.refused, retry_after_ms, now_ms);
     rejected.message = std::move(admission.message);
     return rejected;
   }
@@ -393,7 +396,7 @@ ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms)
   switch (code) {
     case AccountCode::kOk: accounts_.markChanged(&entry); break;
     case AccountCode::kAboveMaxSingle:
-      return reject(request, id_hash, admission.generation,
+      return reject(request, gateway_name, id_hash, admission.generation,
                     LimitingDimension::kMaxSingleReservation, kRetryNever, now_ms);
     case AccountCode::kInsufficientAvailable: {
       const int64_t retry_after_ms = retryAfterMs({.units = request.units,
@@ -401,8 +404,8 @@ ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms)
                                                    .debt = 0,
                                                    .refill_per_second = budget.refill_per_second,
                                                    .burst = budget.burst});
-      return reject(request, id_hash, admission.generation, LimitingDimension::kCapacity,
-                    retry_after_ms, now_ms);
+      return reject(request, gateway_name, id_hash, admission.generation,
+                    LimitingDimension::kCapacity, retry_after_ms, now_ms);
     }
     case AccountCode::kOverflow:
       return {.code = ReplyCode::kArithmeticOverflow, .message = "reserved units overflow"};
@@ -410,6 +413,7 @@ ReservationReply Ledger::reserve(const ReserveRequest& request, uint64_t now_ms)
   }
   // Point of no return: capacity is reduced; the receipt and the balance persist together.
   Reservation fresh = lifecycle::newRecord(request, now_ms);
+  fresh.gateway_name = gateway_name;
   fresh.policy_generation = admission.generation;
   fresh.accounting_epoch_ms = accountingEpochStartMs(now_ms, budget.accounting_epoch);
   fresh.expires_at_ms = saturatingAdd(now_ms, budget.hold_ttl_ms);
@@ -719,7 +723,7 @@ GatewayReply Ledger::enrollGateway(const std::string& gateway_name, const Public
 OperatorReply Ledger::enrollOperator(const std::string& name, const PublicKey& public_key,
                                      OperatorRole role, uint64_t now_ms) {
   bool is_gateway_key = false;
-  for (const GatewayRecord& gateway : shards_.listGateways().gateways) {
+  for (const auto& [gateway_name, gateway] : shards_.gateways()) {
     if (gateway.public_key == public_key || gateway.previous_public_key == public_key) {
       is_gateway_key = true;
       break;

@@ -167,7 +167,11 @@ class Ledger {
   PolicyReply publishPolicy(Policy policy, uint64_t now_ms);
   PolicyReply rollbackPolicy(uint64_t now_ms);
 
-  ReservationReply reserve(const ReserveRequest& request, uint64_t now_ms);
+  // `gateway_name`: the enrolled gateway whose connection asks ("" = none), recorded in a new
+  // reservation (Reservation::gateway_name). Who may act on a reservation is checked before,
+  // by core/link_authority.h reservationRefusal (LedgerRequests::apply).
+  ReservationReply reserve(const ReserveRequest& request, uint64_t now_ms,
+                           const std::string& gateway_name = {});
   ReservationReply start(const StartRequest& request, uint64_t now_ms);
   ReservationReply settle(const SettleRequest& request, uint64_t now_ms);
   ReservationReply release(const ReleaseRequest& request, uint64_t now_ms);
@@ -318,8 +322,9 @@ class Ledger {
   Record* lookup(const std::string& reservation_id);
   AccountEntry* accountOf(const Reservation& reservation);
   void touched(Record* record);
-  ReservationReply reject(const ReserveRequest& request, uint64_t id_hash, Generation generation,
-                          LimitingDimension dimension, int64_t retry_after_ms, uint64_t now_ms);
+  ReservationReply reject(const ReserveRequest& request, const std::string& gateway_name,
+                          uint64_t id_hash, Generation generation, LimitingDimension dimension,
+                          int64_t retry_after_ms, uint64_t now_ms);
   // Every request on an existing reservation: the clock advanced, the record looked up, its
   // account as the holder, then `rule(reservation or nullptr, holder, now_ms)`: a lifecycle::
   // function. Defined (and only instantiated) in ledger.cc.

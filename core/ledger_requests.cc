@@ -5,6 +5,8 @@
 #include <utility>
 #include <variant>
 
+#include "core/link_authority.h"
+
 namespace tally {
 namespace {
 
@@ -113,8 +115,21 @@ LedgerOutcome writeOffShard(Ledger* ledger, const WriteOffShardRequest& request,
 LedgerRequests::LedgerRequests(Ledger* ledger, std::string version)
     : ledger_(ledger), version_(std::move(version)) {}
 
-LedgerOutcome LedgerRequests::apply(const LedgerRequest& request, uint64_t now_ms) {
+LedgerOutcome LedgerRequests::apply(const LedgerRequest& request, uint64_t now_ms,
+                                    const std::string& gateway_name) {
   Ledger* ledger = ledger_;
+  if (const std::string* id = gateway_name.empty() ? nullptr : reservationNamed(request)) {
+    if (const Reservation* named = ledger->findReservation(*id)) {
+      if (std::optional<std::string> refusal = reservationRefusal(gateway_name, *named, request)) {
+        LedgerOutcome outcome = answer(
+            ErrorReply{.code = ErrorCode::kPermissionDenied, .message = *std::move(refusal)});
+        outcome.events.emplace_back(ReservationRefused{.gateway_name = gateway_name,
+                                                       .reservation_id = *id,
+                                                       .bound_gateway_name = named->gateway_name});
+        return outcome;
+      }
+    }
+  }
   return std::visit(
       [&](const auto& r) -> LedgerOutcome {
         using T = std::decay_t<decltype(r)>;
@@ -122,7 +137,7 @@ LedgerOutcome LedgerRequests::apply(const LedgerRequest& request, uint64_t now_m
           return answer(ErrorReply{.code = ErrorCode::kUnknownMessage,
                                    .message = "unknown request kind " + std::to_string(r.which)});
         } else if constexpr (std::is_same_v<T, ReserveRequest>) {
-          return answer(ledger->reserve(r, now_ms));
+          return answer(ledger->reserve(r, now_ms, gateway_name));
         } else if constexpr (std::is_same_v<T, StartRequest>) {
           return answer(ledger->start(r, now_ms));
         } else if constexpr (std::is_same_v<T, SettleRequest>) {

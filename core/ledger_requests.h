@@ -96,15 +96,22 @@ struct ShardRevoked {
   std::string gateway_name;
   uint64_t fence = 0;
 };
+// A gateway's request on a reservation bound to another gateway, refused (reservationRefusal).
+struct ReservationRefused {
+  std::string gateway_name;  // who asked
+  std::string reservation_id;
+  std::string bound_gateway_name;  // whose it is
+};
 struct ShardWrittenOff {
   std::string shard_id;
   Units retired_units = 0;
 };
 
-using LedgerEvent = std::variant<OverdraftBreached, PolicyPublished, PolicyRolledBack, Audited,
-                                 GatewayEnrolled, GatewayEnabledSet, ShardIssued, ShardIssueDenied,
-                                 ShardReportRefused, ShardConflicted, ShardReconciled, ShardRevoked,
-                                 ShardWrittenOff, OperatorEnrolled, OperatorEnabledSet>;
+using LedgerEvent =
+    std::variant<OverdraftBreached, PolicyPublished, PolicyRolledBack, Audited, GatewayEnrolled,
+                 GatewayEnabledSet, ShardIssued, ShardIssueDenied, ShardReportRefused,
+                 ShardConflicted, ShardReconciled, ShardRevoked, ShardWrittenOff, OperatorEnrolled,
+                 OperatorEnabledSet, ReservationRefused>;
 
 struct LedgerOutcome {
   LedgerReply reply;
@@ -118,7 +125,12 @@ class LedgerRequests {
   // `version` is what a health request reports.
   LedgerRequests(Ledger* ledger, std::string version);
 
-  LedgerOutcome apply(const LedgerRequest& request, uint64_t now_ms);
+  // `gateway_name`: the enrolled gateway whose connection sent `request` ("" = none: an operator
+  // or an --insecure link). A reservation request on a reservation bound to another gateway is
+  // answered kPermissionDenied, changing nothing (core/link_authority.h reservationRefusal); a
+  // new reservation is bound to `gateway_name`.
+  LedgerOutcome apply(const LedgerRequest& request, uint64_t now_ms,
+                      const std::string& gateway_name = {});
 
   // The audit (SPEC §4): every account's balances as of `now_ms`, with the conservation
   // verdict and the shard equations of the whole ledger; accounts filtered by the request's

@@ -159,9 +159,9 @@ LinkPeer identifyLinkPeer(const ShardRegistry& registry,
       hinted != nullptr && gatewayHoldsKey(*hinted, key, now_ms)) {
     gateway = hinted;
   } else {
-    for (const GatewayRecord& record : registry.listGateways().gateways) {
+    for (const auto& [gateway_name, record] : registry.gateways()) {
       if (gatewayHoldsKey(record, key, now_ms)) {
-        gateway = registry.findGateway(record.gateway_name);
+        gateway = &record;
         break;
       }
     }
@@ -188,6 +188,36 @@ bool endsKeyOverlap(const ShardRegistry& registry, const LinkPeer& peer, uint64_
   const GatewayRecord* gateway = registry.findGateway(peer.gateway_name);
   return gateway != nullptr && gateway->previous_public_key != PublicKey{} &&
          now_ms < gateway->previous_key_until_ms;
+}
+
+const std::string* reservationNamed(const LedgerRequest& request) {
+  return std::visit(
+      [](const auto& r) -> const std::string* {
+        using T = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<T, ReserveRequest> || std::is_same_v<T, StartRequest> ||
+                      std::is_same_v<T, SettleRequest> || std::is_same_v<T, ReleaseRequest> ||
+                      std::is_same_v<T, MarkUnknownRequest> ||
+                      std::is_same_v<T, ReportOperationRequest> ||
+                      std::is_same_v<T, ExtendRequest> || std::is_same_v<T, QueryRequest>) {
+          return &r.reservation_id;
+        } else {
+          return nullptr;
+        }
+      },
+      request);
+}
+
+std::optional<std::string> reservationRefusal(const std::string& gateway_name,
+                                              const Reservation& reservation,
+                                              const LedgerRequest& request) {
+  if (gateway_name.empty() || reservation.gateway_name.empty() ||
+      reservation.gateway_name == gateway_name) {
+    return std::nullopt;
+  }
+  return std::string(linkRequestName(request)) + " refused: reservation " +
+         quoted(reservation.reservation_id) + " belongs to gateway " +
+         quoted(reservation.gateway_name) + ", and this connection is gateway " +
+         quoted(gateway_name);
 }
 
 std::optional<std::string> linkRefusal(const LinkPeer& peer, const LedgerRequest& request) {

@@ -34,8 +34,9 @@
 //  * kUnauthenticated (a plaintext --insecure connection: no key at all): every request, as
 //    before TLS. --insecure is refused off loopback (ledger/main.cc).
 //
-// Reservations carry no gateway: a gateway may act on any reservation whose id it knows
-// (docs/security.md "Not yet").
+// A reservation is bound to the gateway whose connection reserved it (Reservation::
+// gateway_name): only that gateway may act on it (reservationRefusal, checked by
+// LedgerRequests::apply with the record the request names).
 
 namespace tally {
 
@@ -86,6 +87,19 @@ std::optional<std::string> linkRefusal(const LinkPeer& peer, const LedgerRequest
 bool isPrivilegedAction(const LedgerRequest& request);
 // The role an operator needs for `request` (kAudit: a read every operator may send).
 OperatorRole operatorRoleNeeded(const LedgerRequest& request);
+
+// The reservation id a reservation request names (reserve, start, settle, release, mark unknown,
+// operation receipt, extend, query); nullptr for any other request.
+const std::string* reservationNamed(const LedgerRequest& request);
+// Whether a connection of gateway `gateway_name` ("" = not a gateway: an operator, or an
+// --insecure link) may send `request` on `reservation`, the record it names: nullopt if it may,
+// else why not (a message for the kPermissionDenied answer). A reservation bound to a gateway
+// is that gateway's alone: no other gateway may repeat its reserve, start, settle, release or
+// extend it, mark it unknown, report its operation or query it. Operators may act on any
+// reservation; an unbound one (Reservation::gateway_name "") is any peer's.
+std::optional<std::string> reservationRefusal(const std::string& gateway_name,
+                                              const Reservation& reservation,
+                                              const LedgerRequest& request);
 
 // "reserve", "policy publish", "shard report", … as a message names the request's kind.
 const char* linkRequestName(const LedgerRequest& request);

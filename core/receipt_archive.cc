@@ -18,7 +18,8 @@ constexpr uint64_t kHasExpiresAt = 1 << 4;
 constexpr uint64_t kHasStartedAt = 1 << 5;
 constexpr uint64_t kHasClosedAt = 1 << 6;
 constexpr uint64_t kHasEpoch = 1 << 7;
-constexpr uint64_t kFlagsAll = (1 << 8) - 1;
+constexpr uint64_t kHasGateway = 1 << 8;  // the gateway name follows the requested generation
+constexpr uint64_t kFlagsAll = (1 << 9) - 1;
 
 // Header bytes: hash [0, 8), keep-until [8, 16), body length [16, 18), alive [18], state [19].
 constexpr uint8_t kGap = 0;  // zeroed chunk memory: nothing more in this chunk
@@ -99,7 +100,8 @@ void ReceiptArchive::encode(const Reservation& r, std::string* out) {
       (r.overdraft_breach ? kOverdraftBreach : 0) |
       (r.request_fields_known ? kRequestFieldsKnown : 0) |
       (r.expires_at_ms != 0 ? kHasExpiresAt : 0) | (r.started_at_ms != 0 ? kHasStartedAt : 0) |
-      (r.closed_at_ms != 0 ? kHasClosedAt : 0) | (r.accounting_epoch_ms != 0 ? kHasEpoch : 0);
+      (r.closed_at_ms != 0 ? kHasClosedAt : 0) | (r.accounting_epoch_ms != 0 ? kHasEpoch : 0) |
+      (!r.gateway_name.empty() ? kHasGateway : 0);
   putVarint(flags, out);
   out->push_back(static_cast<char>(r.state));
   out->push_back(static_cast<char>(r.limiting_dimension));
@@ -123,6 +125,7 @@ void ReceiptArchive::encode(const Reservation& r, std::string* out) {
   putVarint(zigzag(static_cast<uint64_t>(r.retry_after_ms)), out);
   putVarint(r.priority, out);
   putVarint(r.requested_generation, out);
+  if (!r.gateway_name.empty()) putString(r.gateway_name, out);
 }
 
 bool ReceiptArchive::decode(std::string_view bytes, Reservation* out) {
@@ -163,9 +166,13 @@ bool ReceiptArchive::decode(std::string_view bytes, Reservation* out) {
   uint64_t retry_after = 0;
   uint64_t priority = 0;
   if (!in.varint(&retry_after) || !in.varint(&priority) || priority > UINT32_MAX ||
-      !in.varint(&r.requested_generation) || !in.done()) {
+      !in.varint(&r.requested_generation)) {
     return false;
   }
+  if ((flags & kHasGateway) != 0 && (!in.string(&r.gateway_name) || r.gateway_name.empty())) {
+    return false;
+  }
+  if (!in.done()) return false;
   r.retry_after_ms = static_cast<int64_t>(unzigzag(retry_after));
   r.priority = static_cast<uint32_t>(priority);
   *out = std::move(r);

@@ -80,6 +80,10 @@ struct Reservation {
   // The request's region ("" = none), compared by every repeat whatever request_fields_known
   // says: a row written before regions existed was written for a request without one.
   std::string region;
+  // The enrolled gateway whose TLS connection reserved it ("" = none: reserved by an operator or
+  // over an --insecure link, or a record from before reservations were bound). Only that gateway
+  // may act on it (core/link_authority.h reservationRefusal).
+  std::string gateway_name;
 
   bool operator==(const Reservation&) const = default;
 };

@@ -104,6 +104,8 @@ class ShardRegistry {
 
   const ShardRecord* find(const std::string& shard_id) const;
   const GatewayRecord* findGateway(const std::string& gateway_name) const;
+  // Every enrolled gateway by name, without the copy listGateways() answers with.
+  const std::map<std::string, GatewayRecord>& gateways() const { return gateways_; }
   uint64_t fenceOf(const std::string& subject, const std::string& route) const;
   uint64_t shardSequence() const { return shard_sequence_; }
   size_t shardCount() const { return shards_.size(); }

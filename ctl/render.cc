@@ -110,6 +110,7 @@ std::string reservationJson(const ReservationView& view) {
   timeField(w, "accountingEpoch", r.accounting_epoch_ms);
   timeField(w, "expiresAt", r.expires_at_ms);
   w.field("origin", r.origin.empty() ? std::string("central") : r.origin);
+  w.field("gateway", r.gateway_name);
   w.field("requestDigest", wire::digestHex(r.request_digest));
   w.field("overdraftBreach", r.overdraft_breach);
   w.field("closedByHardLimit", r.closed_by_hard_limit);

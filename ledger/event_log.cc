@@ -105,6 +105,10 @@ void logLedgerEvent(Logger* logger, const LedgerEvent& event) {
                                                 {"gateway", e.gateway_name},
                                                 {"code", replyCodeName(e.code)},
                                                 {"reason", e.reason}});
+        } else if constexpr (std::is_same_v<T, ReservationRefused>) {
+          logger->warn("reservation_refused", {{"gateway", e.gateway_name},
+                                               {"reservation_id", e.reservation_id},
+                                               {"bound_gateway", e.bound_gateway_name}});
         } else if constexpr (std::is_same_v<T, ShardConflicted>) {
           logConflict(logger, e);
         } else if constexpr (std::is_same_v<T, ShardReconciled>) {

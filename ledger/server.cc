@@ -179,7 +179,10 @@ void Server::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
     std::optional<std::string> refusal = refusalOf(connection, peer, request);
     std::optional<LedgerReply> reply;
     if (!refusal.has_value()) {
-      LedgerOutcome outcome = requests_.apply(request, clock_->nowMs());
+      static const std::string kNoGateway;
+      LedgerOutcome outcome =
+          requests_.apply(request, clock_->nowMs(),
+                          peer.role == LinkRole::kGateway ? peer.gateway_name : kNoGateway);
       report(outcome.events);
       for (const LedgerEvent& event : outcome.events) {
         if (const auto* set = std::get_if<GatewayEnabledSet>(&event); set && !set->enabled) {

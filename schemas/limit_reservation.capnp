@@ -63,4 +63,6 @@ struct LimitReservationV1 {
   requestFieldsKnown @23 :Bool;
   region @24 :Text;                # the request's region ("" = none); compared by every repeat
   # (records written before it existed were written for requests without a region)
+  gatewayName @25 :Text;           # the gateway whose connection reserved it ("" = none: an
+  # operator, an --insecure link, or a record written before reservations were bound)
 }

@@ -166,6 +166,8 @@ Result<Reservation> readReservation(schema::LimitReservationV1::Reader reader) {
   out.request_fields_known = reader.getRequestFieldsKnown();
   TALLY_WIRE_RETURN_IF_ERROR(
       readText(reader.getRegion(), limits::kRegionBytesMax, "region", &out.region));
+  TALLY_WIRE_RETURN_IF_ERROR(readText(reader.getGatewayName(), limits::kGatewayNameBytesMax,
+                                      "gatewayName", &out.gateway_name));
   out.retry_after_ms = reader.getRetryAfterMs();
   return out;
 }
@@ -693,6 +695,7 @@ void fromCore(const Reservation& reservation, schema::LimitReservationV1::Builde
   builder.setRequestedGeneration(reservation.requested_generation);
   builder.setRequestFieldsKnown(reservation.request_fields_known);
   if (!reservation.region.empty()) builder.setRegion(textOf(reservation.region));
+  if (!reservation.gateway_name.empty()) builder.setGatewayName(textOf(reservation.gateway_name));
   builder.setRetryAfterMs(reservation.retry_after_ms);
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/ledger.h"
+#include "core/link_authority.h"
 #include "tests/core/shard_fake_crypto.h"
 
 namespace tally {
@@ -238,6 +239,80 @@ TEST_F(LedgerRequestsTest, ABreachIsReportedOnceWhenApplied) {
   const LedgerOutcome again = requests_.apply(settle, kT0 + 1);
   EXPECT_TRUE(replyAs<ReservationReply>(again).duplicate);
   EXPECT_TRUE(again.events.empty());
+}
+
+// ---- reservations bound to a gateway -------------------------------------------------------
+
+TEST_F(LedgerRequestsTest, AReservationIsItsGatewaysAloneAndAnOperatorMayActOnAny) {
+  const ReserveRequest reserve_r1{
+      .reservation_id = "r1", .subject = kSubject, .route = kRoute, .units = 10};
+  const LedgerOutcome reserved = requests_.apply(reserve_r1, kT0, "gw-a");
+  ASSERT_EQ(replyAs<ReservationReply>(reserved).code, ReplyCode::kOk);
+  EXPECT_EQ(replyAs<ReservationReply>(reserved).receipt.gateway_name, "gw-a");
+  (void)ledger_.takeChangedRows();
+
+  // Another gateway: every request on r1 is refused, changing nothing, and reported.
+  const std::vector<LedgerRequest> foreign = {
+      reserve_r1,
+      StartRequest{.reservation_id = "r1", .operation_id = "op-b"},
+      SettleRequest{.reservation_id = "r1", .operation_id = "op-b", .actual_units = 1},
+      ReleaseRequest{.reservation_id = "r1"},
+      MarkUnknownRequest{.reservation_id = "r1", .operation_id = "op-b"},
+      ReportOperationRequest{.reservation_id = "r1", .operation_id = "op-b", .actual_units = 1},
+      ExtendRequest{.reservation_id = "r1", .operation_id = "op-b", .reserved_units_total = 20},
+      QueryRequest{.reservation_id = "r1"}};
+  for (const LedgerRequest& request : foreign) {
+    const LedgerOutcome refused = requests_.apply(request, kT0 + 1, "gw-b");
+    const ErrorReply& error = replyAs<ErrorReply>(refused);
+    EXPECT_EQ(error.code, ErrorCode::kPermissionDenied) << linkRequestName(request);
+    EXPECT_THAT(error.message, HasSubstr("reservation 'r1' belongs to gateway 'gw-a'"));
+    const std::vector<ReservationRefused> events = eventsOf<ReservationRefused>(refused);
+    ASSERT_EQ(events.size(), 1u) << linkRequestName(request);
+    EXPECT_EQ(events.front().gateway_name, "gw-b");
+    EXPECT_EQ(events.front().bound_gateway_name, "gw-a");
+  }
+  EXPECT_TRUE(ledger_.takeChangedRows().empty());
+  EXPECT_EQ(ledger_.findReservation("r1")->state, ReservationState::kReserved);
+
+  // Its own gateway starts it; an operator (no gateway) may settle it.
+  ReservationReply reply = replyAs<ReservationReply>(requests_.apply(
+      StartRequest{.reservation_id = "r1", .operation_id = "op-a"}, kT0 + 2, "gw-a"));
+  EXPECT_EQ(reply.receipt.state, ReservationState::kStarted) << reply.message;
+  reply = replyAs<ReservationReply>(requests_.apply(
+      SettleRequest{.reservation_id = "r1", .operation_id = "op-a", .actual_units = 4}, kT0 + 3));
+  EXPECT_EQ(reply.receipt.state, ReservationState::kSettled) << reply.message;
+  // A terminal receipt stays bound.
+  EXPECT_EQ(
+      replyAs<ErrorReply>(requests_.apply(QueryRequest{.reservation_id = "r1"}, kT0 + 4, "gw-b"))
+          .code,
+      ErrorCode::kPermissionDenied);
+  EXPECT_EQ(replyAs<ReservationReply>(
+                requests_.apply(QueryRequest{.reservation_id = "r1"}, kT0 + 4, "gw-a"))
+                .receipt.actual_units,
+            4u);
+}
+
+TEST_F(LedgerRequestsTest, AnUnboundReservationIsAnyGatewaysAndAnUnknownIdIsNotFound) {
+  // Reserved with no gateway (an operator, an --insecure link, or a record from before binding).
+  ASSERT_EQ(replyAs<ReservationReply>(reserve("r1", 10)).receipt.gateway_name, "");
+  const ReservationReply started = replyAs<ReservationReply>(
+      requests_.apply(StartRequest{.reservation_id = "r1", .operation_id = "op"}, kT0 + 1, "gw-b"));
+  EXPECT_EQ(started.receipt.state, ReservationState::kStarted) << started.message;
+  EXPECT_EQ(replyAs<ReservationReply>(
+                requests_.apply(QueryRequest{.reservation_id = "nope"}, kT0 + 1, "gw-b"))
+                .code,
+            ReplyCode::kNotFound);
+  // A rejection is bound too: its repeat by another gateway is refused.
+  const ReserveRequest too_big{
+      .reservation_id = "r2", .subject = kSubject, .route = kRoute, .units = 1000};
+  ASSERT_EQ(replyAs<ReservationReply>(requests_.apply(too_big, kT0 + 2, "gw-a")).code,
+            ReplyCode::kRejected);
+  EXPECT_EQ(replyAs<ErrorReply>(requests_.apply(too_big, kT0 + 3, "gw-b")).code,
+            ErrorCode::kPermissionDenied);
+  const ReservationReply repeat =
+      replyAs<ReservationReply>(requests_.apply(too_big, kT0 + 3, "gw-a"));
+  EXPECT_EQ(repeat.code, ReplyCode::kRejected);
+  EXPECT_TRUE(repeat.duplicate);
 }
 
 // ---- audit, health, policies ----------------------------------------------------------------

@@ -57,7 +57,8 @@ TEST(ReceiptArchiveTest, EncodingKeepsEveryField) {
                    .priority = 0xffff'ffffu,
                    .requested_generation = 6,
                    .request_fields_known = true,
-                   .region = "eu"};
+                   .region = "eu",
+                   .gateway_name = "gw-a"};
   for (size_t i = 0; i < full.request_digest.size(); ++i) full.request_digest[i] = uint8_t(i * 7);
   std::string bytes;
   ReceiptArchive::encode(full, &bytes);

@@ -125,6 +125,75 @@ TEST_F(TlsIdentityTest, AGatewayPresentingItsOwnKeyCannotReconcileAnotherGateway
   EXPECT_EQ(std::get<ShardReply>(reconciled).shards.at(0).state, ShardState::kReconciled);
 }
 
+// A reservation is bound to the gateway whose connection reserved it: another enrolled gateway,
+// presenting its own key, can neither act on it nor read it, before or after a kill -9.
+TEST_F(TlsIdentityTest, AGatewayCannotActOnAnotherGatewaysReservationEvenAfterARestart) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  TALLY_ASSIGN_OR_FAIL(identity::KeyPair operator_key, identity::loadKeyPair(operatorKey()));
+  const identity::KeyPair key_a = seededKey(21);
+  const identity::KeyPair key_b = seededKey(22);
+  {
+    TALLY_ASSIGN_OR_FAIL(std::unique_ptr<client::BlockingClient> as_operator,
+                         tlsClient(operator_key));
+    TALLY_ASSIGN_OR_FAIL(
+        PolicyReply published,
+        testing::publishPolicy(
+            *as_operator, {makeBudget({.subject = "tenant-1", .route = "chat", .burst = 1000})}));
+    ASSERT_EQ(published.code, ReplyCode::kOk) << published.message;
+    for (const auto& [name, key] : {std::pair{"gw-a", key_a}, std::pair{"gw-b", key_b}}) {
+      const wire::ResponseBody enrolled =
+          answerTo(*as_operator,
+                   wire::EnrollGatewayRequest{.gateway_name = name, .public_key = key.public_key});
+      ASSERT_TRUE(std::holds_alternative<GatewayReply>(enrolled)) << wire::describe(enrolled);
+      ASSERT_EQ(std::get<GatewayReply>(enrolled).code, ReplyCode::kOk);
+    }
+  }
+  const ReserveRequest reserve = makeReserve({.id = "r1", .units = 100});
+  const StartRequest start_as_b{.reservation_id = "r1", .operation_id = "op-b"};
+  const SettleRequest settle_as_b{
+      .reservation_id = "r1", .operation_id = "op-b", .actual_units = 1};
+  {
+    TALLY_ASSIGN_OR_FAIL(std::unique_ptr<client::BlockingClient> as_a, tlsClient(key_a));
+    TALLY_ASSIGN_OR_FAIL(ReservationReply reserved, callReservation(*as_a, reserve));
+    ASSERT_EQ(reserved.code, ReplyCode::kOk) << describe(reserved);
+    EXPECT_EQ(reserved.receipt.gateway_name, "gw-a");
+    TALLY_ASSIGN_OR_FAIL(std::unique_ptr<client::BlockingClient> as_b, tlsClient(key_b));
+    const std::string refused = refusalOf(answerTo(*as_b, start_as_b));
+    EXPECT_NE(refused.find("start refused: reservation 'r1' belongs to gateway 'gw-a', and this "
+                           "connection is gateway 'gw-b'"),
+              std::string::npos)
+        << refused;
+    (void)refusalOf(answerTo(*as_b, settle_as_b));
+    (void)refusalOf(answerTo(*as_b, ReleaseRequest{.reservation_id = "r1"}));
+    (void)refusalOf(answerTo(*as_b, QueryRequest{.reservation_id = "r1"}));
+    (void)refusalOf(answerTo(*as_b, reserve));  // not even its repeat
+  }
+  EXPECT_NE(ledger_->log().find("event=reservation_refused gateway=gw-b reservation_id=r1 "
+                                "bound_gateway=gw-a"),
+            std::string::npos)
+      << ledger_->log();
+
+  // The binding is durable: after a kill -9, gw-b is still refused and gw-a still served.
+  ledger_->kill9();
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  TALLY_ASSIGN_OR_FAIL(std::unique_ptr<client::BlockingClient> as_a, tlsClient(key_a));
+  TALLY_ASSIGN_OR_FAIL(std::unique_ptr<client::BlockingClient> as_b, tlsClient(key_b));
+  (void)refusalOf(answerTo(*as_b, settle_as_b));
+  TALLY_ASSIGN_OR_FAIL(ReservationReply queried,
+                       callReservation(*as_a, QueryRequest{.reservation_id = "r1"}));
+  EXPECT_EQ(queried.receipt.state, ReservationState::kReserved) << describe(queried);
+  TALLY_ASSIGN_OR_FAIL(
+      ReservationReply started,
+      callReservation(*as_a, StartRequest{.reservation_id = "r1", .operation_id = "op-a"}));
+  EXPECT_EQ(started.receipt.state, ReservationState::kStarted) << describe(started);
+  TALLY_ASSIGN_OR_FAIL(ReservationReply settled,
+                       callReservation(*as_a, SettleRequest{.reservation_id = "r1",
+                                                            .operation_id = "op-a",
+                                                            .actual_units = 40}));
+  EXPECT_EQ(settled.receipt.state, ReservationState::kSettled) << describe(settled);
+  EXPECT_EQ(settled.refunded_units, 60u);
+}
+
 TEST_F(TlsIdentityTest, AGatewayKeyCannotPublishAPolicyNorSendAnyOtherOperatorRequest) {
   ASSERT_NO_FATAL_FAILURE(startLedger());
   ASSERT_NO_FATAL_FAILURE(publishPolicy());  // generation 1, as the operator

@@ -32,7 +32,10 @@ void LedgerNode::attach() {
 wire::ResponseBody LedgerNode::dispatch(const wire::RequestBody& body, uint64_t now_ms,
                                         CommittedReply* held) {
   // The daemon's own dispatch (core/ledger_requests.h), as ledger/server.cc calls it.
-  LedgerOutcome outcome = requests_->apply(body, now_ms);
+  static const std::string kNoGateway;
+  const auto gateway = gateways_.find(held->to);
+  LedgerOutcome outcome =
+      requests_->apply(body, now_ms, gateway == gateways_.end() ? kNoGateway : gateway->second);
   if (const auto* request = std::get_if<ReserveRequest>(&body)) {
     if (const auto* reply = std::get_if<ReservationReply>(&outcome.reply);
         reply != nullptr && reply->code == ReplyCode::kOk && !reply->duplicate) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,6 +68,13 @@ class LedgerNode {
   std::vector<CommittedReply> commit(uint64_t now_ms);
   bool hasUncommitted() const { return !held_.empty() || dirty_; }
 
+  // Requests from `node` come as from enrolled gateway `gateway_name`, as over an agent's TLS
+  // link (LedgerRequests::apply binds its reservations to it); any other node's as over an
+  // --insecure link.
+  void bindGateway(NodeId node, std::string gateway_name) {
+    gateways_[node] = std::move(gateway_name);
+  }
+
   // The ledger key (signs shard grants); set on every Ledger it builds. Must outlive it.
   void setShardCrypto(const ShardCrypto* crypto);
 
@@ -101,7 +109,8 @@ class LedgerNode {
   std::unique_ptr<LedgerRequests> requests_;  // over ledger_
   const ShardCrypto* crypto_ = nullptr;
   std::vector<CommittedReply> held_;
-  bool dirty_ = false;  // a tick changed something since the last commit
+  std::map<NodeId, std::string> gateways_;  // bindGateway
+  bool dirty_ = false;                      // a tick changed something since the last commit
   uint64_t crashes_ = 0;
   uint64_t version_ = 0;
 #ifdef TALLY_TEST_FAULTS

@@ -72,6 +72,7 @@ class Run {
       agents_.push_back(std::make_unique<AgentNode>(rogue_ + 1 + a, a + 1, root_.fork(), &crypto_,
                                                     &network_, &trace_,
                                                     [this] { return node_.up(); }));
+      node_.bindGateway(agents_.back()->id(), agents_.back()->gatewayName());
       clients_.push_back(std::make_unique<AgentClient>(a + 1, root_.fork(), &workload_, &trace_));
       if (workload_.fair.has_value()) agents_.back()->configureFair(*workload_.fair);
       // Most agents are configured to keep shards of some emergency routes from the start;

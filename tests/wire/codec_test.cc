@@ -484,6 +484,25 @@ TEST(CodecValues, AReservationKeepsItsRequestsRegion) {
   EXPECT_EQ(got.value().region, "");
 }
 
+TEST(CodecValues, AReservationKeepsItsGateway) {
+  Reservation sent = sampleReservation();
+  sent.gateway_name = "gw-a";
+  capnp::MallocMessageBuilder message;
+  auto builder = message.initRoot<schema::LimitReservationV1>();
+  fromCore(sent, builder);
+  Result<Reservation> got = toCore(builder.asReader());
+  ASSERT_TRUE(got.isOk()) << got.status().toString();
+  EXPECT_EQ(got.value(), sent);
+  // A record written before reservations were bound reads as bound to no gateway.
+  capnp::MallocMessageBuilder old_message;
+  auto old = old_message.initRoot<schema::LimitReservationV1>();
+  fromCore(sampleReservation(), old);
+  EXPECT_FALSE(old.hasGatewayName());
+  got = toCore(old.asReader());
+  ASSERT_TRUE(got.isOk()) << got.status().toString();
+  EXPECT_EQ(got.value().gateway_name, "");
+}
+
 TEST(CodecValues, EveryGenerationStateRoundTrips) {
   for (GenerationState state :
        {GenerationState::kActive, GenerationState::kDraining, GenerationState::kDrained}) {
@@ -671,6 +690,16 @@ TEST(CodecValidation, RejectsReceiptWithOverLongRegion) {
   Result<Response> got = decodeResponse(payloadOf(message));
   ASSERT_FALSE(got.isOk());
   expectInvalidArgumentNaming(got.status(), "receipt.region");
+}
+
+TEST(CodecValidation, RejectsReceiptWithOverLongGatewayName) {
+  capnp::MallocMessageBuilder message;
+  auto receipt = message.initRoot<schema::Response>().initReservation().initReceipt();
+  fromCore(sampleReservation(), receipt);
+  receipt.setGatewayName(std::string(limits::kGatewayNameBytesMax + 1, 'g'));
+  Result<Response> got = decodeResponse(payloadOf(message));
+  ASSERT_FALSE(got.isOk());
+  expectInvalidArgumentNaming(got.status(), "receipt.gatewayName");
 }
 
 TEST(CodecValidation, RejectsDigestThatIsNotExactly32Bytes) {
