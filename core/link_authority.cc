@@ -22,17 +22,21 @@ struct Rule {
   OperatorRole role;
 };
 
+// The requests on one reservation, each naming it by reservation_id (reservationNamed).
+template <typename T>
+constexpr bool kNamesReservation =
+    std::is_same_v<T, ReserveRequest> || std::is_same_v<T, StartRequest> ||
+    std::is_same_v<T, SettleRequest> || std::is_same_v<T, ReleaseRequest> ||
+    std::is_same_v<T, MarkUnknownRequest> || std::is_same_v<T, ReportOperationRequest> ||
+    std::is_same_v<T, ExtendRequest> || std::is_same_v<T, QueryRequest>;
+
 template <typename T>
 constexpr Rule ruleOf() {
   if constexpr (std::is_same_v<T, UnknownMessage> || std::is_same_v<T, QueryRequest> ||
                 std::is_same_v<T, AuditRequest> || std::is_same_v<T, HealthRequest> ||
                 std::is_same_v<T, ShowPolicyRequest>) {
     return {Access::kAnyPeer, OperatorRole::kAudit};
-  } else if constexpr (std::is_same_v<T, ReserveRequest> || std::is_same_v<T, StartRequest> ||
-                       std::is_same_v<T, SettleRequest> || std::is_same_v<T, ReleaseRequest> ||
-                       std::is_same_v<T, MarkUnknownRequest> ||
-                       std::is_same_v<T, ReportOperationRequest> ||
-                       std::is_same_v<T, ExtendRequest>) {
+  } else if constexpr (kNamesReservation<T>) {        // but the query, a read (above)
     return {Access::kAnyPeer, OperatorRole::kAdmin};  // a gateway's traffic
   } else if constexpr (std::is_same_v<T, ShardStatusRequest> ||
                        std::is_same_v<T, ListShardsRequest>) {
@@ -194,11 +198,7 @@ const std::string* reservationNamed(const LedgerRequest& request) {
   return std::visit(
       [](const auto& r) -> const std::string* {
         using T = std::decay_t<decltype(r)>;
-        if constexpr (std::is_same_v<T, ReserveRequest> || std::is_same_v<T, StartRequest> ||
-                      std::is_same_v<T, SettleRequest> || std::is_same_v<T, ReleaseRequest> ||
-                      std::is_same_v<T, MarkUnknownRequest> ||
-                      std::is_same_v<T, ReportOperationRequest> ||
-                      std::is_same_v<T, ExtendRequest> || std::is_same_v<T, QueryRequest>) {
+        if constexpr (kNamesReservation<T>) {
           return &r.reservation_id;
         } else {
           return nullptr;
