@@ -42,6 +42,18 @@ std::string refusalOf(const wire::ResponseBody& body) {
   return error->message;
 }
 
+// Enrolls gw-a with `key_a` and gw-b with `key_b` on the operator's connection.
+void enrollGateways(client::BlockingClient& as_operator, const identity::KeyPair& key_a,
+                    const identity::KeyPair& key_b) {
+  for (const auto& [name, key] : {std::pair{"gw-a", key_a}, std::pair{"gw-b", key_b}}) {
+    const wire::ResponseBody enrolled =
+        answerTo(as_operator,
+                 wire::EnrollGatewayRequest{.gateway_name = name, .public_key = key.public_key});
+    ASSERT_TRUE(std::holds_alternative<GatewayReply>(enrolled)) << wire::describe(enrolled);
+    ASSERT_EQ(std::get<GatewayReply>(enrolled).code, ReplyCode::kOk);
+  }
+}
+
 class TlsIdentityTest : public TlsLinkFixture {};
 
 TEST_F(TlsIdentityTest, AGatewayPresentingItsOwnKeyCannotReconcileAnotherGatewaysShard) {
@@ -55,13 +67,7 @@ TEST_F(TlsIdentityTest, AGatewayPresentingItsOwnKeyCannotReconcileAnotherGateway
   budget.emergency = {.enabled = true, .shard_units = 100, .shard_ttl_ms = 600'000};
   TALLY_ASSIGN_OR_FAIL(PolicyReply published, testing::publishPolicy(*as_operator, {budget}));
   ASSERT_EQ(published.code, ReplyCode::kOk) << published.message;
-  for (const auto& [name, key] : {std::pair{"gw-a", key_a}, std::pair{"gw-b", key_b}}) {
-    const wire::ResponseBody enrolled =
-        answerTo(*as_operator,
-                 wire::EnrollGatewayRequest{.gateway_name = name, .public_key = key.public_key});
-    ASSERT_TRUE(std::holds_alternative<GatewayReply>(enrolled)) << wire::describe(enrolled);
-    ASSERT_EQ(std::get<GatewayReply>(enrolled).code, ReplyCode::kOk);
-  }
+  ASSERT_NO_FATAL_FAILURE(enrollGateways(*as_operator, key_a, key_b));
   TALLY_ASSIGN_OR_FAIL(std::unique_ptr<client::BlockingClient> as_a, tlsClient(key_a));
   TALLY_ASSIGN_OR_FAIL(std::unique_ptr<client::BlockingClient> as_b, tlsClient(key_b));
 
@@ -140,13 +146,7 @@ TEST_F(TlsIdentityTest, AGatewayCannotActOnAnotherGatewaysReservationEvenAfterAR
         testing::publishPolicy(
             *as_operator, {makeBudget({.subject = "tenant-1", .route = "chat", .burst = 1000})}));
     ASSERT_EQ(published.code, ReplyCode::kOk) << published.message;
-    for (const auto& [name, key] : {std::pair{"gw-a", key_a}, std::pair{"gw-b", key_b}}) {
-      const wire::ResponseBody enrolled =
-          answerTo(*as_operator,
-                   wire::EnrollGatewayRequest{.gateway_name = name, .public_key = key.public_key});
-      ASSERT_TRUE(std::holds_alternative<GatewayReply>(enrolled)) << wire::describe(enrolled);
-      ASSERT_EQ(std::get<GatewayReply>(enrolled).code, ReplyCode::kOk);
-    }
+    ASSERT_NO_FATAL_FAILURE(enrollGateways(*as_operator, key_a, key_b));
   }
   const ReserveRequest reserve = makeReserve({.id = "r1", .units = 100});
   const StartRequest start_as_b{.reservation_id = "r1", .operation_id = "op-b"};
