@@ -6,7 +6,6 @@
 
 #include "common/wall_clock.h"
 #include "core/assert.h"
-#include "core/outbox_request.h"
 #include "tally/version.h"
 
 namespace tally::agent {
@@ -289,18 +288,7 @@ void AgentService::perform(const wire::ResponseBody* answer) {
               }
               core_.persisted(status.isOk(), status.message(), wallClockMs());
             } else if constexpr (std::is_same_v<T, AgentCall>) {
-              std::visit(
-                  [&](auto& body) {
-                    using B = std::decay_t<decltype(body)>;
-                    if constexpr (std::is_same_v<B, OutboxEntry>) {
-                      send(value.call, outboxRequest(body));
-                    } else if constexpr (std::is_same_v<B, AgentShowPolicy>) {
-                      send(value.call, wire::ShowPolicyRequest{});
-                    } else {
-                      send(value.call, std::move(body));
-                    }
-                  },
-                  value.body);
+              send(value.call, callRequest(std::move(value.body)));
             } else if constexpr (std::is_same_v<T, AgentRemoveDelivered>) {
               if (Status s = store_->remove(value.seq); !s.isOk()) {
                 // Stays on disk: redelivered after a restart, which the ledger answers as a

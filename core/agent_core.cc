@@ -4,9 +4,25 @@
 #include <utility>
 
 #include "core/assert.h"
+#include "core/outbox_request.h"
 #include "core/region_fence.h"
 
 namespace tally {
+
+LedgerRequest callRequest(AgentCallBody body) {
+  return std::visit(
+      [](auto& call_body) -> LedgerRequest {
+        using B = std::decay_t<decltype(call_body)>;
+        if constexpr (std::is_same_v<B, OutboxEntry>) {
+          return outboxRequest(call_body);
+        } else if constexpr (std::is_same_v<B, AgentShowPolicy>) {
+          return ShowPolicyRequest{.unless_generation = call_body.unless_generation};
+        } else {
+          return std::move(call_body);
+        }
+      },
+      body);
+}
 namespace {
 
 std::string num(uint64_t value) { return std::to_string(value); }
@@ -703,11 +719,11 @@ void AgentCore::pumpOutbox(const AgentLinkState& link, uint64_t now_ms) {
 
 void AgentCore::fetchPolicy(const AgentLinkState& link, uint64_t now_ms) {
   if (!started_ || !policy_.beginFetch(link.connected, now_ms)) return;
-  call(PolicyStep{}, AgentShowPolicy{});
+  call(PolicyStep{}, AgentShowPolicy{.unless_generation = policy_.unlessGeneration()});
 }
 
 void AgentCore::onConnected(const AgentLinkState& link, uint64_t now_ms) {
-  policy_.refreshNow();
+  policy_.onConnected();
   fetchPolicy(link, now_ms);
   pumpOutbox(link, now_ms);
 }

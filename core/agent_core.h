@@ -14,6 +14,7 @@
 #include "core/agent_policy.h"
 #include "core/agent_unknown.h"
 #include "core/fair_scheduler.h"
+#include "core/ledger_protocol.h"
 #include "core/local_book.h"
 #include "core/shard_keeping.h"
 
@@ -68,12 +69,17 @@ struct AgentReplyReservation {  // answer `token` with this reply
 struct AgentReplyLedgerAnswer {  // answer `token` with the ledger's answer being fed right now
   uint64_t token = 0;
 };
-struct AgentShowPolicy {};
+struct AgentShowPolicy {
+  Generation unless_generation = 0;  // ShowPolicyRequest's (AgentPolicy::unlessGeneration)
+};
 using AgentCallBody = std::variant<QueryRequest, ReserveRequest, OutboxEntry, AgentShowPolicy>;
 struct AgentCall {  // send `body` to the ledger; feed the result to onAnswer(call, …)
   uint64_t call = 0;
   AgentCallBody body;
 };
+// The ledger request a call sends: the one translation the agent's shell, the simulator's agent
+// node and the agent fuzzer all use.
+LedgerRequest callRequest(AgentCallBody body);
 struct AgentRemoveDelivered {  // the outbox entry was delivered: remove it from the store
   uint64_t seq = 0;
 };

@@ -25,11 +25,14 @@ PolicyFetchOutcome AgentPolicy::onFetchAnswer(const PolicyReply& reply,
   if (reply.code == ReplyCode::kOk && policy.has_value()) {
     policy_ = std::move(policy);
     if (policy_->generation == 0) policy_->generation = reply.generation;
+  } else if (reply.code == ReplyCode::kOk && before != 0 && reply.generation == before) {
+    // Unchanged (the fetch named the generation held): keep it.
   } else if (reply.code == ReplyCode::kNotFound) {
     policy_.reset();
   } else {
     return {.generation = before, .budgets = policy_.has_value() ? policy_->budgets.size() : 0};
   }
+  answered_on_connection_ = true;
   const Generation after = policy_.has_value() ? policy_->generation : 0;
   return {.applied = true,
           .changed = after != before,

@@ -11,11 +11,15 @@
 // ledger, as a pure machine: when to ask (ShowPolicy), what an answer changes. Time is an
 // argument; the shell sends the ShowPolicy and feeds the answer back.
 //
-//  * A fetch is due on connect and after a publish or rollback through this agent
-//    (refreshNow()), and policy_refresh_ms after the previous one began; one at a time, and
-//    only while connected.
+//  * A fetch is due on connect (onConnected()) and after a publish or rollback through this
+//    agent (refreshNow()), and policy_refresh_ms after the previous one began; one at a time,
+//    and only while connected.
+//  * A fetch asks for the document unless the generation held was answered on this connection
+//    (unlessGeneration()): generations are immutable in one ledger's store, but a ledger reached
+//    again may be another store, whose generation 3 is another policy.
 //  * An OK answer with a policy replaces it (generation 0 in the document means the reply's
-//    generation); NOT_FOUND forgets it (every route enforces); anything else changes nothing.
+//    generation); an OK answer without one, naming the generation held, keeps it; NOT_FOUND
+//    forgets it (every route enforces); anything else changes nothing.
 //  * No policy known, or no budget matching: enforce (the ledger decides).
 
 namespace tally {
@@ -36,8 +40,17 @@ class AgentPolicy {
  public:
   AgentPolicy(AgentPolicyOptions options, uint64_t now_ms);
 
-  // The next fetch is due at once (on connect, after a publish or rollback).
+  // The next fetch is due at once (after a publish or rollback).
   void refreshNow() { next_fetch_ms_ = 0; }
+  // A new connection: the next fetch is due at once and asks for the document.
+  void onConnected() {
+    refreshNow();
+    answered_on_connection_ = false;
+  }
+  // The ShowPolicy's unless_generation: the generation held once this connection answered it.
+  Generation unlessGeneration() const {
+    return answered_on_connection_ && policy_.has_value() ? policy_->generation : 0;
+  }
   // True: send one ShowPolicy now (connected, none in flight, due); it is then in flight.
   bool beginFetch(bool connected, uint64_t now_ms);
   bool fetching() const { return in_flight_; }
@@ -56,6 +69,7 @@ class AgentPolicy {
   AgentPolicyOptions options_;
   std::optional<Policy> policy_;
   bool in_flight_ = false;
+  bool answered_on_connection_ = false;
   uint64_t next_fetch_ms_;
 };
 

@@ -42,6 +42,9 @@ struct PublishPolicyRequest {
 struct RollbackPolicyRequest {};
 struct ShowPolicyRequest {
   Generation generation = 0;  // 0: the active generation
+  // The asker (an agent's refresh) already holds this generation: when it is the answer, the
+  // reply is OK with its generation and no document. 0: always the document.
+  Generation unless_generation = 0;
 };
 // Gateways and emergency shards (SPEC §6). ShardIssueRequest and ShardReport are core types
 // (core/shard_types.h): they travel signed.

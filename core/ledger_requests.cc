@@ -243,6 +243,9 @@ LedgerOutcome LedgerRequests::showPolicy(const ShowPolicyRequest& request) const
                                .generation = generation,
                                .message = "no policy generation " + std::to_string(generation)}});
   }
+  if (request.unless_generation == generation) {  // generations are immutable: nothing new
+    return answer(PolicyAnswer{.reply = {.code = ReplyCode::kOk, .generation = generation}});
+  }
   return answer(
       PolicyAnswer{.reply = {.code = ReplyCode::kOk, .generation = generation}, .policy = *policy});
 }

@@ -111,6 +111,8 @@ struct RollbackPolicyRequest {
 
 struct ShowPolicyRequest {
   generation @0 :UInt64;           # 0: the active generation
+  unlessGeneration @1 :UInt64;     # the asker holds this one: if it is the answer, OK without
+                                   # the document (0: always the document)
 }
 
 # --- Gateways and emergency shards (SPEC §6) --------------------------------------------------

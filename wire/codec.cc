@@ -273,7 +273,8 @@ Result<PublishPolicyRequest> readPublishPolicy(schema::PublishPolicyRequest::Rea
 }
 
 Result<ShowPolicyRequest> readShowPolicy(schema::ShowPolicyRequest::Reader reader) {
-  return ShowPolicyRequest{.generation = reader.getGeneration()};
+  return ShowPolicyRequest{.generation = reader.getGeneration(),
+                           .unless_generation = reader.getUnlessGeneration()};
 }
 
 template <typename Variant, typename T>
@@ -769,6 +770,7 @@ void fromCore(const PublishPolicyRequest& request, schema::PublishPolicyRequest:
 
 void fromCore(const ShowPolicyRequest& request, schema::ShowPolicyRequest::Builder builder) {
   builder.setGeneration(request.generation);
+  builder.setUnlessGeneration(request.unless_generation);
 }
 
 void fromCore(const Request& request, schema::Request::Builder builder) {

@@ -76,6 +76,37 @@ TEST(AgentPolicyTest, AnOkAnswerReplacesNotFoundForgetsAnythingElseKeeps) {
   EXPECT_EQ(policy.mode("tenant-1", "chat"), RolloutMode::kEnforce);
 }
 
+// A refresh on the connection that answered the generation held names it, and an OK answer
+// without a document keeps it; a new connection (perhaps another ledger store) asks again.
+TEST(AgentPolicyTest, ARefreshSkipsTheDocumentOnlyForAGenerationThisConnectionAnswered) {
+  AgentPolicy policy({.refresh_ms = kRefreshMs}, kT0);
+  policy.onConnected();
+  ASSERT_TRUE(policy.beginFetch(true, kT0));
+  EXPECT_EQ(policy.unlessGeneration(), 0u) << "nothing held";
+  (void)policy.onFetchAnswer(ok(3), policyWith(3, RolloutMode::kShadow, false));
+  EXPECT_EQ(policy.unlessGeneration(), 3u);
+
+  ASSERT_TRUE(policy.beginFetch(true, kT0 + kRefreshMs));
+  PolicyFetchOutcome outcome = policy.onFetchAnswer(ok(3), std::nullopt);
+  EXPECT_TRUE(outcome.applied);
+  EXPECT_FALSE(outcome.changed);
+  EXPECT_EQ(outcome.generation, 3u);
+  EXPECT_EQ(outcome.budgets, 1u);
+  EXPECT_EQ(policy.mode("tenant-1", "chat"), RolloutMode::kShadow) << "kept";
+
+  // An OK without a document for another generation is no answer: nothing changes.
+  outcome = policy.onFetchAnswer(ok(4), std::nullopt);
+  EXPECT_FALSE(outcome.applied);
+  EXPECT_EQ(policy.policy()->generation, 3u);
+
+  policy.onConnected();
+  EXPECT_EQ(policy.unlessGeneration(), 0u) << "a new connection asks for the document";
+  EXPECT_TRUE(policy.beginFetch(true, kT0 + kRefreshMs + 1)) << "at once";
+  (void)policy.onFetchAnswer(ok(3), policyWith(3, RolloutMode::kOff, false));
+  EXPECT_EQ(policy.unlessGeneration(), 3u);
+  EXPECT_EQ(policy.mode("tenant-1", "chat"), RolloutMode::kOff);
+}
+
 TEST(AgentPolicyTest, ShardsAreWantedOnlyWhereEmergencyModeIsOnWithAShardSize) {
   AgentPolicy policy({.refresh_ms = kRefreshMs}, kT0);
   EXPECT_FALSE(policy.wantsShards("tenant-1", "chat")) << "no policy";

@@ -393,6 +393,15 @@ TEST_F(LedgerRequestsTest, ShowPolicyDefaultsToTheActiveGeneration) {
   ASSERT_TRUE(answer.policy.has_value());
   EXPECT_EQ(answer.policy->budgets.size(), 2u);
 
+  // An agent's refresh naming the generation it holds: OK, no document; any other, the document.
+  answer = replyAs<PolicyAnswer>(requests_.apply(ShowPolicyRequest{.unless_generation = 2}, kT0));
+  EXPECT_EQ(answer.reply.code, ReplyCode::kOk);
+  EXPECT_EQ(answer.reply.generation, 2u);
+  EXPECT_FALSE(answer.policy.has_value());
+  answer = replyAs<PolicyAnswer>(requests_.apply(ShowPolicyRequest{.unless_generation = 1}, kT0));
+  ASSERT_TRUE(answer.policy.has_value());
+  EXPECT_EQ(answer.policy->budgets.size(), 1u);
+
   answer = replyAs<PolicyAnswer>(requests_.apply(ShowPolicyRequest{.generation = 9}, kT0));
   EXPECT_EQ(answer.reply.code, ReplyCode::kNotFound);
   EXPECT_EQ(answer.reply.generation, 9u);

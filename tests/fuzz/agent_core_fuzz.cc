@@ -26,7 +26,6 @@
 #include <variant>
 
 #include "core/agent_core.h"
-#include "core/outbox_request.h"
 #include "tests/fuzz/fuzz_support.h"
 #include "wire/codec.h"
 
@@ -242,18 +241,7 @@ class Shell {
     core_.persisted(persist_ok_, persist_ok_ ? "" : "fuzz: disk full", now_ms_);
   }
   void apply(AgentCall& value, const wire::ResponseBody*) {
-    std::visit(
-        [&](auto& body) {
-          using B = std::decay_t<decltype(body)>;
-          if constexpr (std::is_same_v<B, OutboxEntry>) {
-            send(value.call, outboxRequest(body));
-          } else if constexpr (std::is_same_v<B, AgentShowPolicy>) {
-            send(value.call, wire::ShowPolicyRequest{});
-          } else {
-            send(value.call, std::move(body));
-          }
-        },
-        value.body);
+    send(value.call, callRequest(std::move(value.body)));
   }
   void apply(AgentToShards&, const wire::ResponseBody*) {
     fuzz::fail("AgentToShards without a ShardKeeping");

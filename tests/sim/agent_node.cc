@@ -6,7 +6,6 @@
 #include <variant>
 
 #include "core/agent_decisions.h"
-#include "core/outbox_request.h"
 #include "tests/sim/ledger_node.h"
 #include "wire/frame.h"
 
@@ -405,20 +404,8 @@ void AgentNode::perform(uint64_t now_ms, const wire::ResponseBody* answer) {
                                   std::to_string(value.entries.size()) + " entries");
                 core_->persisted(ok, ok ? "" : "simulated disk full", now_ms);
               } else if constexpr (std::is_same_v<T, AgentCall>) {
-                wire::RequestBody body = std::visit(
-                    [](auto& call_body) -> wire::RequestBody {
-                      using B = std::decay_t<decltype(call_body)>;
-                      if constexpr (std::is_same_v<B, OutboxEntry>) {
-                        return outboxRequest(call_body);
-                      } else if constexpr (std::is_same_v<B, AgentShowPolicy>) {
-                        return wire::ShowPolicyRequest{};
-                      } else {
-                        return call_body;
-                      }
-                    },
-                    value.body);
-                send(Call{.kind = CallKind::kCore, .core_call = value.call}, std::move(body),
-                     now_ms);
+                send(Call{.kind = CallKind::kCore, .core_call = value.call},
+                     callRequest(std::move(value.body)), now_ms);
               } else if constexpr (std::is_same_v<T, AgentRemoveDelivered>) {
                 outbox_rows_.erase(value.seq);
               } else if constexpr (std::is_same_v<T, AgentToShards>) {

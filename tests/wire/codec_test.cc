@@ -294,8 +294,10 @@ TEST(CodecRequest, AuditHealthRollbackShowRoundTrip) {
   bodyAs<HealthRequest>(health);
   Request rollback = requestRoundTrip({.request_id = 10, .body = RollbackPolicyRequest{}});
   bodyAs<RollbackPolicyRequest>(rollback);
-  Request show = requestRoundTrip({.request_id = 11, .body = ShowPolicyRequest{.generation = 4}});
+  Request show = requestRoundTrip(
+      {.request_id = 11, .body = ShowPolicyRequest{.generation = 4, .unless_generation = 3}});
   EXPECT_EQ(bodyAs<ShowPolicyRequest>(show).generation, 4u);
+  EXPECT_EQ(bodyAs<ShowPolicyRequest>(show).unless_generation, 3u);
 }
 
 TEST(CodecRequest, AuditPageRoundTrips) {
