@@ -5,7 +5,6 @@
 
 #include "core/limits.h"
 #include "tests/sim/describe.h"
-#include "wire/digest.h"
 
 namespace tally::sim {
 namespace {
@@ -93,7 +92,7 @@ void AgentClient::newFairJob(const std::string& tenant, bool reserved, uint64_t 
   r.subject = tenant;
   r.route = workload_->fair->route;
   r.units = 1;
-  r.request_digest = wire::canonicalRequestDigest(r);
+  r.request_digest = requestDigest(r);
   job.operation_id = "aop-" + std::to_string(index_) + "-" + std::to_string(jobs_.size());
   job.plan = Plan::kSettle;
   job.actual_units = 1;
@@ -144,7 +143,7 @@ void AgentClient::newJob(uint64_t now_ms, std::vector<Request>* out) {
                   : budget->subject_pattern;
   r.route = budget->route;
   r.units = rng_.range(1, std::max<Units>(1, std::min<Units>(budget->max_single_reservation, 50)));
-  r.request_digest = wire::canonicalRequestDigest(r);
+  r.request_digest = requestDigest(r);
   job.operation_id = "aop-" + std::to_string(index_) + "-" + std::to_string(jobs_.size());
   const uint64_t pick = rng_.below(100);
   job.plan = pick < 40   ? Plan::kSettle

@@ -8,7 +8,6 @@
 #include "core/limits.h"
 #include "tests/sim/describe.h"
 #include "tests/sim/ledger_node.h"
-#include "wire/digest.h"
 #include "wire/frame.h"
 
 namespace tally::sim {
@@ -96,7 +95,7 @@ void Gateway::newJob(uint64_t now_ms) {
     default: break;
   }
   job.name = r.reservation_id;
-  r.request_digest = wire::canonicalRequestDigest(r);
+  r.request_digest = requestDigest(r);
   job.operation_id = "op-" + std::to_string(id_) + "-" + std::to_string(next_job_);
   const uint64_t pick = rng_.below(100);
   job.plan = pick < 35   ? Plan::kSettle
@@ -131,7 +130,7 @@ void Gateway::send(size_t index, uint64_t now_ms) {
 #ifdef TALLY_TEST_FAULTS
   if (retry && job.phase == Phase::kReserve && faults_.retry_reserve_under_new_id) {
     job.reserve.reservation_id = job.name + "-r" + std::to_string(next_request_id_);
-    job.reserve.request_digest = wire::canonicalRequestDigest(job.reserve);
+    job.reserve.request_digest = requestDigest(job.reserve);
   }
 #endif
   const std::string& id = job.reserve.reservation_id;
@@ -165,7 +164,7 @@ void Gateway::sendConflict(size_t index, uint64_t now_ms) {
   // The same id with a different request: the ledger must refuse it (idempotency conflict).
   ReserveRequest other = jobs_[index].reserve;
   other.units += 1;
-  other.request_digest = wire::canonicalRequestDigest(other);
+  other.request_digest = requestDigest(other);
   trace(now_ms, "reuses an id for another request: " + describe(wire::RequestBody(other)));
   const uint64_t request_id = transmit(other, now_ms);
   pending_[request_id] = Pending{.job = index, .phase = Phase::kReserve, .known = S::kReserved};

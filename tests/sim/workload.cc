@@ -1,6 +1,8 @@
 #include "tests/sim/workload.h"
 
 #include <algorithm>
+#include <cstring>
+#include <string_view>
 
 #include "core/limits.h"
 
@@ -133,6 +135,37 @@ uint64_t hardLimitMsMax(const std::vector<Budget>& budgets) {
   uint64_t max = 0;
   for (const Budget& b : budgets) max = std::max(max, b.hard_execution_limit_ms);
   return max;
+}
+
+Digest requestDigest(const ReserveRequest& request) {
+  uint64_t hash = 14695981039346656037ull;
+  auto mix = [&hash](std::string_view bytes) {
+    for (const char c : bytes) {
+      hash ^= static_cast<uint8_t>(c);
+      hash *= 1099511628211ull;
+    }
+  };
+  auto field = [&mix](std::string_view value) {  // length-prefixed: "ab"+"c" is not "a"+"bc"
+    const uint64_t size = value.size();
+    mix(std::string_view(reinterpret_cast<const char*>(&size), sizeof size));
+    mix(value);
+  };
+  auto number = [&mix](uint64_t value) {
+    mix(std::string_view(reinterpret_cast<const char*>(&value), sizeof value));
+  };
+  field(request.reservation_id);
+  field(request.subject);
+  field(request.route);
+  number(request.units);
+  number(request.policy_generation);
+  number(request.priority);
+  field(request.region);
+  Digest digest{};
+  for (size_t i = 0; i < digest.size(); i += sizeof hash) {
+    std::memcpy(digest.data() + i, &hash, sizeof hash);
+    hash = hash * 6364136223846793005ull + 1442695040888963407ull;
+  }
+  return digest;
 }
 
 }  // namespace tally::sim
