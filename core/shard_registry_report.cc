@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+#include <string_view>
+#include <tuple>
 #include <utility>
 
 #include "core/assert.h"
@@ -268,7 +271,9 @@ ShardRegistry::TickOutcome ShardRegistry::tick(uint64_t now_ms, uint64_t items_m
 }
 
 void ShardRegistry::audit(AuditReport* report) const {
-  std::map<AccountKey, Units> retired;
+  // By views into the records: the audit runs after every simulated step.
+  using Key = std::tuple<std::string_view, std::string_view, Generation>;
+  std::map<Key, Units> retired;
   for (const auto& [id, record] : shards_) {
     report->shards.push_back(viewOf(record));
     if (!isShardConserved(record)) {
@@ -278,12 +283,12 @@ void ShardRegistry::audit(AuditReport* report) const {
                                    std::to_string(record.reminted_units) + " + retired " +
                                    std::to_string(record.retired_units));
     }
-    Units& sum = retired[AccountKey{record.grant.subject, record.grant.route,
-                                    record.grant.policy_generation}];
+    Units& sum =
+        retired[Key{record.grant.subject, record.grant.route, record.grant.policy_generation}];
     sum = saturatingAdd(sum, record.retired_units);
   }
   for (const AccountView& view : report->accounts) {
-    auto it = retired.find(view.key);
+    auto it = retired.find(Key{view.key.subject, view.key.route, view.key.generation});
     const Units shards = it == retired.end() ? 0 : it->second;
     if (shards != view.balances.retired_for_emergency) {
       report->violations.push_back(view.key.subject + "/" + view.key.route + "@" +
@@ -295,8 +300,9 @@ void ShardRegistry::audit(AuditReport* report) const {
   }
   for (const auto& [key, units] : retired) {
     if (units == 0) continue;
-    report->violations.push_back(key.subject + "/" + key.route + "@" +
-                                 std::to_string(key.generation) + ": shards hold " +
+    const auto& [subject, route, generation] = key;
+    report->violations.push_back(std::string(subject) + "/" + std::string(route) + "@" +
+                                 std::to_string(generation) + ": shards hold " +
                                  std::to_string(units) + " retired units but there is no account");
   }
 }
