@@ -22,7 +22,7 @@ constexpr uint64_t kHasGateway = 1 << 8;  // the gateway name follows the reques
 constexpr uint64_t kFlagsAll = (1 << 9) - 1;
 
 // Header bytes: hash [0, 8), keep-until [8, 16), body length [16, 18), alive [18], state [19].
-constexpr uint8_t kGap = 0;  // zeroed chunk memory: nothing more in this chunk
+constexpr uint8_t kGap = 0;  // where a header would begin: nothing more in this chunk
 constexpr uint8_t kLive = 1;
 constexpr uint8_t kDead = 2;
 
@@ -327,13 +327,23 @@ bool ReceiptArchive::add(const Reservation& reservation, uint64_t hash, uint64_t
   if (segment == nullptr) return false;
   uint64_t offset = segment->end;
   if ((offset & (kChunkBytes - 1)) + size > kChunkBytes) {
-    offset = ((offset >> kChunkShift) + 1) << kChunkShift;  // the rest of this chunk stays a gap
+    // The rest of this chunk stays a gap, marked where the next header would begin (a chunk is
+    // not zeroed: in a short segment most of it is never written, nor touched).
+    if (kChunkBytes - (offset & (kChunkBytes - 1)) >= kHeaderBytes) {
+      segment->chunks[offset >> kChunkShift][(offset & (kChunkBytes - 1)) + 18] = kGap;
+    }
+    offset = ((offset >> kChunkShift) + 1) << kChunkShift;
   }
   if (((offset + size) >> 3) > UINT32_MAX) return false;  // 32 GiB in one segment
   if (10 * (size_ + 1) > 7 * index_.size()) growIndex();
   const uint64_t chunk = offset >> kChunkShift;
   while (segment->chunks.size() <= chunk) {
-    segment->chunks.push_back(std::make_unique<uint8_t[]>(kChunkBytes));  // zeroed: gaps
+    segment->chunks.push_back(std::make_unique_for_overwrite<uint8_t[]>(kChunkBytes));
+#ifndef NDEBUG
+    // Debug builds (the sanitizer suite) fill a new chunk with what a gap is not, so that a gap
+    // left unmarked is read as garbage, never as the zeroes fresh pages happen to hold.
+    std::memset(segment->chunks.back().get(), 0xA5, kChunkBytes);
+#endif
     ++chunk_count_;
   }
   uint8_t* header = segment->chunks[chunk].get() + (offset & (kChunkBytes - 1));

@@ -203,6 +203,14 @@ TEST(ReceiptArchiveTest, MemoryIsReturnedAsTheWindowMovesAndStaysFlat) {
   }
   EXPECT_LE(archive.size(), 20'000u + 200u * 100u);
   EXPECT_LE(peak_later, peak_first + (uint64_t{1} << 20));
+  // Every chunk's gap is seen as one: each receipt kept is visited, and decodes.
+  uint64_t visited = 0;
+  archive.forEachPacked([&](std::string_view packed) {
+    Reservation r;
+    EXPECT_TRUE(ReceiptArchive::decode(packed, &r));
+    ++visited;
+  });
+  EXPECT_EQ(visited, archive.size());
   // Every id inside the window is found; every one before it is gone.
   EXPECT_TRUE(archive.contains("r-199999", hashOf("r-199999")));
   EXPECT_FALSE(archive.contains("r-0", hashOf("r-0")));
