@@ -722,13 +722,7 @@ GatewayReply Ledger::enrollGateway(const std::string& gateway_name, const Public
 
 OperatorReply Ledger::enrollOperator(const std::string& name, const PublicKey& public_key,
                                      OperatorRole role, uint64_t now_ms) {
-  bool is_gateway_key = false;
-  for (const auto& [gateway_name, gateway] : shards_.gateways()) {
-    if (gateway.public_key == public_key || gateway.previous_public_key == public_key) {
-      is_gateway_key = true;
-      break;
-    }
-  }
+  const bool is_gateway_key = shards_.gatewayWithKey(public_key) != nullptr;
   return operators_.enroll(name, public_key, role, is_gateway_key, advance(now_ms));
 }
 

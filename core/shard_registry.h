@@ -106,6 +106,9 @@ class ShardRegistry {
   const GatewayRecord* findGateway(const std::string& gateway_name) const;
   // Every enrolled gateway by name, without the copy listGateways() answers with.
   const std::map<std::string, GatewayRecord>& gateways() const { return gateways_; }
+  // The gateway whose key, or previous key however old, `key` is (a key is one gateway's, and
+  // never also an operator's); nullptr if none.
+  const GatewayRecord* gatewayWithKey(const PublicKey& key) const;
   uint64_t fenceOf(const std::string& subject, const std::string& route) const;
   uint64_t shardSequence() const { return shard_sequence_; }
   size_t shardCount() const { return shards_.size(); }

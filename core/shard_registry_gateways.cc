@@ -22,6 +22,15 @@ GatewayReply gatewayError(ReplyCode code, std::string message) {
 
 }  // namespace
 
+const GatewayRecord* ShardRegistry::gatewayWithKey(const PublicKey& key) const {
+  if (key == PublicKey{})
+    return nullptr;  // no key, and the previous key of a gateway never rotated
+  for (const auto& [name, gateway] : gateways_) {
+    if (gateway.public_key == key || gateway.previous_public_key == key) return &gateway;
+  }
+  return nullptr;
+}
+
 GatewayReply ShardRegistry::enrollGateway(const std::string& gateway_name,
                                           const PublicKey& public_key, uint64_t now_ms) {
   if (!validGatewayName(gateway_name)) {
@@ -93,12 +102,10 @@ GatewayReply ShardRegistry::rotateGatewayKey(const std::string& gateway_name,
   if (record.public_key == new_key) {  // a repeat (or a rotation to the key it has)
     return {.code = ReplyCode::kOk, .gateways = {record}, .duplicate = true};
   }
-  for (const auto& [name, other] : gateways_) {
-    if (name != gateway_name &&
-        (other.public_key == new_key || other.previous_public_key == new_key)) {
-      return gatewayError(ReplyCode::kInvalidArgument,
-                          "the key is gateway '" + name + "'s; a key is one gateway's");
-    }
+  if (const GatewayRecord* other = gatewayWithKey(new_key);
+      other != nullptr && other->gateway_name != gateway_name) {
+    return gatewayError(ReplyCode::kInvalidArgument, "the key is gateway '" + other->gateway_name +
+                                                         "'s; a key is one gateway's");
   }
   // The previous key is the one the gateway has been using: kept if a rotation is under way.
   const bool rotating = record.previous_public_key != PublicKey{} &&
