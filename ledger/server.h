@@ -87,7 +87,7 @@ struct ServerOptions {
   std::optional<PublicKey> operator_key;
 };
 
-class Server : private net::StreamHandler {
+class Server final : private net::StreamHandler {
  public:
   Server(uv_loop_t* loop, Ledger* ledger, Store* store, LedgerClock* clock, Logger* logger,
          ServerOptions options);

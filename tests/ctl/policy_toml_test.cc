@@ -36,7 +36,7 @@ class Doc {
 
   Doc& erase(const std::string& key) {
     auto& [section, name] = locate(key);
-    std::erase_if(*section, [&](const auto& entry) { return entry.first == name; });
+    std::erase_if(*section, [&wanted = name](const auto& entry) { return entry.first == wanted; });
     return *this;
   }
 

@@ -337,7 +337,7 @@ TEST_F(LedgerBadInputTest, ClientThatNeverReadsBlocksNeitherOthersNorShutdown) {
   const uint64_t resident_kib = residentKiB(ledger_.pid());
   std::cout << "[ hog      ] ledger resident set: " << resident_kib / 1024 << " MiB" << std::endl;
   EXPECT_GT(resident_kib, 0u);
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(TALLY_ASAN)
   // ASan's allocator keeps freed memory in a quarantine of up to 256 MiB, so the resident set
   // of a sanitizer build says nothing about what the ledger holds; the release run checks it.
   std::cout << "[ hog      ] resident-set bound not checked under AddressSanitizer" << std::endl;

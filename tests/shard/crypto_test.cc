@@ -168,10 +168,10 @@ TEST(ShardCrypto, ChangingAnyReportFieldBreaksItsSignature) {
       {"receipts: order", [](ShardReport& r) { std::swap(r.receipts[0], r.receipts[1]); }},
   };
   for (const auto& [field, mutate] : receiptMutations()) {
-    mutations.emplace_back(field, [mutate](ShardReport& r) { mutate(r.receipts[1]); });
+    mutations.emplace_back(field, [m = mutate](ShardReport& r) { m(r.receipts[1]); });
   }
   for (const auto& [field, mutate] : grantMutations()) {
-    mutations.emplace_back(field, [mutate](ShardReport& r) { mutate(r.shard); });
+    mutations.emplace_back(field, [m = mutate](ShardReport& r) { m(r.shard); });
   }
   ASSERT_EQ(mutations.size(), 11u + 21u + 14u);
   for (const auto& [field, mutate] : mutations) {

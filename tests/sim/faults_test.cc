@@ -57,7 +57,7 @@ TEST(SimFaults, DoubleRefundOnReleaseIsCaught) {
 constexpr uint64_t kFrozenRouteSeedsMax = 1'500;
 
 TEST(SimFaults, AdmissionWhileInDebtIsCaught) {
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(TALLY_ASAN)
   GTEST_SKIP() << "about 850 runs: the release build's run of this test is the proof";
 #endif
   EXPECT_NE(0u, seedsUntilCaught([](RunOptions* o) { o->node_faults.ledger.admit_in_debt = true; },
