@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -23,6 +24,10 @@ constexpr const char* kDelete = "DELETE FROM reservation_partitions WHERE reserv
 constexpr const char* kSelect =
     "SELECT partition_index FROM reservation_partitions WHERE reservation_id = ?1";
 constexpr const char* kCount = "SELECT COUNT(*) FROM reservation_partitions";
+// Rowids grow with each new id (an id recorded again keeps its row): the oldest are the lowest.
+constexpr const char* kTrim =
+    "DELETE FROM reservation_partitions WHERE rowid IN (SELECT rowid FROM reservation_partitions"
+    " ORDER BY rowid LIMIT max(0, (SELECT COUNT(*) FROM reservation_partitions) - ?1))";
 
 }  // namespace
 
@@ -71,6 +76,16 @@ Result<uint64_t> ReservationPartitions::size() {
   std::optional<int64_t> count;
   TALLY_SQLITE_RETURN_IF_ERROR(queryInt(db_, kCount, "count reservation partitions", &count));
   return static_cast<uint64_t>(count.value_or(0));
+}
+
+Status ReservationPartitions::trim(uint64_t keep_max) {
+  constexpr const char* kOp = "trim reservation partitions";
+  Statement stmt;
+  TALLY_SQLITE_RETURN_IF_ERROR(stmt.prepare(db_, kTrim));
+  const auto keep = static_cast<int64_t>(
+      std::min<uint64_t>(keep_max, static_cast<uint64_t>(std::numeric_limits<int64_t>::max())));
+  TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db_, stmt.get(), 1, keep, kOp));
+  return stepDone(db_, stmt.get(), kOp);
 }
 
 }  // namespace tally::agent

@@ -36,6 +36,8 @@ class ReservationPartitions {
   // The partition recorded for `reservation_id`, if any.
   Result<std::optional<uint32_t>> find(std::string_view reservation_id);
   Result<uint64_t> size();
+  // Drops the oldest records (first recorded) until at most `keep_max` remain.
+  Status trim(uint64_t keep_max);
 
   struct Key {
     explicit Key() = default;

@@ -101,6 +101,15 @@ inline constexpr uint64_t kFairRoutesMax = 1'000;
 inline constexpr uint64_t kFairnessWindowAdmissionsDefault = 1'000;
 inline constexpr uint64_t kFairnessWindowAdmissionsMax = 1'000'000;
 
+// A partitioned agent's records of which partition each reservation was reserved on
+// (agent/reservation_partitions.h, docs/scale-out.md "Partitioned subjects"): kept at most (the
+// oldest are dropped, checked every kReservationPartitionsTrimEvery records). A record is
+// forgotten at the reservation's final answer; those never followed up (a reservation left to
+// expire, a settle answered QUEUED) would otherwise stay. Dropping one is safe: its follow-up is
+// asked of every partition (decideUnrecorded, core/agent_fleet.h). About 60 bytes each on disk.
+inline constexpr uint64_t kReservationPartitionsMax = 1'000'000;
+inline constexpr uint64_t kReservationPartitionsTrimEvery = 1'024;
+
 // The agent's HTTP/JSON listener (agent/http_server.h): per request, the request line and
 // headers, and the body; per connection, requests parsed and not yet answered, and answer bytes
 // queued unsent, before it stops reading that connection; the header and idle timeouts. Its

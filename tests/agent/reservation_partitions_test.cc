@@ -63,6 +63,29 @@ TEST(ReservationPartitionsTest, RecordsFindsReplacesAndForgets) {
   EXPECT_FALSE(ReservationPartitions::open(nullptr).isOk());
 }
 
+TEST(ReservationPartitionsTest, TrimKeepsTheNewestRecords) {
+  TempDir dir;
+  Opened opened = openOrDie(dir.path());
+  ASSERT_NE(opened.partitions, nullptr);
+  ReservationPartitions* partitions = opened.partitions.get();
+  for (int i = 1; i <= 10; ++i) {
+    ASSERT_TRUE(partitions->record("r-" + std::to_string(i), 1).isOk());
+  }
+  ASSERT_TRUE(partitions->record("r-2", 0).isOk());  // recorded again: still the second oldest
+  ASSERT_TRUE(partitions->trim(4).isOk());
+  Result<uint64_t> size = partitions->size();
+  ASSERT_TRUE(size.isOk());
+  EXPECT_EQ(size.value(), 4u);
+  for (int i = 1; i <= 6; ++i) {
+    EXPECT_EQ(findOrDie(partitions, "r-" + std::to_string(i)), std::nullopt) << i;
+  }
+  for (int i = 7; i <= 10; ++i) EXPECT_EQ(findOrDie(partitions, "r-" + std::to_string(i)), 1u);
+  ASSERT_TRUE(partitions->trim(100).isOk());  // fewer than the bound: nothing dropped
+  size = partitions->size();
+  ASSERT_TRUE(size.isOk());
+  EXPECT_EQ(size.value(), 4u);
+}
+
 // A child records reservations and acknowledges each on a pipe once record() returned; the
 // parent SIGKILLs it mid-stream. Every acknowledged record is found after reopening.
 TEST(ReservationPartitionsTest, EveryAcknowledgedRecordSurvivesKill9) {
