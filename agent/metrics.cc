@@ -1,7 +1,10 @@
 #include "agent/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <span>
 #include <type_traits>
+#include <utility>
 #include <variant>
 
 namespace tally::agent {
@@ -19,6 +22,30 @@ void sample(std::string* out, const std::string& name, const std::string& labels
   promSample(out, name, labels, value);
 }
 std::string seconds(uint64_t us) { return promSeconds(us); }
+
+// Partition i's samples of a gauge: `labels` with partition="i" first when the agent has more
+// than one partition (docs/scale-out.md "Partitioned subjects"); unchanged with one.
+class PartitionSamples {
+ public:
+  PartitionSamples(std::string* out, std::span<const GaugeSnapshot> gauges)
+      : out_(out), gauges_(gauges) {}
+  // One sample of `name` per partition: value_of(snapshot) -> {labels, value}.
+  template <typename ValueOf>
+  void each(const std::string& name, ValueOf value_of) const {
+    for (size_t i = 0; i < gauges_.size(); ++i) {
+      const auto [labels, value] = value_of(gauges_[i]);
+      std::string all = gauges_.size() > 1 ? "partition=\"" + std::to_string(i) + "\"" : "";
+      if (!all.empty() && !labels.empty()) all += ",";
+      sample(out_, name, all + labels, value);
+    }
+  }
+
+ private:
+  std::string* out_;
+  std::span<const GaugeSnapshot> gauges_;
+};
+
+using Sample = std::pair<std::string, std::string>;  // labels, value
 
 }  // namespace
 
@@ -80,7 +107,7 @@ uint64_t AgentMetrics::shadowDecisions(const std::string& outcome,
   return it == shadow_.end() ? 0 : it->second;
 }
 
-void AgentMetrics::renderShards(std::string* out, const GaugeSnapshot& g) const {
+void AgentMetrics::renderShards(std::string* out, std::span<const GaugeSnapshot> gauges) const {
   auto counters = [out](const char* name, const char* help, const char* label,
                         const std::map<std::string, uint64_t>& values) {
     header(out, name, "counter", help);
@@ -100,23 +127,34 @@ void AgentMetrics::renderShards(std::string* out, const GaugeSnapshot& g) const 
            "Shard events: quarantined (stored grant does not verify), conflict (reported by the "
            "ledger), unreconcilable (the ledger will never take its report), closed-<reason>.",
            "event", shard_events_);
+  const PartitionSamples samples(out, gauges);
   header(out, "tally_agent_shards", "gauge", "Emergency shards held, by condition.");
-  sample(out, "tally_agent_shards", "condition=\"usable\"", std::to_string(g.shards_usable));
-  sample(out, "tally_agent_shards", "condition=\"closed\"", std::to_string(g.shards_closed));
-  sample(out, "tally_agent_shards", "condition=\"quarantined\"",
-         std::to_string(g.shards_quarantined));
-  sample(out, "tally_agent_shards", "condition=\"unreconcilable\"",
-         std::to_string(g.shards_unreconcilable));
+  for (const auto& [condition, member] :
+       {std::pair{"usable", &GaugeSnapshot::shards_usable},
+        std::pair{"closed", &GaugeSnapshot::shards_closed},
+        std::pair{"quarantined", &GaugeSnapshot::shards_quarantined},
+        std::pair{"unreconcilable", &GaugeSnapshot::shards_unreconcilable}}) {
+    samples.each("tally_agent_shards", [condition, member](const GaugeSnapshot& g) {
+      return Sample{std::string("condition=\"") + condition + "\"", std::to_string(g.*member)};
+    });
+  }
   header(out, "tally_agent_shard_available_units", "gauge",
          "Units still available for admission in usable shards.");
-  sample(out, "tally_agent_shard_available_units", "", std::to_string(g.shard_available_units));
+  samples.each("tally_agent_shard_available_units", [](const GaugeSnapshot& g) {
+    return Sample{"", std::to_string(g.shard_available_units)};
+  });
   header(out, "tally_agent_shard_oldest_unreconciled_age_seconds", "gauge",
          "Time since the oldest closed, not yet reconciled shard was closed.");
-  sample(out, "tally_agent_shard_oldest_unreconciled_age_seconds", "",
-         seconds(g.shard_oldest_unreconciled_age_ms * 1000));
+  samples.each("tally_agent_shard_oldest_unreconciled_age_seconds", [](const GaugeSnapshot& g) {
+    return Sample{"", seconds(g.shard_oldest_unreconciled_age_ms * 1000)};
+  });
 }
 
-std::string AgentMetrics::render(const GaugeSnapshot& g) const {
+std::string AgentMetrics::render(const GaugeSnapshot& gauges) const {
+  return render(std::span<const GaugeSnapshot>(&gauges, 1));
+}
+
+std::string AgentMetrics::render(std::span<const GaugeSnapshot> gauges) const {
   std::string out;
   header(&out, "tally_agent_requests_total", "counter",
          "Gateway requests by operation and outcome.");
@@ -138,55 +176,61 @@ std::string AgentMetrics::render(const GaugeSnapshot& g) const {
     h.render(&out, "tally_agent_request_duration_seconds",
              "op=\"" + std::string(opName(static_cast<Op>(op))) + "\"", true);
   }
+  const PartitionSamples samples(&out, gauges);
   header(&out, "tally_agent_ledger_health", "gauge",
          "Link to the ledger: 0 HEALTHY, 1 DEGRADED, 2 PARTITIONED (or not connected).");
-  const LinkHealth shown = g.connected ? g.health : LinkHealth::kPartitioned;
-  sample(&out, "tally_agent_ledger_health",
-         std::string("state=\"") + linkHealthName(shown) + "\",connected=\"" +
-             (g.connected ? "true" : "false") + "\"",
-         std::to_string(static_cast<int>(shown)));
-  if (!g.ledger_address.empty()) {
+  samples.each("tally_agent_ledger_health", [](const GaugeSnapshot& g) {
+    const LinkHealth shown = g.connected ? g.health : LinkHealth::kPartitioned;
+    return Sample{std::string("state=\"") + linkHealthName(shown) + "\",connected=\"" +
+                      (g.connected ? "true" : "false") + "\"",
+                  std::to_string(static_cast<int>(shown))};
+  });
+  if (!gauges.empty() && !gauges.front().ledger_address.empty()) {
     header(&out, "tally_agent_ledger_address", "gauge",
            "1 for the ledger address the link uses now (of --ledger's list).");
-    sample(&out, "tally_agent_ledger_address", "address=\"" + g.ledger_address + "\"", "1");
+    samples.each("tally_agent_ledger_address", [](const GaugeSnapshot& g) {
+      return Sample{"address=\"" + g.ledger_address + "\"", "1"};
+    });
     header(&out, "tally_agent_ledger_not_primary_total", "counter",
            "NOT_PRIMARY answers (a standby) that moved the link to another address.");
-    sample(&out, "tally_agent_ledger_not_primary_total", "",
-           std::to_string(g.ledger_not_primary_answers));
+    samples.each("tally_agent_ledger_not_primary_total", [](const GaugeSnapshot& g) {
+      return Sample{"", std::to_string(g.ledger_not_primary_answers)};
+    });
   }
-  header(&out, "tally_agent_outbox_depth", "gauge", "Operations queued in the durable outbox.");
-  sample(&out, "tally_agent_outbox_depth", "", std::to_string(g.outbox_depth));
-  header(&out, "tally_agent_outbox_oldest_age_seconds", "gauge",
-         "Age of the oldest queued outbox entry.");
-  sample(&out, "tally_agent_outbox_oldest_age_seconds", "", seconds(g.outbox_oldest_age_ms * 1000));
-  header(&out, "tally_agent_reservation_unknown", "gauge",
-         "Reservations whose ledger answer was lost (RESERVATION_UNKNOWN), not yet resolved.");
-  sample(&out, "tally_agent_reservation_unknown", "", std::to_string(g.reservation_unknown));
-  header(&out, "tally_agent_reservation_unknown_oldest_age_seconds", "gauge",
-         "Age of the oldest unresolved RESERVATION_UNKNOWN.");
-  sample(&out, "tally_agent_reservation_unknown_oldest_age_seconds", "",
-         seconds(g.reservation_unknown_oldest_age_ms * 1000));
-  header(&out, "tally_agent_usage_unknown", "gauge",
-         "Reservations marked USAGE_UNKNOWN through this agent and not yet resolved by a receipt "
-         "(best effort).");
-  sample(&out, "tally_agent_usage_unknown", "", std::to_string(g.usage_unknown));
-  header(&out, "tally_agent_usage_unknown_oldest_age_seconds", "gauge",
-         "Age of the oldest USAGE_UNKNOWN marked through this agent.");
-  sample(&out, "tally_agent_usage_unknown_oldest_age_seconds", "",
-         seconds(g.usage_unknown_oldest_age_ms * 1000));
+  const auto gauge = [&samples, &out](const char* name, const char* help, auto value_of) {
+    header(&out, name, "gauge", help);
+    samples.each(name, [&value_of](const GaugeSnapshot& g) { return Sample{"", value_of(g)}; });
+  };
+  gauge("tally_agent_outbox_depth", "Operations queued in the durable outbox.",
+        [](const GaugeSnapshot& g) { return std::to_string(g.outbox_depth); });
+  gauge("tally_agent_outbox_oldest_age_seconds", "Age of the oldest queued outbox entry.",
+        [](const GaugeSnapshot& g) { return seconds(g.outbox_oldest_age_ms * 1000); });
+  gauge("tally_agent_reservation_unknown",
+        "Reservations whose ledger answer was lost (RESERVATION_UNKNOWN), not yet resolved.",
+        [](const GaugeSnapshot& g) { return std::to_string(g.reservation_unknown); });
+  gauge("tally_agent_reservation_unknown_oldest_age_seconds",
+        "Age of the oldest unresolved RESERVATION_UNKNOWN.",
+        [](const GaugeSnapshot& g) { return seconds(g.reservation_unknown_oldest_age_ms * 1000); });
+  gauge("tally_agent_usage_unknown",
+        "Reservations marked USAGE_UNKNOWN through this agent and not yet resolved by a receipt "
+        "(best effort).",
+        [](const GaugeSnapshot& g) { return std::to_string(g.usage_unknown); });
+  gauge("tally_agent_usage_unknown_oldest_age_seconds",
+        "Age of the oldest USAGE_UNKNOWN marked through this agent.",
+        [](const GaugeSnapshot& g) { return seconds(g.usage_unknown_oldest_age_ms * 1000); });
   header(&out, "tally_agent_shadow_decisions_total", "counter",
          "Shadow-mode ledger decisions by outcome and limiting dimension (the agent admitted).");
   for (const auto& [key, value] : shadow_) {
     sample(&out, "tally_agent_shadow_decisions_total",
            "outcome=\"" + key.first + "\",dimension=\"" + key.second + "\"", std::to_string(value));
   }
-  header(&out, "tally_agent_local_reservations", "gauge",
-         "Reservations admitted locally (rollout off / shadow) still tracked by the agent.");
-  sample(&out, "tally_agent_local_reservations", "", std::to_string(g.local_reservations));
-  header(&out, "tally_agent_boot_epoch", "gauge", "This agent's boot epoch.");
-  sample(&out, "tally_agent_boot_epoch", "", std::to_string(g.boot_epoch));
-  renderShards(&out, g);
-  renderFair(&out, g);
+  gauge("tally_agent_local_reservations",
+        "Reservations admitted locally (rollout off / shadow) still tracked by the agent.",
+        [](const GaugeSnapshot& g) { return std::to_string(g.local_reservations); });
+  gauge("tally_agent_boot_epoch", "This agent's boot epoch.",
+        [](const GaugeSnapshot& g) { return std::to_string(g.boot_epoch); });
+  renderShards(&out, gauges);
+  renderFair(&out, gauges);
   return out;
 }
 
@@ -214,12 +258,18 @@ std::string ratio(double value) {
 
 }  // namespace
 
-void AgentMetrics::renderFair(std::string* out, const GaugeSnapshot& g) {
-  if (g.fair_routes.empty()) return;
+void AgentMetrics::renderFair(std::string* out, std::span<const GaugeSnapshot> gauges) {
+  const bool any = std::any_of(gauges.begin(), gauges.end(),
+                               [](const GaugeSnapshot& g) { return !g.fair_routes.empty(); });
+  if (!any) return;
   const auto each = [&](const char* name, const char* type, const char* help, auto value_of) {
     header(out, name, type, help);
-    for (const FairRouteGauges& route : g.fair_routes) {
-      sample(out, name, "route=\"" + labelValue(route.route) + "\"", value_of(route));
+    for (size_t i = 0; i < gauges.size(); ++i) {
+      const std::string partition =
+          gauges.size() > 1 ? "partition=\"" + std::to_string(i) + "\"," : "";
+      for (const FairRouteGauges& route : gauges[i].fair_routes) {
+        sample(out, name, partition + "route=\"" + labelValue(route.route) + "\"", value_of(route));
+      }
     }
   };
   each("tally_agent_fair_started_max", "gauge", "Execution slots of a fairly scheduled route.",

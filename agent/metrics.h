@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -97,10 +98,15 @@ class AgentMetrics {
   uint64_t shadowDecisions(const std::string& outcome, LimitingDimension dimension) const;
 
   std::string render(const GaugeSnapshot& gauges) const;
+  // A partitioned agent (docs/scale-out.md "Partitioned subjects"): gauges[i] is partition i's
+  // (its link, outbox, unknowns, boot epoch, shards, fair routes). With more than one, each of
+  // those samples carries a `partition="I"` label first; with one the text is render()'s.
+  // Counters are the agent's (every partition's together), unlabelled.
+  std::string render(std::span<const GaugeSnapshot> gauges) const;
 
  private:
-  void renderShards(std::string* out, const GaugeSnapshot& gauges) const;
-  static void renderFair(std::string* out, const GaugeSnapshot& gauges);
+  void renderShards(std::string* out, std::span<const GaugeSnapshot> gauges) const;
+  static void renderFair(std::string* out, std::span<const GaugeSnapshot> gauges);
 
   using Histogram = net::PromHistogram<kBucketsUs.size()>;
 

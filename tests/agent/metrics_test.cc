@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "agent/metrics_server.h"
 
 namespace tally::agent {
@@ -40,6 +43,43 @@ TEST(AgentMetrics, RendersCountersHistogramsAndGauges) {
                       "\"capacity\"} 1\n"),
             std::string::npos);
   EXPECT_NE(text.find("tally_agent_boot_epoch 9\n"), std::string::npos);
+}
+
+// A partitioned agent: each partition's link, outbox, shards and boot epoch under a partition
+// label; the counters once, unlabelled.
+TEST(AgentMetrics, LabelsEachPartitionsGauges) {
+  AgentMetrics metrics;
+  metrics.countRequest(Op::kReserve, "ok", 300);
+  const std::vector<GaugeSnapshot> gauges = {GaugeSnapshot{.health = LinkHealth::kHealthy,
+                                                           .connected = true,
+                                                           .outbox_depth = 0,
+                                                           .boot_epoch = 3,
+                                                           .shards_usable = 1,
+                                                           .ledger_address = "127.0.0.1:7411"},
+                                             GaugeSnapshot{.connected = false,
+                                                           .outbox_depth = 5,
+                                                           .boot_epoch = 4,
+                                                           .shard_available_units = 70,
+                                                           .ledger_address = "127.0.0.1:7511"}};
+  const std::string text = metrics.render(gauges);
+  for (const char* line :
+       {"tally_agent_requests_total{op=\"reserve\",outcome=\"ok\"} 1\n",
+        "tally_agent_ledger_health{partition=\"0\",state=\"HEALTHY\",connected=\"true\"} 0\n",
+        "tally_agent_ledger_health{partition=\"1\",state=\"PARTITIONED\",connected=\"false\"} "
+        "2\n",
+        "tally_agent_ledger_address{partition=\"1\",address=\"127.0.0.1:7511\"} 1\n",
+        "tally_agent_outbox_depth{partition=\"0\"} 0\n",
+        "tally_agent_outbox_depth{partition=\"1\"} 5\n",
+        "tally_agent_boot_epoch{partition=\"1\"} 4\n",
+        "tally_agent_shards{partition=\"0\",condition=\"usable\"} 1\n",
+        "tally_agent_shard_available_units{partition=\"1\"} 70\n"}) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << text;
+  }
+  EXPECT_EQ(text.find("tally_agent_outbox_depth 0\n"), std::string::npos) << text;
+  // One partition: the unpartitioned text, no label.
+  const std::vector<GaugeSnapshot> one = {gauges[1]};
+  EXPECT_EQ(metrics.render(one), metrics.render(gauges[1]));
+  EXPECT_EQ(metrics.render(one).find("partition="), std::string::npos);
 }
 
 TEST(AgentMetrics, ShowsTheCurrentLedgerAddress) {
