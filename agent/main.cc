@@ -14,6 +14,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "agent/agent_service.h"
 #include "agent/config.h"
@@ -22,6 +23,8 @@
 #include "agent/metrics.h"
 #include "agent/metrics_server.h"
 #include "agent/outbox_store.h"
+#include "agent/partition_router.h"
+#include "agent/reservation_partitions.h"
 #include "agent/shard_keeper.h"
 #include "central-client/ledger_link.h"
 #include "common/daemon_args.h"
@@ -31,6 +34,8 @@
 #include "common/sd_notify.h"
 #include "common/sd_watchdog.h"
 #include "common/wall_clock.h"
+#include "core/assert.h"
+#include "core/partition_map.h"
 #include "net/tls_session.h"
 #include "shard/crypto.h"
 #include "shard/identity.h"
@@ -64,7 +69,10 @@ constexpr const char* kUsage =
     "--ledger HOST:PORT,HOST:PORT: the ledger and its standbys (or the config's ledger key):\n"
     "tried in turn, moving to the primary a standby names (NOT_PRIMARY, docs/AGENT.md).\n"
     "--partitions 'A1,A2;B1,B2': partitioned subjects (docs/scale-out.md), instead of --ledger:\n"
-    "each partition's ledger and standbys, in partition order.\n"
+    "each partition's ledger and standbys, in partition order. With more than one, each\n"
+    "partition has its own link, outbox and emergency shards (DIR/partition-I/agent.db); a\n"
+    "reserve goes to its subject's partition (recorded durably in DIR/agent.db first), a\n"
+    "follow-up to its reserve's, health/audit/policy to every partition (answers merged).\n"
     "--metrics HOST:PORT: Prometheus endpoint (default 127.0.0.1:9464; \"\" disables).\n"
     "--http-socket PATH: HTTP/1.1 + JSON on a second Unix socket (docs/protocol.md \"HTTP\"),\n"
     "same mode and peer checks (default: the socket's path with -http before .sock,\n"
@@ -193,21 +201,13 @@ int parseArgs(int argc, char** argv, AgentConfig* config, Command* command) {
       return kExitUsage;
     }
   }
-  if (partitions_given && config->partitions.size() > 1) {
-    // docs/scale-out.md "Partitioned subjects": the per-partition links are not built yet.
-    std::fprintf(stderr,
-                 "tally-agent: --partitions: routing by subject over %zu partitions is not built "
-                 "yet; give one partition (or --ledger)\n",
-                 config->partitions.size());
-    return kExitUsage;
-  }
-  if (partitions_given) {
+  if (partitions_given && config->partitions.size() == 1) {
     // One partition is a plain ledger: its primary and standbys.
     const std::vector<client::Endpoint>& only = config->partitions.front();
     config->ledger_host = only.front().host;
     config->ledger_port = only.front().port;
     config->ledger_also.assign(only.begin() + 1, only.end());
-  } else if (ledger.empty() && !config->ledger_configured) {
+  } else if (!partitions_given && ledger.empty() && !config->ledger_configured) {
     std::fprintf(stderr, "tally-agent: --ledger HOST:PORT (or --partitions MAP) is required\n%s",
                  kUsage);
     return kExitUsage;
@@ -345,44 +345,125 @@ Result<LinkTls> linkTls(const AgentConfig& config, const identity::KeyPair& gate
   });
 }
 
-// How long after drain_timeout_ms the gateway server still waits for the answers the service
-// gives at that deadline before it closes connections regardless.
-// "H:P" or "H:P,H:P" (its standbys), for the ready line.
-std::string ledgerAddressesOf(const AgentConfig& config) {
+// Each partition's ledger addresses (its primary and standbys), in partition order: one for an
+// unpartitioned agent (--ledger, or --partitions with one partition).
+std::vector<std::vector<client::Endpoint>> partitionAddresses(const AgentConfig& config) {
+  if (config.partitions.size() > 1) return config.partitions;
   std::vector<client::Endpoint> addresses{client::Endpoint{.kind = client::Endpoint::Kind::kTcp,
                                                            .host = config.ledger_host,
                                                            .port = config.ledger_port}};
   addresses.insert(addresses.end(), config.ledger_also.begin(), config.ledger_also.end());
-  return config.ledger_also.empty() ? config.ledger_host + ":" + std::to_string(config.ledger_port)
-                                    : client::ledgerAddressesName(addresses);
+  return {addresses};
 }
 
+// "H:P" or "H:P,H:P" (its standbys), partitions separated by ';', for the ready line.
+std::string ledgerAddressesOf(const AgentConfig& config) {
+  if (config.partitions.size() <= 1 && config.ledger_also.empty()) {
+    return config.ledger_host + ":" + std::to_string(config.ledger_port);
+  }
+  std::string text;
+  for (const std::vector<client::Endpoint>& partition : partitionAddresses(config)) {
+    if (!text.empty()) text += ';';
+    text += client::ledgerAddressesName(partition);
+  }
+  return text;
+}
+
+// Partition i's store: DIR itself for an unpartitioned agent (as before partitions existed),
+// DIR/partition-I with more than one.
+std::string partitionDataDir(const AgentConfig& config, size_t partition, size_t count) {
+  if (count == 1) return config.data_dir;
+  return config.data_dir + "/partition-" + std::to_string(partition);
+}
+
+// The [emergency] accounts partition i keeps shards for: those of its subjects (a shard is
+// issued by the partition that holds the account).
+EmergencyOptions partitionEmergencyOptions(const AgentConfig& config, uint32_t partition,
+                                           uint32_t count) {
+  EmergencyOptions options = emergencyOptions(config);
+  std::erase_if(options.accounts, [&](const SubjectRoute& account) {
+    return partitionOf(account.subject, count) != partition;
+  });
+  return options;
+}
+
+// One partition's durable state, opened before the loop: its agent.db (outbox, boot epoch,
+// shards), the boot epoch this start took and the outbox entries it restores.
+struct PartitionStore {
+  std::string data_dir;
+  std::unique_ptr<OutboxStore> store;
+  std::unique_ptr<ShardStore> shard_store;
+  uint64_t boot_epoch = 0;
+  std::vector<OutboxEntry> restored;
+};
+
+// Opens `opened->data_dir`; on failure *event names the step that failed, for the log.
+Status openPartitionStore(PartitionStore* opened, const char** event) {
+  *event = "store_open_failed";
+  Result<std::unique_ptr<OutboxStore>> store = OutboxStore::open(opened->data_dir);
+  if (!store.isOk()) return store.status();
+  opened->store = std::move(store).value();
+  *event = "shard_store_open_failed";
+  Result<std::unique_ptr<ShardStore>> shard_store = ShardStore::open(opened->store->connection());
+  if (!shard_store.isOk()) return shard_store.status();
+  opened->shard_store = std::move(shard_store).value();
+  // Durably, before serving (SPEC §6 rule 3): a restart never inherits an emergency shard.
+  *event = "boot_epoch_failed";
+  Result<uint64_t> epoch = opened->shard_store->incrementBootEpoch();
+  if (!epoch.isOk()) return epoch.status();
+  opened->boot_epoch = epoch.value();
+  *event = "outbox_load_failed";
+  Result<std::vector<OutboxEntry>> restored = opened->store->load();
+  if (!restored.isOk()) return restored.status();
+  opened->restored = std::move(restored).value();
+  return Status::ok();
+}
+
+// How long after drain_timeout_ms the gateway server still waits for the answers the service
+// gives at that deadline before it closes connections regardless.
 constexpr uint64_t kGatewayDrainGraceMs = 1'000;
 
-// The daemon's parts, in construction order; destroyed after the loop ran dry.
-struct Daemon {
-  Daemon(uv_loop_t* loop, const AgentConfig& config, Logger* logger, OutboxStore* store,
-         int inherited_fd, ShardStore* shard_store, const ShardCrypto* crypto, GatewaySigner signer,
-         uint64_t boot_epoch, uint64_t watchdog_interval_ms, LinkTls link_tls)
-      : config(config),
-        logger(logger),
-        link(loop,
-             central::LedgerLinkOptions{.host = config.ledger_host,
-                                        .port = config.ledger_port,
-                                        .also = config.ledger_also,
+// One partition's parts: its ledger link, shard keeper and service (with its own health, outbox
+// and emergency shards). Borrows the store, metrics and logger, which outlive it.
+struct Partition {
+  Partition(uv_loop_t* loop, const AgentConfig& config, const std::vector<client::Endpoint>& at,
+            PartitionStore* store, const ShardCrypto* crypto, GatewaySigner signer,
+            EmergencyOptions emergency, LinkTls link_tls, AgentMetrics* metrics, Logger* logger)
+      : link(loop,
+             central::LedgerLinkOptions{.host = at.front().host,
+                                        .port = at.front().port,
+                                        .also = {at.begin() + 1, at.end()},
                                         .request_timeout_ms = config.request_timeout_ms,
                                         .frame_bytes_max = config.frame_bytes_max,
                                         .health = config.health,
                                         .tls = std::move(link_tls)},
              logger),
-        keeper(loop, &link, shard_store, crypto, std::move(signer), &metrics, logger,
-               emergencyOptions(config), boot_epoch, /*seed=*/0),
-        service(loop, &link, store, &metrics, logger,
+        keeper(loop, &link, store->shard_store.get(), crypto, std::move(signer), metrics, logger,
+               std::move(emergency), store->boot_epoch, /*seed=*/0),
+        service(loop, &link, store->store.get(), metrics, logger,
                 AgentServiceOptions{
                     .policy_refresh_ms = config.policy_refresh_ms,
                     .outbox_entries_max = config.outbox_entries_max,
                     .fair = {.started_max = config.scheduling.started_max,
-                             .fairness_window_admissions = config.scheduling.fairness_window}}),
+                             .fairness_window_admissions = config.scheduling.fairness_window}}) {
+    service.setShardKeeper(&keeper);
+  }
+
+  central::LedgerLink link;
+  ShardKeeper keeper;
+  AgentService service;
+};
+
+// The daemon's parts, in construction order; destroyed after the loop ran dry.
+struct Daemon {
+  Daemon(uv_loop_t* loop, const AgentConfig& config, Logger* logger,
+         std::vector<PartitionStore>* stores, ReservationPartitions* records, int inherited_fd,
+         const ShardCrypto* crypto, const GatewaySigner& signer, uint64_t watchdog_interval_ms,
+         const LinkTls& link_tls)
+      : config(config),
+        logger(logger),
+        partitions(makePartitions(loop, config, stores, crypto, signer, link_tls)),
+        router(handlers(), records, logger),
         server(loop, logger,
                GatewayServerOptions{
                    .socket_path = config.socket_path,
@@ -398,7 +479,7 @@ struct Daemon {
                    .buffered_bytes_max = config.buffered_bytes_max,
                    .drain_timeout_ms = config.drain_timeout_ms + kGatewayDrainGraceMs},
                [this](wire::RequestBody body, Respond respond, Alive alive) {
-                 service.handle(std::move(body), std::move(respond), std::move(alive));
+                 router.handle(std::move(body), std::move(respond), std::move(alive));
                }),
         http_server(
             loop, logger,
@@ -414,19 +495,71 @@ struct Daemon {
                               .linger_ms = config.http_linger_ms,
                               .drain_timeout_ms = config.drain_timeout_ms + kGatewayDrainGraceMs},
             [this](wire::RequestBody body, Respond respond, Alive alive) {
-              service.handle(std::move(body), std::move(respond), std::move(alive));
+              router.handle(std::move(body), std::move(respond), std::move(alive));
             }),
         metrics_server(loop, logger, config.metrics_host, config.metrics_port,
-                       [this] { return metrics.render(service.gauges()); }),
+                       [this] { return metrics.render(gauges()); }),
         watchdog(loop, watchdog_interval_ms, [logger](const std::string& error) {
           logger->warn("sd_notify_failed", {{"error", error}});
         }) {
     term.data = this;
     interrupt.data = this;
-    service.setShardKeeper(&keeper);
   }
 
-  // Stop accepting, finish in-flight, flush the outbox while the ledger is reachable, close.
+  std::vector<std::unique_ptr<Partition>> makePartitions(uv_loop_t* loop, const AgentConfig& config,
+                                                         std::vector<PartitionStore>* stores,
+                                                         const ShardCrypto* crypto,
+                                                         const GatewaySigner& signer,
+                                                         const LinkTls& link_tls) {
+    const std::vector<std::vector<client::Endpoint>> addresses = partitionAddresses(config);
+    TALLY_ASSERT(addresses.size() == stores->size());
+    const auto count = static_cast<uint32_t>(addresses.size());
+    std::vector<std::unique_ptr<Partition>> made;
+    for (uint32_t i = 0; i < count; ++i) {
+      made.push_back(std::make_unique<Partition>(
+          loop, config, addresses[i], &(*stores)[i], crypto, signer,
+          partitionEmergencyOptions(config, i, count), link_tls, &metrics, logger));
+    }
+    return made;
+  }
+
+  std::vector<RequestHandler> handlers() {
+    std::vector<RequestHandler> each;
+    for (const std::unique_ptr<Partition>& partition : partitions) {
+      each.push_back(
+          [service = &partition->service](wire::RequestBody body, Respond respond, Alive alive) {
+            service->handle(std::move(body), std::move(respond), std::move(alive));
+          });
+    }
+    return each;
+  }
+
+  std::vector<GaugeSnapshot> gauges() const {
+    std::vector<GaugeSnapshot> each;
+    for (const std::unique_ptr<Partition>& partition : partitions) {
+      each.push_back(partition->service.gauges());
+    }
+    return each;
+  }
+
+  // Starts every partition: its link, its shards (restored, those of earlier boot epochs closed,
+  // durably, before serving) and its service.
+  Status startPartitions(std::vector<PartitionStore>* stores) {
+    for (size_t i = 0; i < partitions.size(); ++i) {
+      Partition& partition = *partitions[i];
+      if (Status s = partition.link.start(); !s.isOk()) return s;
+      if (Status s = partition.keeper.start(wallClockMs()); !s.isOk()) return s;
+      PartitionStore& store = (*stores)[i];
+      if (Status s = partition.service.start(std::move(store.restored), store.boot_epoch);
+          !s.isOk()) {
+        return s;
+      }
+    }
+    return Status::ok();
+  }
+
+  // Stop accepting, finish in-flight, flush the outboxes while their ledgers are reachable,
+  // close.
   void shutdown() {
     if (shutting_down) return;
     shutting_down = true;
@@ -436,37 +569,52 @@ struct Daemon {
     logger->info("draining",
                  {{"drain_timeout_ms", config.drain_timeout_ms}, {"in_flight", server.inFlight()}});
     const uint64_t deadline_ms = monotonicClockMs() + config.drain_timeout_ms;
-    // The service answers every waiting requester at the deadline (queued durably or "retry
+    // Each service answers every waiting requester at the deadline (queued durably or "retry
     // with the same id"); the server's own deadline, a grace later, only backs that up.
-    service.beginShutdown(config.drain_timeout_ms);
-    // Both gateway listeners stop (answering what they handed out); then the outbox drains.
+    for (const std::unique_ptr<Partition>& partition : partitions) {
+      partition->service.beginShutdown(config.drain_timeout_ms);
+    }
+    // Both gateway listeners stop (answering what they handed out); then the outboxes drain.
     auto listener_stopped = [this, deadline_ms, stopped = std::make_shared<int>(0)] {
       if (++*stopped < 2) return;
       const uint64_t now_ms = monotonicClockMs();
-      service.drain(deadline_ms > now_ms ? deadline_ms - now_ms : 0, [this] {
-        service.stop();
-        keeper.stop();
-        if (metrics_started) metrics_server.stop();
-        link.stop([this] {
-          watchdog.stop();
-          for (uv_signal_t* handle : {&term, &interrupt}) {
-            if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(handle))) {
-              uv_close(reinterpret_cast<uv_handle_t*>(handle), nullptr);
-            }
-          }
+      auto drained = std::make_shared<size_t>(0);
+      for (const std::unique_ptr<Partition>& partition : partitions) {
+        partition->service.drain(deadline_ms > now_ms ? deadline_ms - now_ms : 0, [this, drained] {
+          if (++*drained == partitions.size()) closeAll();
         });
-      });
+      }
     };
     server.stop(listener_stopped);
     http_server.stop(listener_stopped);
   }
 
+  // Once every outbox drained (or ran out of time): the services, keepers, links, then the rest.
+  void closeAll() {
+    for (const std::unique_ptr<Partition>& partition : partitions) {
+      partition->service.stop();
+      partition->keeper.stop();
+    }
+    if (metrics_started) metrics_server.stop();
+    auto links_stopped = std::make_shared<size_t>(0);
+    for (const std::unique_ptr<Partition>& partition : partitions) {
+      partition->link.stop([this, links_stopped] {
+        if (++*links_stopped < partitions.size()) return;
+        watchdog.stop();
+        for (uv_signal_t* handle : {&term, &interrupt}) {
+          if (!uv_is_closing(reinterpret_cast<uv_handle_t*>(handle))) {
+            uv_close(reinterpret_cast<uv_handle_t*>(handle), nullptr);
+          }
+        }
+      });
+    }
+  }
+
   const AgentConfig& config;
   Logger* logger;
   AgentMetrics metrics;
-  central::LedgerLink link;
-  ShardKeeper keeper;
-  AgentService service;
+  std::vector<std::unique_ptr<Partition>> partitions;
+  PartitionRouter router;
   GatewayServer server;
   HttpServer http_server;
   MetricsServer metrics_server;
@@ -500,28 +648,50 @@ int run(const AgentConfig& config) {
   logFdLimit(raiseFdLimit(), &logger);  // every connection is a descriptor
   if (!fixMallocMmapThreshold()) logger.warn("mallopt_failed", {{"option", "M_MMAP_THRESHOLD"}});
 
-  Result<std::unique_ptr<OutboxStore>> opened = OutboxStore::open(config.data_dir);
-  if (!opened.isOk()) {
-    logger.error("store_open_failed",
-                 {{"data_dir", config.data_dir}, {"error", opened.status().toString()}});
-    return kExitStartup;
+  const size_t count = partitionAddresses(config).size();
+  // With partitions, DIR/agent.db holds only the record of each reservation's partition (and
+  // DIR's lock); each partition's outbox, boot epoch and shards are in DIR/partition-I.
+  std::unique_ptr<OutboxStore> top_store;
+  std::unique_ptr<ReservationPartitions> records;
+  if (count > 1) {
+    Result<std::unique_ptr<OutboxStore>> opened = OutboxStore::open(config.data_dir);
+    if (!opened.isOk()) {
+      logger.error("store_open_failed",
+                   {{"data_dir", config.data_dir}, {"error", opened.status().toString()}});
+      return kExitStartup;
+    }
+    top_store = std::move(opened).value();
+    // An unpartitioned agent's outbox in DIR/agent.db belongs to its one ledger: started with
+    // partitions it would never be delivered. Refused until drained with --ledger.
+    Result<std::vector<OutboxEntry>> unpartitioned = top_store->load();
+    if (!unpartitioned.isOk() || !unpartitioned.value().empty()) {
+      logger.error(
+          "unpartitioned_outbox_left",
+          {{"data_dir", config.data_dir},
+           {"error", unpartitioned.isOk()
+                         ? std::to_string(unpartitioned.value().size()) +
+                               " outbox entries of an unpartitioned agent are in agent.db: start "
+                               "it with --ledger until its outbox is empty, then with --partitions"
+                         : unpartitioned.status().toString()}});
+      return kExitStartup;
+    }
+    Result<std::unique_ptr<ReservationPartitions>> opened_records =
+        ReservationPartitions::open(top_store->connection());
+    if (!opened_records.isOk()) {
+      logger.error("reservation_partitions_open_failed",
+                   {{"error", opened_records.status().toString()}});
+      return kExitStartup;
+    }
+    records = std::move(opened_records).value();
   }
-  std::unique_ptr<OutboxStore> store = std::move(opened).value();
-  Result<std::unique_ptr<ShardStore>> shard_store = ShardStore::open(store->connection());
-  if (!shard_store.isOk()) {
-    logger.error("shard_store_open_failed", {{"error", shard_store.status().toString()}});
-    return kExitStartup;
-  }
-  // Durably, before serving (SPEC §6 rule 3): a restart never inherits an emergency shard.
-  Result<uint64_t> epoch = shard_store.value()->incrementBootEpoch();
-  if (!epoch.isOk()) {
-    logger.error("boot_epoch_failed", {{"error", epoch.status().toString()}});
-    return kExitStartup;
-  }
-  Result<std::vector<OutboxEntry>> restored = store->load();
-  if (!restored.isOk()) {
-    logger.error("outbox_load_failed", {{"error", restored.status().toString()}});
-    return kExitStartup;
+  std::vector<PartitionStore> stores(count);
+  for (size_t i = 0; i < count; ++i) {
+    stores[i].data_dir = partitionDataDir(config, i, count);
+    const char* event = "";
+    if (Status s = openPartitionStore(&stores[i], &event); !s.isOk()) {
+      logger.error(event, {{"data_dir", stores[i].data_dir}, {"error", s.toString()}});
+      return kExitStartup;
+    }
   }
   Result<GatewayIdentity> gateway = loadIdentity(config);
   if (!gateway.isOk()) {
@@ -544,7 +714,7 @@ int run(const AgentConfig& config) {
   }
   const wire::WireShardCrypto crypto(std::nullopt, ledger_keys.value());
   const identity::KeyPair gateway_key = gateway.value().key;
-  GatewaySigner signer{
+  const GatewaySigner signer{
       .gateway_name = gateway.value().name,
       .public_key = gateway_key.public_key,
       .sign_issue =
@@ -552,12 +722,16 @@ int run(const AgentConfig& config) {
             wire::signIssueRequest(gateway_key, request);
           },
       .sign_report = [gateway_key](ShardReport* report) { wire::signReport(gateway_key, report); }};
-  logger.info("boot", {{"boot_epoch", epoch.value()},
-                       {"data_dir", config.data_dir},
-                       {"gateway", gateway.value().name},
-                       {"gateway_key_id", identity::keyIdOf(gateway_key.public_key)},
-                       {"ledger_keys", uint64_t{ledger_keys.value().size()}},
-                       {"outbox_entries", uint64_t{restored.value().size()}}});
+  for (size_t i = 0; i < count; ++i) {
+    std::vector<LogField> fields = {{"boot_epoch", stores[i].boot_epoch},
+                                    {"data_dir", stores[i].data_dir},
+                                    {"gateway", gateway.value().name},
+                                    {"gateway_key_id", identity::keyIdOf(gateway_key.public_key)},
+                                    {"ledger_keys", uint64_t{ledger_keys.value().size()}},
+                                    {"outbox_entries", uint64_t{stores[i].restored.size()}}};
+    if (count > 1) fields.push_back({"partition", uint64_t{i}});
+    logger.log(LogLevel::kInfo, "boot", fields);
+  }
 
   uv_loop_t loop;
   if (int rc = uv_loop_init(&loop); rc != 0) {
@@ -566,9 +740,8 @@ int run(const AgentConfig& config) {
   }
   int exit_code = kExitOk;
   {
-    Daemon daemon(&loop, config, &logger, store.get(), inheritedSocket(&logger),
-                  shard_store.value().get(), &crypto, std::move(signer), epoch.value(),
-                  sdWatchdogIntervalMs(), std::move(link_tls).value());
+    Daemon daemon(&loop, config, &logger, &stores, records.get(), inheritedSocket(&logger), &crypto,
+                  signer, sdWatchdogIntervalMs(), link_tls.value());
     for (uv_signal_t* handle : {&daemon.term, &daemon.interrupt}) {
       (void)uv_signal_init(&loop, handle);
     }
@@ -578,10 +751,7 @@ int run(const AgentConfig& config) {
     (void)uv_signal_start(&daemon.term, on_signal, SIGTERM);
     (void)uv_signal_start(&daemon.interrupt, on_signal, SIGINT);
 
-    Status status = daemon.link.start();
-    // Restores the shards (closing those of earlier boot epochs) durably, before serving.
-    if (status.isOk()) status = daemon.keeper.start(wallClockMs());
-    if (status.isOk()) status = daemon.service.start(std::move(restored).value(), epoch.value());
+    Status status = daemon.startPartitions(&stores);
     if (status.isOk()) status = daemon.server.start();
     if (status.isOk()) status = daemon.http_server.start();
     if (status.isOk() && config.metrics_enabled) {
@@ -606,7 +776,7 @@ int run(const AgentConfig& config) {
            {"metrics", config.metrics_enabled
                            ? config.metrics_host + ":" + std::to_string(metrics_port)
                            : std::string("disabled")},
-           {"boot_epoch", epoch.value()},
+           {"boot_epoch", stores.front().boot_epoch},
            {"version", kVersion}});
       writeReady(config, metrics_port, &logger);
       if (Status s = sdNotify("READY=1"); !s.isOk()) {

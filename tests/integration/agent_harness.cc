@@ -54,9 +54,17 @@ Status AgentInstance::start(const std::string& ledger_address, const AgentSettin
     if (!config) return Status::ioError("cannot write " + config_path_);
   }
   ++starts_;
-  std::vector<std::string> args{"--data-dir", data_dir_,    "--ledger", ledger_address,
-                                "--socket",   socket_path_, "--config", config_path_,
-                                "--metrics",  "127.0.0.1:0"};
+  const bool partitioned = !settings.partitions.empty();
+  std::vector<std::string> args{"--data-dir",
+                                data_dir_,
+                                partitioned ? "--partitions" : "--ledger",
+                                partitioned ? settings.partitions : ledger_address,
+                                "--socket",
+                                socket_path_,
+                                "--config",
+                                config_path_,
+                                "--metrics",
+                                "127.0.0.1:0"};
   args.insert(args.end(), settings.extra_args.begin(), settings.extra_args.end());
   process_ = std::make_unique<Process>(binaryPath("tally-agent"), std::move(args), log_path_);
   const int port = process_->waitReady(kReadyTimeoutMs);

@@ -38,6 +38,8 @@ struct AgentSettings {
   uint64_t drain_timeout_ms = 2'000;
   std::string extra_toml;               // appended before the [health] table
   std::vector<std::string> extra_args;  // appended to the command line
+  // Set: `--partitions MAP` (docs/scale-out.md "Partitioned subjects") instead of `--ledger`.
+  std::string partitions;
 };
 
 // Runs `binary args…` to completion (stdout and stderr into `log_path`) and returns what it
@@ -57,7 +59,8 @@ class AgentInstance {
   AgentInstance& operator=(const AgentInstance&) = delete;
 
   // Writes the config, spawns `tally-agent --data-dir D --ledger LEDGER --socket S --config C
-  // --metrics 127.0.0.1:0 --ready-fd N` and waits for its readiness line (which names the
+  // --metrics 127.0.0.1:0 --ready-fd N` (`--partitions MAP` for --ledger if the settings name
+  // partitions; `ledger_address` is then unused) and waits for its readiness line (which names the
   // metrics port). Precondition: not running.
   [[nodiscard]] Status start(const std::string& ledger_address, const AgentSettings& settings);
   void kill9();
