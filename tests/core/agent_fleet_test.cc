@@ -32,7 +32,7 @@ ReservationReply holding(ReservationState state, ReplyCode code = ReplyCode::kOk
   return reply;
 }
 
-TEST(AgentFleetTest, OnlyCurrentAuditsWholePoliciesAndHealthAreMerged) {
+TEST(AgentFleetAnswersTest, OnlyCurrentAuditsWholePoliciesAndHealthAreMerged) {
   EXPECT_EQ(fleetRequestOf(HealthRequest{}), FleetRequest::kMerged);
   EXPECT_EQ(fleetRequestOf(AuditRequest{}), FleetRequest::kMerged);
   EXPECT_EQ(fleetRequestOf(ShowPolicyRequest{}), FleetRequest::kMerged);
@@ -48,7 +48,7 @@ TEST(AgentFleetTest, OnlyCurrentAuditsWholePoliciesAndHealthAreMerged) {
   EXPECT_EQ(std::get<ErrorReply>(refused).code, ErrorCode::kInvalidArgument);
 }
 
-TEST(AgentFleetTest, HealthIsTheWorstPartitions) {
+TEST(AgentFleetAnswersTest, HealthIsTheWorstPartitions) {
   const std::vector<LedgerReply> answers = {
       HealthReply{.status = "HEALTHY", .version = "v", .now_ms = 5},
       HealthReply{.status = "PARTITIONED", .version = "v", .now_ms = 9},
@@ -67,7 +67,7 @@ TEST(AgentFleetTest, HealthIsTheWorstPartitions) {
             "UNAVAILABLE");
 }
 
-TEST(AgentFleetTest, AuditsMergeAsTallyctlsAndAPartitionThatFailsIsNamed) {
+TEST(AgentFleetAnswersTest, AuditsMergeAsTallyctlsAndAPartitionThatFailsIsNamed) {
   AuditReport zero{.as_of_ms = 1, .accounts = {accountOf(subjectOf(0, 2))}};
   AuditReport one{.as_of_ms = 2, .accounts = {accountOf(subjectOf(1, 2))}};
   const std::vector<LedgerReply> answers = {zero, one};
@@ -87,7 +87,7 @@ TEST(AgentFleetTest, AuditsMergeAsTallyctlsAndAPartitionThatFailsIsNamed) {
             "partition 1 did not answer with its audit: link down");
 }
 
-TEST(AgentFleetTest, PoliciesMergeWithoutRepeatsAtTheLowestGeneration) {
+TEST(AgentFleetAnswersTest, PoliciesMergeWithoutRepeatsAtTheLowestGeneration) {
   const Budget pattern{.subject_pattern = "*", .route = "chat"};
   const Budget own0{.subject_pattern = subjectOf(0, 2), .route = "chat"};
   const Budget own1{.subject_pattern = subjectOf(1, 2), .route = "chat"};
@@ -112,7 +112,7 @@ TEST(AgentFleetTest, PoliciesMergeWithoutRepeatsAtTheLowestGeneration) {
   EXPECT_EQ(std::get<ErrorReply>(failed).message, "partition 1 did not answer with its policy: x");
 }
 
-TEST(AgentFleetTest, AnUnrecordedFollowUpGoesToThePartitionHoldingItsReservation) {
+TEST(AgentFleetAnswersTest, AnUnrecordedFollowUpGoesToThePartitionHoldingItsReservation) {
   using Kind = UnrecordedDecision::Kind;
   const ReservationReply not_found{.code = ReplyCode::kNotFound};
   const std::vector<LedgerReply> held_by_1 = {not_found, holding(ReservationState::kStarted)};
@@ -144,7 +144,7 @@ TEST(AgentFleetTest, AnUnrecordedFollowUpGoesToThePartitionHoldingItsReservation
   EXPECT_EQ(std::get<ErrorReply>(decision.reply).code, ErrorCode::kInternal);
 }
 
-TEST(AgentFleetTest, ARecordIsDoneOnlyOnceAnAnswerShowsTheReservationFinal) {
+TEST(AgentFleetAnswersTest, ARecordIsDoneOnlyOnceAnAnswerShowsTheReservationFinal) {
   for (ReservationState state :
        {ReservationState::kSettled, ReservationState::kSettledWithDebt, ReservationState::kReleased,
         ReservationState::kExpired, ReservationState::kRejected}) {

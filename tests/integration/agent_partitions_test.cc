@@ -43,9 +43,9 @@ std::string subjectIn(uint32_t partition) {
   }
 }
 
-class AgentPartitionsTest : public ::testing::Test {
+class PartitionedAgentTest : public ::testing::Test {
  protected:
-  AgentPartitionsTest()
+  PartitionedAgentTest()
       : agent_("agent", dir_.file("agent"), dir_.file("agent.sock"), dir_.file("agent.toml"),
                dir_.file("agent.log")) {
     for (uint32_t i = 0; i < kPartitions; ++i) {
@@ -221,7 +221,7 @@ class AgentPartitionsTest : public ::testing::Test {
   std::unique_ptr<client::BlockingClient> gateway_;
 };
 
-TEST_F(AgentPartitionsTest, OnlyTheDownPartitionsSubjectsFallBackToItsShardsAndReconcileToIt) {
+TEST_F(PartitionedAgentTest, OnlyTheDownPartitionsSubjectsFallBackToItsShardsAndReconcileToIt) {
   ASSERT_NO_FATAL_FAILURE(startFleet());
   ASSERT_NO_FATAL_FAILURE(startAgent());
   const std::string subjects[kPartitions] = {subjectIn(0), subjectIn(1)};
@@ -318,7 +318,7 @@ TEST_F(AgentPartitionsTest, OnlyTheDownPartitionsSubjectsFallBackToItsShardsAndR
 // again, follow-ups still reach the partition of their reserve. Once a reservation is final its
 // record is gone; a retried settle then is asked of every partition and still gets its own
 // ledger's (duplicate) answer.
-TEST_F(AgentPartitionsTest, FollowUpsFindTheirPartitionAfterAnAgentKill9AndAfterTheRecordIsGone) {
+TEST_F(PartitionedAgentTest, FollowUpsFindTheirPartitionAfterAnAgentKill9AndAfterTheRecordIsGone) {
   ASSERT_NO_FATAL_FAILURE(startFleet());
   ASSERT_NO_FATAL_FAILURE(startAgent());
   for (uint32_t p = 0; p < kPartitions; ++p) {
