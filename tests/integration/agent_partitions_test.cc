@@ -355,6 +355,9 @@ TEST_F(PartitionedAgentTest, FollowUpsFindTheirPartitionAfterAnAgentKill9AndAfte
   const AgentAnswer unknown = callOrFail(SettleRequest{"never-reserved", "op", 1});
   ASSERT_FALSE(unknown.is_error) << describe(unknown);
   EXPECT_EQ(unknown.reply.code, ReplyCode::kNotFound) << describe(unknown);
+  // SIGTERM: every partition drains and closes, the loop runs dry, exit 0.
+  gateway_.reset();
+  EXPECT_EQ(agent_.terminate(), 0) << agent_.log();
 }
 
 }  // namespace
