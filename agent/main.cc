@@ -675,6 +675,20 @@ int run(const AgentConfig& config) {
                          : unpartitioned.status().toString()}});
       return kExitStartup;
     }
+    // Likewise its emergency shards: their reports go to that one ledger.
+    Result<uint64_t> unpartitioned_shards = countStoredShards(top_store->connection());
+    if (!unpartitioned_shards.isOk() || unpartitioned_shards.value() != 0) {
+      logger.error(
+          "unpartitioned_shards_left",
+          {{"data_dir", config.data_dir},
+           {"error", unpartitioned_shards.isOk()
+                         ? std::to_string(unpartitioned_shards.value()) +
+                               " emergency shards of an unpartitioned agent are in agent.db: start "
+                               "it with --ledger until they are reconciled (tally_agent_shards is "
+                               "0), then with --partitions"
+                         : unpartitioned_shards.status().toString()}});
+      return kExitStartup;
+    }
     Result<std::unique_ptr<ReservationPartitions>> opened_records =
         ReservationPartitions::open(top_store->connection());
     if (!opened_records.isOk()) {

@@ -129,11 +129,10 @@ void AgentMetrics::renderShards(std::string* out, std::span<const GaugeSnapshot>
            "event", shard_events_);
   const PartitionSamples samples(out, gauges);
   header(out, "tally_agent_shards", "gauge", "Emergency shards held, by condition.");
-  for (const auto& entry :
-       {std::pair{"usable", &GaugeSnapshot::shards_usable},
-        std::pair{"closed", &GaugeSnapshot::shards_closed},
-        std::pair{"quarantined", &GaugeSnapshot::shards_quarantined},
-        std::pair{"unreconcilable", &GaugeSnapshot::shards_unreconcilable}}) {
+  for (const auto& entry : {std::pair{"usable", &GaugeSnapshot::shards_usable},
+                            std::pair{"closed", &GaugeSnapshot::shards_closed},
+                            std::pair{"quarantined", &GaugeSnapshot::shards_quarantined},
+                            std::pair{"unreconcilable", &GaugeSnapshot::shards_unreconcilable}}) {
     // Named copies, not structured bindings: clang 14 cannot capture those.
     const char* condition = entry.first;
     const auto member = entry.second;

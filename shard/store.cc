@@ -193,6 +193,18 @@ Result<std::unique_ptr<ShardStore>> ShardStore::open(sqlite3* db) {
 
 // --- boot epoch ----------------------------------------------------------------------------------
 
+Result<uint64_t> countStoredShards(sqlite3* db) {
+  constexpr const char* kOp = "count stored shards";
+  std::optional<int64_t> tables;
+  TALLY_SQLITE_RETURN_IF_ERROR(queryInt(
+      db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'shards'", kOp,
+      &tables));
+  if (tables.value_or(0) == 0) return uint64_t{0};
+  std::optional<int64_t> shards;
+  TALLY_SQLITE_RETURN_IF_ERROR(queryInt(db, "SELECT count(*) FROM shards", kOp, &shards));
+  return static_cast<uint64_t>(std::max<int64_t>(shards.value_or(0), 0));
+}
+
 Result<uint64_t> ShardStore::incrementBootEpoch() {
   constexpr const char* kOp = "increment boot epoch";
   int64_t next = 0;

@@ -41,6 +41,11 @@ struct sqlite3;
 
 namespace tally::agent {
 
+// The number of shards `db` holds (0 when it never held any: no shards table). A partitioned
+// agent refuses to start over an unpartitioned agent's DIR/agent.db that still holds shards:
+// their reports go to that agent's one ledger, and nothing would ever send them.
+Result<uint64_t> countStoredShards(sqlite3* db);
+
 class ShardStore {
  public:
   // Creates the tables if missing (IF NOT EXISTS: an agent.db of an older build gains them) and

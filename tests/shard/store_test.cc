@@ -78,6 +78,24 @@ class ShardStoreTest : public ::testing::Test {
   uint64_t boot_epoch_ = 0;
 };
 
+// What a partitioned agent checks in an unpartitioned agent's agent.db before it starts.
+TEST_F(ShardStoreTest, CountsStoredShardsAndZeroForAFileThatNeverHeldAny) {
+  {
+    Result<std::unique_ptr<OutboxStore>> outbox_only = OutboxStore::open(dir_.path());
+    ASSERT_TRUE(outbox_only.isOk()) << outbox_only.status().toString();
+    Result<uint64_t> none = countStoredShards(outbox_only.value()->connection());
+    ASSERT_TRUE(none.isOk()) << none.status().toString();
+    EXPECT_EQ(none.value(), 0u);
+  }
+  boot();
+  ASSERT_EQ(book_->addShard(grant("shard-1"), kNowMs), ShardAddCode::kOk);
+  ASSERT_EQ(book_->addShard(grant("shard-2", 40), kNowMs), ShardAddCode::kOk);
+  commit();
+  Result<uint64_t> two = countStoredShards(outbox_->connection());
+  ASSERT_TRUE(two.isOk()) << two.status().toString();
+  EXPECT_EQ(two.value(), 2u);
+}
+
 TEST_F(ShardStoreTest, RoundTripsShardsReservationsAndFencesAcrossARestart) {
   boot();
   ASSERT_EQ(book_->addShard(grant("shard-1"), kNowMs), ShardAddCode::kOk);
