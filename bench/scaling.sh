@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Scaling curves of tally-ledger (issue 13): durable closed-loop cycles/s against the cycles in
+# flight K (over several connections as K grows) at S=1000, and against the number of subjects S
+# at K=64. A fresh ledger and data dir per run; one tally-bench run each (every run verified).
+# Prints one line per run: K, connections, S, cycles/s, cycle p50/p99, and the ledger's CPU per
+# cycle, user and system apart (of the ledger process over its whole life, from /proc/PID/stat:
+# setup, warm-up, window, drain and the closing audit, divided by the cycles of warm-up and
+# window; an upper bound, and system time includes the kernel's share of every fsync).
+#   bench/scaling.sh                                        (D=10 s measured, W=2 s warm-up)
+#   KS="1 64" SUBJECTS="1000" bench/scaling.sh              a subset
+# Needs a release build (scripts/build release). Results: /tmp/tally-scaling/. A benchmark,
+# never a test.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+D="${D:-10}"
+W="${W:-2}"
+KS="${KS:-1 8 64 512 4096}"
+SUBJECTS="${SUBJECTS:-1 1000 100000 1000000}"
+OUT=/tmp/tally-scaling
+BIN="${BIN:-build/release/bin}"
+TICKS=$(getconf CLK_TCK)
+mkdir -p "$OUT"
+rm -f "$OUT"/*.txt
+
+# connections K: one up to 64 in flight, then one per 512 (at most 8).
+connections() {
+  local k="$1"
+  if ((k <= 64)); then echo 1; elif ((k / 512 >= 8)); then echo 8; else echo $(((k + 511) / 512)); fi
+}
+
+# cpu_ticks PID: user and system clock ticks of PID (fields 14 and 15 of /proc/PID/stat).
+cpu_ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
+
+# field FILE KEY: KEY's value on the RESULT line.
+field() { grep '^RESULT ' "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $2}'; }
+
+# run NAME K S: a fresh ledger, one tally-bench run; output in $OUT/NAME.txt, the ledger's CPU
+# and system seconds in $OUT/NAME.cpu.
+run() {
+  local name="$1" k="$2" s="$3"
+  local data fifo ledger word port ticks
+  data=$(mktemp -d)
+  fifo="$data.ready"
+  mkfifo "$fifo"
+  "$BIN/tally-ledger" --insecure --data-dir "$data" --listen 127.0.0.1:0 --log-level warn \
+    --ready-fd 3 3>"$fifo" 2>>"$OUT/ledger.log" &
+  ledger=$!
+  read -r -t 30 word port _ <"$fifo"
+  [[ "$word" == ready ]]
+  timeout 600 "$BIN/tally-bench" --ledger "127.0.0.1:$port" -K "$k" -c "$(connections "$k")" \
+    -S "$s" -d "$D" -w "$W" --label "$name" >"$OUT/$name.txt" 2>&1 ||
+    echo "run failed" >>"$OUT/$name.txt"
+  ticks=$(cpu_ticks "$ledger")
+  echo "$ticks" | awk -v hz="$TICKS" '{printf "%.3f %.3f\n", $1 / hz, $2 / hz}' >"$OUT/$name.cpu"
+  kill -TERM "$ledger"
+  wait "$ledger" || true
+  rm -rf "$data" "$fifo"
+}
+
+for k in $KS; do run "K$k-S1000" "$k" 1000; done
+for s in $SUBJECTS; do
+  [[ "$s" == 1000 && " $KS " == *" 64 "* ]] || run "K64-S$s" 64 "$s"
+done
+
+printf '%-14s %6s %6s %8s %10s %20s %22s %s\n' run K conns S cycles/s "cycle p50/p99 (us)" \
+  "ledger usr+sys us/cyc" verify
+for file in "$OUT"/K*.txt; do
+  name=$(basename "$file" .txt)
+  # Every cycle the ledger served: cps over the window, plus warm-up at the same rate (an
+  # estimate), plus nothing for setup and drain (small against 12 s of load).
+  cycles=$(awk -v c="$(field "$file" cps)" -v d="$D" -v w="$W" 'BEGIN {print c * (d + w)}')
+  printf '%-14s %6s %6s %8s %10s %20s %22s %s\n' "$name" "$(field "$file" K)" \
+    "$(field "$file" conns)" "$(field "$file" S)" "$(field "$file" cps)" \
+    "$(field "$file" cycle_p50)/$(field "$file" cycle_p99)" \
+    "$(awk -v n="$cycles" '{if (n > 0) printf "%.1f+%.1f", $1 * 1e6 / n, $2 * 1e6 / n}' "$OUT/$name.cpu")" \
+    "$(field "$file" verify)"
+done | sort -t' ' -k1,1V
