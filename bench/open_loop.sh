@@ -16,6 +16,7 @@ W="${W:-2}"
 FRACTIONS="${FRACTIONS:-0.5 0.8}"
 OUT=/tmp/tally-open-loop
 BIN=build/release/bin
+source bench/lib.sh
 mkdir -p "$OUT"
 rm -f "$OUT"/*.txt
 
@@ -23,24 +24,11 @@ rm -f "$OUT"/*.txt
 run_bench() {
   local name="$1"
   shift
-  local data fifo ledger word port
-  data=$(mktemp -d)
-  fifo="$data.ready"
-  mkfifo "$fifo"
-  "$BIN/tally-ledger" --insecure --data-dir "$data" --listen 127.0.0.1:0 --log-level warn \
-    --ready-fd 3 3>"$fifo" 2>>"$OUT/ledger.log" &
-  ledger=$!
-  read -r -t 10 word port _ <"$fifo"
-  [[ "$word" == ready ]]
-  timeout 300 "$BIN/tally-bench" --ledger "127.0.0.1:$port" -S "$S" -d "$D" -w "$W" \
+  start_ledger "$OUT/ledger.log"
+  timeout 300 "$BIN/tally-bench" --ledger "127.0.0.1:$LEDGER_PORT" -S "$S" -d "$D" -w "$W" \
     --label "$name" "$@" >"$OUT/$name.txt" 2>&1 || echo "run failed" >>"$OUT/$name.txt"
-  kill -TERM "$ledger"
-  wait "$ledger" || true
-  rm -rf "$data" "$fifo"
+  stop_ledger "$LEDGER_PID" "$LEDGER_DATA"
 }
-
-# field FILE KEY: KEY's value on the RESULT line.
-field() { grep '^RESULT ' "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $2}'; }
 
 run_bench closed-K64 -K 64
 peak=$(field "$OUT/closed-K64.txt" cps)

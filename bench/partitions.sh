@@ -19,45 +19,19 @@ W="${W:-2}"
 RUNS="${RUNS:-2}"
 OUT=/tmp/tally-partitions
 BIN="${BIN:-build/release/bin}"
-TICKS=$(getconf CLK_TCK)
+source bench/lib.sh
 mkdir -p "$OUT"
 rm -f "$OUT"/*.txt
 
-pids=()
-dirs=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  for dir in "${dirs[@]}"; do rm -rf "$dir"; done
-}
-trap cleanup EXIT
-
-# start_ledger: a fresh ledger; sets LEDGER_PID and LEDGER_PORT.
-start_ledger() {
-  local data fifo word
-  data=$(mktemp -d)
-  dirs+=("$data")
-  fifo="$data.ready"
-  dirs+=("$fifo")
-  mkfifo "$fifo"
-  "$BIN/tally-ledger" --insecure --data-dir "$data" --listen 127.0.0.1:0 --metrics "" --log-level warn \
-    --ready-fd 3 3>"$fifo" 2>>"$OUT/ledger.log" &
-  LEDGER_PID=$!
-  pids+=("$LEDGER_PID")
-  read -r -t 30 word LEDGER_PORT _ <"$fifo"
-  [[ "$word" == ready ]]
-}
-
-cpu_seconds() { awk -v hz="$TICKS" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$1/stat"; }
-field() { grep '^RESULT ' "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $2}'; }
-
 # run NAME N: N fresh ledgers, one tally-bench on each at once; prints one line.
 run() {
-  local name="$1" n="$2" i sum=0 cpu=0 cps ports=() ledgers=() benches=() verdicts=""
+  local name="$1" n="$2" i sum=0 cpu=0 cps verdicts=""
+  local ports=() ledgers=() datas=() benches=()
   for ((i = 0; i < n; i++)); do
-    start_ledger
+    start_ledger "$OUT/ledger.log"
     ledgers+=("$LEDGER_PID")
     ports+=("$LEDGER_PORT")
+    datas+=("$LEDGER_DATA")
   done
   for ((i = 0; i < n; i++)); do
     timeout 600 "$BIN/tally-bench" --ledger "127.0.0.1:${ports[$i]}" -K "$K" -S "$S" -d "$D" \
@@ -69,9 +43,8 @@ run() {
     cps=$(field "$OUT/$name-p$i.txt" cps)
     verdicts+="$(field "$OUT/$name-p$i.txt" verify) "
     sum=$(awk -v a="$sum" -v b="${cps:-0}" 'BEGIN {print a + b}')
-    cpu=$(awk -v a="$cpu" -v b="$(cpu_seconds "${ledgers[$i]}")" 'BEGIN {print a + b}')
-    kill -TERM "${ledgers[$i]}"
-    wait "${ledgers[$i]}" || true
+    cpu=$(cpu_seconds "${ledgers[$i]}" | awk -v a="$cpu" '{print a + $1 + $2}')
+    stop_ledger "${ledgers[$i]}" "${datas[$i]}"
   done
   printf '%-14s %10s %14s %s\n' "$name" "$sum" \
     "$(awk -v c="$cpu" -v n="$sum" -v t="$((D + W))" 'BEGIN {if (n > 0) printf "%.1f", c * 1e6 / (n * t)}')" \

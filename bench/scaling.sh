@@ -18,7 +18,7 @@ KS="${KS:-1 8 64 512 4096}"
 SUBJECTS="${SUBJECTS:-1 1000 100000 1000000}"
 OUT=/tmp/tally-scaling
 BIN="${BIN:-build/release/bin}"
-TICKS=$(getconf CLK_TCK)
+source bench/lib.sh
 mkdir -p "$OUT"
 rm -f "$OUT"/*.txt
 
@@ -28,33 +28,16 @@ connections() {
   if ((k <= 64)); then echo 1; elif ((k / 512 >= 8)); then echo 8; else echo $(((k + 511) / 512)); fi
 }
 
-# cpu_ticks PID: user and system clock ticks of PID (fields 14 and 15 of /proc/PID/stat).
-cpu_ticks() { awk '{print $14, $15}' "/proc/$1/stat"; }
-
-# field FILE KEY: KEY's value on the RESULT line.
-field() { grep '^RESULT ' "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $2}'; }
-
-# run NAME K S: a fresh ledger, one tally-bench run; output in $OUT/NAME.txt, the ledger's CPU
+# run NAME K S: a fresh ledger, one tally-bench run; output in $OUT/NAME.txt, the ledger's user
 # and system seconds in $OUT/NAME.cpu.
 run() {
   local name="$1" k="$2" s="$3"
-  local data fifo ledger word port ticks
-  data=$(mktemp -d)
-  fifo="$data.ready"
-  mkfifo "$fifo"
-  "$BIN/tally-ledger" --insecure --data-dir "$data" --listen 127.0.0.1:0 --log-level warn \
-    --ready-fd 3 3>"$fifo" 2>>"$OUT/ledger.log" &
-  ledger=$!
-  read -r -t 30 word port _ <"$fifo"
-  [[ "$word" == ready ]]
-  timeout 600 "$BIN/tally-bench" --ledger "127.0.0.1:$port" -K "$k" -c "$(connections "$k")" \
-    -S "$s" -d "$D" -w "$W" --label "$name" >"$OUT/$name.txt" 2>&1 ||
+  start_ledger "$OUT/ledger.log"
+  timeout 600 "$BIN/tally-bench" --ledger "127.0.0.1:$LEDGER_PORT" -K "$k" \
+    -c "$(connections "$k")" -S "$s" -d "$D" -w "$W" --label "$name" >"$OUT/$name.txt" 2>&1 ||
     echo "run failed" >>"$OUT/$name.txt"
-  ticks=$(cpu_ticks "$ledger")
-  echo "$ticks" | awk -v hz="$TICKS" '{printf "%.3f %.3f\n", $1 / hz, $2 / hz}' >"$OUT/$name.cpu"
-  kill -TERM "$ledger"
-  wait "$ledger" || true
-  rm -rf "$data" "$fifo"
+  cpu_seconds "$LEDGER_PID" >"$OUT/$name.cpu"
+  stop_ledger "$LEDGER_PID" "$LEDGER_DATA"
 }
 
 for k in $KS; do run "K$k-S1000" "$k" 1000; done
