@@ -120,12 +120,7 @@ class PartitionedAgentTest : public ::testing::Test {
   }
 
   bool waitFor(const std::function<bool()>& done, uint64_t timeout_ms = kDeliveryTimeoutMs) {
-    const uint64_t deadline = wallNowMs() + timeout_ms;
-    while (wallNowMs() < deadline) {
-      if (done()) return true;
-      pauseMs(20);
-    }
-    return done();
+    return pollUntil(done, timeout_ms);
   }
 
   double metric(const std::string& name, const std::map<std::string, std::string>& labels) {
@@ -171,26 +166,16 @@ class PartitionedAgentTest : public ::testing::Test {
   std::optional<ShardLedgerView> ledgerShard(uint32_t partition, const std::string& shard_id) {
     Result<std::unique_ptr<client::BlockingClient>> client = ledgers_[partition]->connect();
     if (!client.isOk()) return std::nullopt;
-    Result<wire::Response> response =
-        client.value()->call(wire::ListShardsRequest{.gateway_name = "gw-0"}, kCallTimeoutMs);
-    if (!response.isOk()) return std::nullopt;
-    const auto* reply = std::get_if<ShardReply>(&response.value().body);
-    if (reply == nullptr) return std::nullopt;
-    for (const ShardLedgerView& view : reply->shards) {
-      if (view.grant.shard_id == shard_id) return view;
-    }
-    return std::nullopt;
+    return findShard(listLedgerShards(*client.value(), "gw-0"), shard_id);
   }
   // The subjects of every shard partition `partition`'s ledger issued to the agent.
   std::vector<std::string> shardSubjects(uint32_t partition) {
     std::vector<std::string> subjects;
     Result<std::unique_ptr<client::BlockingClient>> client = ledgers_[partition]->connect();
     if (!client.isOk()) return subjects;
-    Result<wire::Response> response =
-        client.value()->call(wire::ListShardsRequest{.gateway_name = "gw-0"}, kCallTimeoutMs);
-    const auto* reply = response.isOk() ? std::get_if<ShardReply>(&response.value().body) : nullptr;
-    if (reply == nullptr) return subjects;
-    for (const ShardLedgerView& view : reply->shards) subjects.push_back(view.grant.subject);
+    for (const ShardLedgerView& view : listLedgerShards(*client.value(), "gw-0")) {
+      subjects.push_back(view.grant.subject);
+    }
     return subjects;
   }
 

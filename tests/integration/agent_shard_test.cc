@@ -14,6 +14,7 @@
 
 #include "shard/identity.h"
 #include "tests/integration/agent_harness.h"
+#include "tests/integration/shard_fleet.h"
 
 namespace tally::testing {
 namespace {
@@ -21,8 +22,6 @@ namespace {
 constexpr Units kShardUnits = 100;
 const char* const kSubject = "tenant-1";
 const char* const kRoute = "chat";
-
-uint64_t nowMs() { return wallNowMs(); }
 
 class AgentShardTest : public AgentFleetTest {
  protected:
@@ -81,12 +80,7 @@ class AgentShardTest : public AgentFleetTest {
 
   // Bounded polling on an observable condition.
   bool waitFor(const std::function<bool()>& done, uint64_t timeout_ms = kDeliveryTimeoutMs) {
-    const uint64_t deadline = nowMs() + timeout_ms;
-    while (nowMs() < deadline) {
-      if (done()) return true;
-      pauseMs(20);
-    }
-    return done();
+    return pollUntil(done, timeout_ms);
   }
 
   std::string agentHealth(client::BlockingClient& gateway) {
@@ -99,23 +93,12 @@ class AgentShardTest : public AgentFleetTest {
   // Every shard of a gateway (the last enrolled by default) as the ledger sees it.
   std::vector<ShardLedgerView> ledgerShards(std::string gateway_name = {}) {
     if (gateway_name.empty()) gateway_name = gateway_name_;
-    Result<wire::Response> response =
-        client_->call(wire::ListShardsRequest{.gateway_name = gateway_name}, kCallTimeoutMs);
-    if (!response.isOk()) return {};
-    const auto* reply = std::get_if<ShardReply>(&response.value().body);
-    return reply == nullptr ? std::vector<ShardLedgerView>{} : reply->shards;
+    return listLedgerShards(*client_, gateway_name);
   }
 
   // One shard, whichever gateway holds it.
   std::optional<ShardLedgerView> ledgerShard(const std::string& shard_id) {
-    Result<wire::Response> response = client_->call(wire::ListShardsRequest{}, kCallTimeoutMs);
-    if (!response.isOk()) return std::nullopt;
-    const auto* reply = std::get_if<ShardReply>(&response.value().body);
-    if (reply == nullptr) return std::nullopt;
-    for (const ShardLedgerView& view : reply->shards) {
-      if (view.grant.shard_id == shard_id) return view;
-    }
-    return std::nullopt;
+    return findShard(listLedgerShards(*client_, ""), shard_id);
   }
 
   std::string ledger_key_;

@@ -316,6 +316,15 @@ void waitUntilWallMs(uint64_t wall_ms) {
   }
 }
 
+bool pollUntil(const std::function<bool()>& done, uint64_t timeout_ms, uint64_t interval_ms) {
+  const uint64_t deadline = wallNowMs() + timeout_ms;
+  while (wallNowMs() < deadline) {
+    if (done()) return true;
+    pauseMs(interval_ms);
+  }
+  return done();
+}
+
 void pauseMs(uint64_t ms) {
   timespec start{};
   clock_gettime(CLOCK_MONOTONIC, &start);

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -126,6 +127,9 @@ std::string describe(const AuditReport& report);
 uint64_t wallNowMs();  // CLOCK_REALTIME ms: the ledger clock's base on this host
 void waitUntilWallMs(uint64_t wall_ms);
 void pauseMs(uint64_t ms);
+// Bounded polling on an observable condition: true as soon as `done()` is, false if it is still
+// false after `timeout_ms` (asked once more at the end).
+bool pollUntil(const std::function<bool()>& done, uint64_t timeout_ms, uint64_t interval_ms = 20);
 // The PRNG seed: TALLY_TEST_SEED if set, else fresh; printed so a failure can be replayed.
 uint64_t testSeed(const char* test_name);
 

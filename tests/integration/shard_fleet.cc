@@ -100,12 +100,7 @@ void ShardFleetTest::startShardAgent(size_t index, const std::string& ledger_add
 }
 
 bool ShardFleetTest::waitFor(const std::function<bool()>& done, uint64_t timeout_ms) {
-  const uint64_t deadline = wallNowMs() + timeout_ms;
-  while (wallNowMs() < deadline) {
-    if (done()) return true;
-    pauseMs(25);
-  }
-  return done();
+  return pollUntil(done, timeout_ms, 25);
 }
 
 std::string ShardFleetTest::metricsText(size_t index) {
@@ -149,19 +144,29 @@ std::optional<ShardLedgerView> ShardFleetTest::waitUsableShard(size_t index,
   return ok ? found : std::nullopt;
 }
 
-std::vector<ShardLedgerView> ShardFleetTest::ledgerShards(const std::string& gateway_name) {
+std::vector<ShardLedgerView> listLedgerShards(client::BlockingClient& client,
+                                              const std::string& gateway_name) {
   Result<wire::Response> response =
-      client_->call(wire::ListShardsRequest{.gateway_name = gateway_name}, kCallTimeoutMs);
+      client.call(wire::ListShardsRequest{.gateway_name = gateway_name}, kCallTimeoutMs);
   if (!response.isOk()) return {};
   const auto* reply = std::get_if<ShardReply>(&response.value().body);
   return reply == nullptr ? std::vector<ShardLedgerView>{} : reply->shards;
 }
 
-std::optional<ShardLedgerView> ShardFleetTest::ledgerShard(const std::string& shard_id) {
-  for (const ShardLedgerView& view : ledgerShards()) {
+std::optional<ShardLedgerView> findShard(const std::vector<ShardLedgerView>& shards,
+                                         const std::string& shard_id) {
+  for (const ShardLedgerView& view : shards) {
     if (view.grant.shard_id == shard_id) return view;
   }
   return std::nullopt;
+}
+
+std::vector<ShardLedgerView> ShardFleetTest::ledgerShards(const std::string& gateway_name) {
+  return listLedgerShards(*client_, gateway_name);
+}
+
+std::optional<ShardLedgerView> ShardFleetTest::ledgerShard(const std::string& shard_id) {
+  return findShard(ledgerShards(), shard_id);
 }
 
 std::optional<ShardLedgerView> ShardFleetTest::waitShard(

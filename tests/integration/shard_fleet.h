@@ -44,6 +44,13 @@ struct Admissions {
   Units shardUnits() const;
 };
 
+// The ledger's shards issued to `gateway_name` ("" = every gateway), as `client` lists them;
+// empty if the call fails. The one with `shard_id`, if listed.
+std::vector<ShardLedgerView> listLedgerShards(client::BlockingClient& client,
+                                              const std::string& gateway_name);
+std::optional<ShardLedgerView> findShard(const std::vector<ShardLedgerView>& shards,
+                                         const std::string& shard_id);
+
 class ShardFleetTest : public AgentFleetTest {
  protected:
   // `tally-ledger identity --json` on the data dir (creating the key), then the ledger, then the
