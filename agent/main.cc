@@ -642,6 +642,17 @@ void writeReady(const AgentConfig& config, uint16_t metrics_port, Logger* logger
   ::close(config.ready_fd);
 }
 
+// True (and logged as `event`) when DIR/agent.db still holds `count` things of an unpartitioned
+// agent (`what`: what they are and what to do), or when counting them failed.
+bool unpartitionedLeftOver(Logger* logger, const AgentConfig& config, const char* event,
+                           const Result<uint64_t>& count, const char* what) {
+  if (count.isOk() && count.value() == 0) return false;
+  logger->error(event, {{"data_dir", config.data_dir},
+                        {"error", count.isOk() ? std::to_string(count.value()) + " " + what
+                                               : count.status().toString()}});
+  return true;
+}
+
 int run(const AgentConfig& config) {
   Logger logger("agent", parseLogLevel(config.log_level));
   ::signal(SIGPIPE, SIG_IGN);
@@ -661,32 +672,20 @@ int run(const AgentConfig& config) {
       return kExitStartup;
     }
     top_store = std::move(opened).value();
-    // An unpartitioned agent's outbox in DIR/agent.db belongs to its one ledger: started with
-    // partitions it would never be delivered. Refused until drained with --ledger.
-    Result<std::vector<OutboxEntry>> unpartitioned = top_store->load();
-    if (!unpartitioned.isOk() || !unpartitioned.value().empty()) {
-      logger.error(
-          "unpartitioned_outbox_left",
-          {{"data_dir", config.data_dir},
-           {"error", unpartitioned.isOk()
-                         ? std::to_string(unpartitioned.value().size()) +
-                               " outbox entries of an unpartitioned agent are in agent.db: start "
-                               "it with --ledger until its outbox is empty, then with --partitions"
-                         : unpartitioned.status().toString()}});
-      return kExitStartup;
-    }
-    // Likewise its emergency shards: their reports go to that one ledger.
-    Result<uint64_t> unpartitioned_shards = countStoredShards(top_store->connection());
-    if (!unpartitioned_shards.isOk() || unpartitioned_shards.value() != 0) {
-      logger.error(
-          "unpartitioned_shards_left",
-          {{"data_dir", config.data_dir},
-           {"error", unpartitioned_shards.isOk()
-                         ? std::to_string(unpartitioned_shards.value()) +
-                               " emergency shards of an unpartitioned agent are in agent.db: start "
-                               "it with --ledger until they are reconciled (tally_agent_shards is "
-                               "0), then with --partitions"
-                         : unpartitioned_shards.status().toString()}});
+    // An unpartitioned agent's outbox and emergency shards in DIR/agent.db belong to its one
+    // ledger: started with partitions they would never be sent. Refused until drained with
+    // --ledger.
+    Result<std::vector<OutboxEntry>> outbox = top_store->load();
+    if (unpartitionedLeftOver(
+            &logger, config, "unpartitioned_outbox_left",
+            outbox.isOk() ? Result<uint64_t>(outbox.value().size()) : outbox.status(),
+            "outbox entries of an unpartitioned agent are in agent.db: start it with --ledger "
+            "until its outbox is empty, then with --partitions") ||
+        unpartitionedLeftOver(
+            &logger, config, "unpartitioned_shards_left",
+            countStoredShards(top_store->connection()),
+            "emergency shards of an unpartitioned agent are in agent.db: start it with --ledger "
+            "until they are reconciled (tally_agent_shards is 0), then with --partitions")) {
       return kExitStartup;
     }
     Result<std::unique_ptr<ReservationPartitions>> opened_records =

@@ -49,8 +49,8 @@ printf '%-14s %6s %6s %8s %10s %20s %22s %s\n' run K conns S cycles/s "cycle p50
   "ledger usr+sys us/cyc" verify
 for file in "$OUT"/K*.txt; do
   name=$(basename "$file" .txt)
-  # Every cycle the ledger served: cps over the window, plus warm-up at the same rate (an
-  # estimate), plus nothing for setup and drain (small against 12 s of load).
+  # The cycles of warm-up and window (warm-up at the window's rate, an estimate). Setup and
+  # drain add CPU but no cycles, hence the upper bound.
   cycles=$(awk -v c="$(field "$file" cps)" -v d="$D" -v w="$W" 'BEGIN {print c * (d + w)}')
   printf '%-14s %6s %6s %8s %10s %20s %22s %s\n' "$name" "$(field "$file" K)" \
     "$(field "$file" conns)" "$(field "$file" S)" "$(field "$file" cps)" \

@@ -191,7 +191,7 @@ Result<std::unique_ptr<ShardStore>> ShardStore::open(sqlite3* db) {
   return std::make_unique<ShardStore>(Key{}, db);
 }
 
-// --- boot epoch ----------------------------------------------------------------------------------
+// --- shards left in a file ----------------------------------------------------------------------
 
 Result<uint64_t> countStoredShards(sqlite3* db) {
   constexpr const char* kOp = "count stored shards";
@@ -204,6 +204,8 @@ Result<uint64_t> countStoredShards(sqlite3* db) {
   TALLY_SQLITE_RETURN_IF_ERROR(queryInt(db, "SELECT count(*) FROM shards", kOp, &shards));
   return static_cast<uint64_t>(std::max<int64_t>(shards.value_or(0), 0));
 }
+
+// --- boot epoch ----------------------------------------------------------------------------------
 
 Result<uint64_t> ShardStore::incrementBootEpoch() {
   constexpr const char* kOp = "increment boot epoch";
