@@ -17,4 +17,18 @@ inline constexpr uint64_t kMmapThresholdBytes = 128 * 1024;
 // mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes); false if glibc refused it.
 bool fixMallocMmapThreshold();
 
+// The tunable the ledger runs with (docs/LEDGER.md "Restart time"): glibc's malloc asks for
+// transparent huge pages (madvise) for its heap and its large mappings. A restart over 1,000,000
+// live reservations writes ~1 GB of fresh memory; with 4 KiB pages a quarter of its CPU went to
+// page faults (docs/PERFORMANCE.md).
+inline constexpr const char* kHugePageMallocTunables = "glibc.malloc.hugetlb=1";
+
+// Called first in main, before anything is opened: when GLIBC_TUNABLES is not set at all,
+// sets it to kHugePageMallocTunables and re-executes the running binary (/proc/self/exe) with
+// the same arguments, the same pid and the same inherited descriptors, since glibc reads
+// tunables only at exec. Returns only when it did not re-execute: the variable was already set
+// (by the operator, even to an empty string, which is the opt-out, or by the first exec), or
+// execv failed (then the variable is unset again and the errno is returned; 0 otherwise).
+int reexecWithHugePageMalloc(char** argv);
+
 }  // namespace tally

@@ -768,9 +768,14 @@ int serve(LedgerConfig* config_in, OpenedStore opened, int listen_fd, int* kept_
   return exit_code;
 }
 
-int run(LedgerConfig config) {
+int run(LedgerConfig config, int huge_page_reexec_errno) {
   Logger logger("ledger", parseLogLevel(config.log_level));
   ::signal(SIGPIPE, SIG_IGN);
+  if (huge_page_reexec_errno != 0) {
+    logger.warn("malloc_tunables_not_set", {{"tunables", kHugePageMallocTunables},
+                                            {"error", std::strerror(huge_page_reexec_errno)},
+                                            {"effect", "restarts take longer (page faults)"}});
+  }
   logFdLimit(raiseFdLimit(), &logger);  // every connection is a descriptor
   if (!fixMallocMmapThreshold()) logger.warn("mallopt_failed", {{"option", "M_MMAP_THRESHOLD"}});
 
@@ -814,6 +819,7 @@ int run(LedgerConfig config) {
 }  // namespace tally::ledger
 
 int main(int argc, char** argv) {
+  const int huge_page_reexec_errno = tally::reexecWithHugePageMalloc(argv);
   tally::ledger::LedgerConfig config;
   tally::ledger::Command command;
   const int parsed = tally::ledger::parseArgs(argc, argv, &config, &command);
@@ -836,5 +842,5 @@ int main(int argc, char** argv) {
   if (!command.backup_dest.empty()) {
     return tally::ledger::runBackup(config.data_dir, command.backup_dest, tally::wallClockMs());
   }
-  return tally::ledger::run(config);
+  return tally::ledger::run(config, huge_page_reexec_errno);
 }
