@@ -9,7 +9,9 @@ cd "$(dirname "$0")/.."
 mkdir -p /tmp/cgl
 d=$(mktemp -d)
 mkfifo "$d.ready"
-valgrind --tool=callgrind --callgrind-out-file=/tmp/cgl/$1.out build/release/bin/tally-ledger --insecure --data-dir $d --listen 127.0.0.1:0 --log-level warn --ready-fd 3 3>$d.ready 2>/tmp/cgl/$1.log &
+# Set, so the ledger does not re-execute itself to set it (docs/LEDGER.md "Restart time"): the
+# re-executed binary would run outside valgrind. valgrind's allocator ignores the tunable anyway.
+GLIBC_TUNABLES=glibc.malloc.hugetlb=1 valgrind --tool=callgrind --callgrind-out-file=/tmp/cgl/$1.out build/release/bin/tally-ledger --insecure --data-dir $d --listen 127.0.0.1:0 --log-level warn --ready-fd 3 3>$d.ready 2>/tmp/cgl/$1.log &
 pid=$!
 read -r -t 120 w port _ < $d.ready
 if [[ "$2" != 0 ]]; then

@@ -24,7 +24,7 @@ bool fixMallocMmapThreshold();
 inline constexpr const char* kHugePageMallocTunables = "glibc.malloc.hugetlb=1";
 
 // Called first in main, before anything is opened: when GLIBC_TUNABLES is not set at all,
-// sets it to kHugePageMallocTunables and re-executes the running binary (/proc/self/exe) with
+// sets it to kHugePageMallocTunables and re-executes the running binary (its path) with
 // the same arguments, the same pid and the same inherited descriptors, since glibc reads
 // tunables only at exec. Returns only when it did not re-execute: the variable was already set
 // (by the operator, even to an empty string, which is the opt-out, or by the first exec), or

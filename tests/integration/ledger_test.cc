@@ -5,7 +5,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -29,6 +33,36 @@ uint64_t elapsedMs(steady_clock::time_point since) {
   return static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(steady_clock::now() - since).count());
 }
+
+// /proc/PID/FILE of a running process, whole ("" if it cannot be read).
+std::string procFile(pid_t pid, const char* file) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/" + file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Sets (or, with nullopt, unsets) GLIBC_TUNABLES in this process, for the children it starts,
+// and puts back what was there when it goes.
+class ScopedTunables {
+ public:
+  explicit ScopedTunables(std::optional<std::string> value) {
+    if (const char* old = std::getenv("GLIBC_TUNABLES")) old_ = old;
+    if (value.has_value()) {
+      ::setenv("GLIBC_TUNABLES", value->c_str(), 1);
+    } else {
+      ::unsetenv("GLIBC_TUNABLES");
+    }
+  }
+  ~ScopedTunables() {
+    if (old_.has_value()) {
+      ::setenv("GLIBC_TUNABLES", old_->c_str(), 1);
+    } else {
+      ::unsetenv("GLIBC_TUNABLES");
+    }
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
 
 // The article's opening scenario: three gateways reserve 600 each from one bucket of 1,000.
 TEST_F(LedgerServiceTest, OpeningScenarioAdmitsExactlyOneOfThreeConcurrentReserves) {
@@ -764,6 +798,31 @@ TEST_F(LedgerServiceTest, HoldAndHardLimitDeadlinesSurviveAKill) {
   EXPECT_EQ(sumBalances(audit, {"tenant-1", "chat"}),
             (Balances{.opening = kBurst, .available = kBurst - 250, .spent = 250}))
       << describe(audit);
+}
+
+// docs/LEDGER.md "Restart time": the ledger runs with glibc's huge-page malloc, by re-executing
+// itself once under its own name; an operator's GLIBC_TUNABLES, even empty, is left alone.
+TEST_F(LedgerServiceTest, RunsWithHugePageMallocUnderItsOwnNameUnlessTheOperatorSetTheTunables) {
+  {
+    ScopedTunables unset(std::nullopt);
+    ASSERT_NO_FATAL_FAILURE(startLedger());
+  }
+  std::string environment = procFile(ledger_.pid(), "environ");
+  EXPECT_NE(environment.find(std::string("GLIBC_TUNABLES=glibc.malloc.hugetlb=1") + '\0'),
+            std::string::npos);
+  EXPECT_EQ(procFile(ledger_.pid(), "comm"), "tally-ledger\n");
+  TALLY_ASSIGN_OR_FAIL(wire::HealthReply serving, health(*client_));
+  EXPECT_EQ(ledger_.terminate(), 0);
+
+  {
+    ScopedTunables operators_choice("");
+    ASSERT_NO_FATAL_FAILURE(startLedger());
+  }
+  environment = procFile(ledger_.pid(), "environ");
+  EXPECT_NE(environment.find(std::string("GLIBC_TUNABLES=") + '\0'), std::string::npos);
+  EXPECT_EQ(environment.find("glibc.malloc.hugetlb"), std::string::npos);
+  TALLY_ASSIGN_OR_FAIL(serving, health(*client_));
+  EXPECT_EQ(ledger_.terminate(), 0);
 }
 
 }  // namespace
