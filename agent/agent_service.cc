@@ -238,7 +238,8 @@ void AgentService::onLinkResult(uint64_t call, central::LinkResult result) {
       answer.reservation = *reply;
     } else if (auto* policy = std::get_if<wire::PolicyAnswer>(&result.response.body)) {
       answer.policy_reply = policy->reply;
-      answer.policy = std::move(policy->policy);
+      // A copy: the same answer may still be relayed whole to the gateway that asked (perform).
+      answer.policy = policy->policy;
     }
   } else {
     answer.outcome = result.status.code() == StatusCode::kResourceExhausted ? LinkOutcome::kNotSent

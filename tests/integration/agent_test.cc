@@ -201,6 +201,36 @@ TEST_F(AgentFleetTest, OpeningScenarioThroughThreeAgentsAdmitsExactlyOne) {
 
 // The agent decodes and re-encodes every request: the region must reach the ledger intact, or a
 // request from another region would be charged to a budget fenced to eu-west-1.
+// A gateway that asks the agent for the policy gets the ledger's whole answer: every budget,
+// not just the generation (the agent also reads the answer for its own rollout modes).
+TEST_F(AgentFleetTest, ShowPolicyThroughTheAgentIsTheLedgersWholePolicy) {
+  ASSERT_NO_FATAL_FAILURE(startLedger());
+  Generation generation = 0;
+  ASSERT_NO_FATAL_FAILURE(publish({makeBudget({.subject = "tenant-1", .burst = 1000}),
+                                   makeBudget({.subject = "tenant-2", .burst = 2000})},
+                                  &generation));
+  ASSERT_NO_FATAL_FAILURE(startAgent(0, ledgerAddress()));
+  std::unique_ptr<client::BlockingClient> gateway_0 = gateway(0);
+  ASSERT_NE(gateway_0, nullptr);
+  TALLY_ASSIGN_OR_FAIL(wire::Response direct,
+                       client_->call(wire::ShowPolicyRequest{}, kCallTimeoutMs));
+  const auto* on_ledger = std::get_if<wire::PolicyAnswer>(&direct.body);
+  ASSERT_NE(on_ledger, nullptr);
+  ASSERT_TRUE(on_ledger->policy.has_value());
+  ASSERT_EQ(on_ledger->policy->budgets.size(), 2u);
+  // Twice: the first answer may be one the agent also used for its own policy refresh.
+  for (int i = 0; i < 2; ++i) {
+    TALLY_ASSIGN_OR_FAIL(wire::Response relayed,
+                         gateway_0->call(wire::ShowPolicyRequest{}, kAgentCallTimeoutMs));
+    const auto* through_agent = std::get_if<wire::PolicyAnswer>(&relayed.body);
+    ASSERT_NE(through_agent, nullptr) << wire::describe(relayed.body);
+    EXPECT_EQ(through_agent->reply.generation, generation);
+    ASSERT_TRUE(through_agent->policy.has_value());
+    EXPECT_EQ(through_agent->policy->generation, generation);
+    EXPECT_EQ(through_agent->policy->budgets, on_ledger->policy->budgets);
+  }
+}
+
 TEST_F(AgentFleetTest, TheRegionSurvivesTheAgentAndTheLedgerFencesOnIt) {
   ASSERT_NO_FATAL_FAILURE(startLedger());
   Budget budget = makeBudget({.burst = 1000});
