@@ -21,6 +21,7 @@ const std::vector<std::string> kTopKeys = {"socket",
                                            "allowed_gids",
                                            "metrics_listen",
                                            "request_timeout_ms",
+                                           "busy_poll_us",
                                            "health",
                                            "outbox_entries_max",
                                            "policy_refresh_ms",
@@ -459,6 +460,11 @@ Status applyConfigFile(const std::string& path, AgentConfig* config) {
   }
   if (Status s =
           readUnsigned(table, path, "request_timeout_ms", 1, 600'000, &config->request_timeout_ms);
+      !s.isOk()) {
+    return s;
+  }
+  if (Status s =
+          readUnsigned(table, path, "busy_poll_us", 0, kBusyPollUsMax, &config->busy_poll_us);
       !s.isOk()) {
     return s;
   }

@@ -30,6 +30,7 @@
 //   http_idle_timeout_ms = 60000       # an HTTP connection idle this long: closed
 //   http_linger_ms = 5000              # an HTTP close waits this long for the peer's EOF
 //   request_timeout_ms = 2000          # per ledger request
+//   busy_poll_us = 0                   # 0..1000: poll this long after each wake-up (off: 0)
 //   outbox_entries_max = 1000000
 //   policy_refresh_ms = 5000
 //   drain_timeout_ms = 5000
@@ -60,6 +61,8 @@
 namespace tally::agent {
 
 inline constexpr const char* kDefaultSocketPath = "/run/tally/agent.sock";
+// Above a millisecond a poll window would be a core spent per wake-up for nothing a gateway sees.
+inline constexpr uint64_t kBusyPollUsMax = 1000;
 
 struct EmergencyConfig {
   std::vector<std::pair<std::string, std::string>> accounts;  // (subject, route)
@@ -99,6 +102,9 @@ struct AgentConfig {
   uint16_t metrics_port = 9464;
   bool metrics_enabled = true;
   uint64_t request_timeout_ms = 2'000;
+  // After each wake-up the loop polls without sleeping for this long (net/run_loop.h,
+  // docs/AGENT.md "Busy polling"); 0: it sleeps whenever nothing is ready.
+  uint64_t busy_poll_us = 0;
   LinkHealthThresholds health;
   uint64_t outbox_entries_max = 1'000'000;
   uint64_t policy_refresh_ms = 5'000;

@@ -36,6 +36,7 @@
 #include "common/wall_clock.h"
 #include "core/assert.h"
 #include "core/partition_map.h"
+#include "net/run_loop.h"
 #include "net/tls_session.h"
 #include "shard/crypto.h"
 #include "shard/identity.h"
@@ -752,6 +753,7 @@ int run(const AgentConfig& config) {
     return kExitStartup;
   }
   int exit_code = kExitOk;
+  net::LoopRunStats loop_stats;
   {
     Daemon daemon(&loop, config, &logger, &stores, records.get(), inheritedSocket(&logger), &crypto,
                   signer, sdWatchdogIntervalMs(), link_tls.value());
@@ -797,12 +799,15 @@ int run(const AgentConfig& config) {
       }
       if (!daemon.watchdog.start()) logger.warn("watchdog_start_failed");
     }
-    uv_run(&loop, UV_RUN_DEFAULT);
+    loop_stats = net::runLoop(&loop, config.busy_poll_us);
   }
   if (int rc = uv_loop_close(&loop); rc != 0) {
     logger.error("loop_close_failed", {{"error", uv_strerror(rc)}});
   }
-  logger.info("exit", {{"code", exit_code}});
+  logger.info("exit", {{"code", exit_code},
+                       {"busy_poll_us", config.busy_poll_us},
+                       {"loop_sleeps", loop_stats.sleeps},
+                       {"loop_polls", loop_stats.polls}});
   return exit_code;
 }
 

@@ -149,6 +149,22 @@ TEST(AgentConfigTest, RefusesMalformedEmergencySettingsNamingTheKey) {
   }
 }
 
+// busy_poll_us (docs/AGENT.md "Busy polling"): off by default, at most a millisecond.
+TEST(AgentConfigTest, BusyPollIsOffByDefaultAndBoundedToAMillisecond) {
+  TempDir dir;
+  EXPECT_EQ(AgentConfig{}.busy_poll_us, 0u);
+  AgentConfig config;
+  ASSERT_TRUE(applyText(dir, "busy_poll_us = 1000\n", &config).isOk());
+  EXPECT_EQ(config.busy_poll_us, 1000u);
+  for (const char* text :
+       {"busy_poll_us = 1001\n", "busy_poll_us = -1\n", "busy_poll_us = 2.5\n"}) {
+    AgentConfig refused;
+    const Status status = applyText(dir, text, &refused);
+    EXPECT_FALSE(status.isOk()) << text;
+    EXPECT_NE(status.message().find("busy_poll_us"), std::string::npos) << status.message();
+  }
+}
+
 // [scheduling] (docs/AGENT.md "Fair scheduling"): per-route limits on started work.
 TEST(AgentConfigTest, ReadsTheSchedulingSection) {
   TempDir dir;
