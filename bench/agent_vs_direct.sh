@@ -39,6 +39,6 @@ for pair in $(seq 1 "$PAIRS"); do
   # Cycles of warm-up (at the window's rate, an estimate) and window; setup adds CPU, no cycles.
   cps=$(grep '^RESULT ' "$OUT/agent-run.txt" | tr ' ' '\n' | awk -F= '$1 == "cps" {print $2}')
   awk -v b="$cpu_before" -v a="$cpu_after" -v c="${cps:-0}" -v d="$D" -v p="$pair" -v poll="$BUSY_POLL_US" \
-    'BEGIN {n = c * (d + 1); printf "agent run %s (busy_poll_us %s): %.0f cycles/s, agent CPU %.1f us per cycle\n", p, poll, c, n > 0 ? (a - b) * 1e6 / n : 0}'
+    'BEGIN {n = c * (d + 1); printf "agent run %s (busy_poll_us %s): %.0f cycles/s, agent CPU %.1f us per cycle\n", p, poll, c, (n > 0 ? (a - b) * 1e6 / n : 0)}'
 done
 bash ../shared/peers/driver/summarize.sh "$OUT"/direct.txt "$OUT"/agent.txt
