@@ -197,10 +197,6 @@ TEST_F(AgentFleetTest, OpeningScenarioThroughThreeAgentsAdmitsExactlyOne) {
       << describe(audit);
 }
 
-// --- Regions (docs/LEDGER.md "Regions") ---------------------------------------------------
-
-// The agent decodes and re-encodes every request: the region must reach the ledger intact, or a
-// request from another region would be charged to a budget fenced to eu-west-1.
 // A gateway that asks the agent for the policy gets the ledger's whole answer: every budget,
 // not just the generation (the agent also reads the answer for its own rollout modes).
 TEST_F(AgentFleetTest, ShowPolicyThroughTheAgentIsTheLedgersWholePolicy) {
@@ -231,6 +227,10 @@ TEST_F(AgentFleetTest, ShowPolicyThroughTheAgentIsTheLedgersWholePolicy) {
   }
 }
 
+// --- Regions (docs/LEDGER.md "Regions") ---------------------------------------------------
+
+// The agent decodes and re-encodes every request: the region must reach the ledger intact, or a
+// request from another region would be charged to a budget fenced to eu-west-1.
 TEST_F(AgentFleetTest, TheRegionSurvivesTheAgentAndTheLedgerFencesOnIt) {
   ASSERT_NO_FATAL_FAILURE(startLedger());
   Budget budget = makeBudget({.burst = 1000});
