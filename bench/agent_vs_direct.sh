@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 K="${K:-1}"; PAIRS="${PAIRS:-5}"; D="${D:-3}"; S="${S:-1000}"; BUSY_POLL_US="${BUSY_POLL_US:-0}"
 BIN=build/release/bin
 OUT=/tmp/tally-agent-vs-direct
+# For cpu_seconds and field. Its EXIT trap (ledgers of start_ledger: none here) is replaced below.
+source bench/lib.sh
 mkdir -p "$OUT"; rm -f "$OUT"/*.txt
 work=$(mktemp -d)
 cleanup() { kill -TERM "${agent:-}" "${ledger:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
@@ -27,7 +29,7 @@ printf 'busy_poll_us = %s\n' "$BUSY_POLL_US" >"$work/agent.toml"
   3>"$work/agent.ready" 2>>"$OUT/agent.log" &
 agent=$!
 read -r -t 10 _ _ <"$work/agent.ready"
-agent_cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.3f", ($14 + $15) / hz}' "/proc/$agent/stat"; }
+agent_cpu_s() { cpu_seconds "$agent" | awk '{print $1 + $2}'; }
 for pair in $(seq 1 "$PAIRS"); do
   "$BIN/tally-bench" --ledger "127.0.0.1:$port" -K "$K" -S "$S" -d "$D" -w 1 --no-publish \
     --prefix "avd-direct-$pair" --label "direct-K$K-run$pair" >>"$OUT/direct.txt" 2>&1
@@ -37,7 +39,7 @@ for pair in $(seq 1 "$PAIRS"); do
   cpu_after=$(agent_cpu_s)
   cat "$OUT/agent-run.txt" >>"$OUT/agent.txt"
   # Cycles of warm-up (at the window's rate, an estimate) and window; setup adds CPU, no cycles.
-  cps=$(grep '^RESULT ' "$OUT/agent-run.txt" | tr ' ' '\n' | awk -F= '$1 == "cps" {print $2}')
+  cps=$(field "$OUT/agent-run.txt" cps)
   awk -v b="$cpu_before" -v a="$cpu_after" -v c="${cps:-0}" -v d="$D" -v p="$pair" -v poll="$BUSY_POLL_US" \
     'BEGIN {n = c * (d + 1); printf "agent run %s (busy_poll_us %s): %.0f cycles/s, agent CPU %.1f us per cycle\n", p, poll, c, (n > 0 ? (a - b) * 1e6 / n : 0)}'
 done
