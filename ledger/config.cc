@@ -36,6 +36,7 @@ const std::vector<std::string>& configKeys() {
                                                  "retention_ms",
                                                  "tick_interval_ms",
                                                  "checkpoint_log_rows",
+                                                 "commit_mode",
                                                  "log_level",
                                                  "metrics",
                                                  "store",
@@ -80,6 +81,12 @@ Status applyConfigFile(const std::string& path, LedgerConfig* config) {
     const auto text = node->value<std::string>();
     if (!text) return configKeyError(path, "store", "must be a string \"sqlite\" or \"postgres\"");
     config->store = *text;
+  }
+  if (const toml::node* node = table.get("commit_mode")) {
+    const auto text = node->value<std::string>();
+    if (!text)
+      return configKeyError(path, "commit_mode", "must be \"auto\", \"loop\" or \"thread\"");
+    config->commit_mode = *text;
   }
   if (const toml::node* node = table.get("postgres")) {
     const auto text = node->value<std::string>();
@@ -154,6 +161,11 @@ Status validateConfig(const LedgerConfig& config) {
     return Status::invalidArgument("store must be \"sqlite\" or \"postgres\", not \"" +
                                    config.store + "\"");
   }
+  if (config.commit_mode != "auto" && config.commit_mode != "loop" &&
+      config.commit_mode != "thread") {
+    return Status::invalidArgument("commit_mode must be \"auto\", \"loop\" or \"thread\", not \"" +
+                                   config.commit_mode + "\"");
+  }
   if (config.store == "postgres" && config.postgres_conninfo.empty()) {
     return Status::invalidArgument(
         "store \"postgres\" needs postgres = \"CONNINFO\" (or --postgres CONNINFO)");
@@ -177,6 +189,11 @@ Status validateConfig(const LedgerConfig& config) {
                                    std::to_string(kLeaseMsMax));
   }
   return Status::ok();
+}
+
+bool commitsOnLoop(const LedgerConfig& config) {
+  if (config.commit_mode == "auto") return config.store == "sqlite";
+  return config.commit_mode == "loop";
 }
 
 }  // namespace tally::ledger

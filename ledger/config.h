@@ -55,6 +55,10 @@ struct LedgerConfig {
   uint64_t shard_retention_ms = limits::kShardRetentionMsDefault;
   uint64_t tick_interval_ms = 10;
   uint64_t checkpoint_log_rows = 1024;
+  // Where commits run (ServerOptions::commit_on_loop): "loop", "thread", or "auto" (the default:
+  // "loop" for the sqlite store, whose commit is a local fdatasync shorter than the two thread
+  // wake-ups it would cost, "thread" for postgres, whose commit is a network round trip).
+  std::string commit_mode = "auto";
   std::string log_level = "info";
   bool metrics_enabled = true;  // GET /metrics on metrics_host:metrics_port (port 0: pick one)
   std::string metrics_host = "127.0.0.1";
@@ -100,5 +104,7 @@ Status applyConfigFile(const std::string& path, LedgerConfig* config);
 // holds the two, and packaging/config/ledger.toml, equal).
 const std::vector<std::string>& configKeys();
 Status validateConfig(const LedgerConfig& config);
+// Whether `config` (validated) commits on the loop thread: commit_mode resolved for its store.
+bool commitsOnLoop(const LedgerConfig& config);
 
 }  // namespace tally::ledger

@@ -657,6 +657,7 @@ int serve(LedgerConfig* config_in, OpenedStore opened, int listen_fd, int* kept_
           .listen_fd = listen_fd,
           .stream = connectionLimitsOf(config),
           .tick_interval_ms = config.tick_interval_ms,
+          .commit_on_loop = commitsOnLoop(config),
           .connections_max = net::connectionsMaxForThisProcess(config.connections_max, &logger),
           .buffered_bytes_max = config.buffered_bytes_max,
           .on_stopped = close_signals,
@@ -700,6 +701,7 @@ int serve(LedgerConfig* config_in, OpenedStore opened, int listen_fd, int* kept_
                                           ? config.metrics_host + ":" + std::to_string(metrics_port)
                                           : std::string("off")},
                           {"version", kVersion},
+                          {"commits_on", commitsOnLoop(config) ? "loop" : "thread"},
                           {"signing_key_id", key_id},
                           {"active_generation", ledger.accounts().activeGeneration()}});
     if (config.ready_fd > 2) {

@@ -426,6 +426,11 @@ void Server::seal() {
   batch.sealed_ns = uv_hrtime();
   committing_ = std::move(batch);
   commit_in_flight_ = true;
+  if (options_.commit_on_loop) {
+    doCommit(&work_);
+    afterCommit(&work_, 0);
+    return;
+  }
   if (int rc = uv_queue_work(loop_, &work_, doCommit, afterCommit); rc != 0) {
     commit_in_flight_ = false;
     failFatally(Status::ioError(std::string("uv_queue_work: ") + uv_strerror(rc)));
@@ -433,7 +438,8 @@ void Server::seal() {
 }
 
 void Server::doCommit(uv_work_t* work) {
-  // Worker thread: touches only the store and the sealed batch.
+  // Worker thread (or the loop, with commit_on_loop): touches only the store and the sealed
+  // batch.
   auto* server = static_cast<Server*>(work->data);
   const uint64_t started_ns = uv_hrtime();
   server->committing_.result = server->store_->commit(server->committing_.store);

@@ -61,6 +61,11 @@ struct ServerOptions {
   // nothing is kept (net/framed_stream.h).
   net::StreamLimits stream;
   uint64_t tick_interval_ms = 10;
+  // Where Store::commit runs. false: on a threadpool thread, while the loop keeps reading and
+  // applying requests into the next batch. true: on the loop thread, which waits for it: no
+  // thread hand-off (two wake-ups) per commit, but nothing else is served during a commit
+  // (docs/LEDGER.md "Durability and group commit"; LedgerConfig::commit_mode).
+  bool commit_on_loop = false;
   // Global bounds: past them new connections are refused (net/connection_set.h).
   uint64_t connections_max = limits::kConnectionsPerServerMax;
   uint64_t buffered_bytes_max = net::kBufferedBytesMaxDefault;

@@ -2,7 +2,8 @@
 // refuse()): when the owner says none of the batch can be durable (a deposed primary), every
 // request held is answered with the owner's error under its own id, instead of being dropped,
 // and the server stops; without refused_answer a failed commit stays fatal and nothing is said.
-// In process: a real Server on a loop thread, a store whose every commit fails, a BlockingClient.
+// In process: a real Server on a loop thread, a store whose every commit fails, a BlockingClient;
+// each test runs with the commit on a worker thread and on the loop (commit_on_loop).
 
 #include <gtest/gtest.h>
 #include <uv.h>
@@ -21,11 +22,14 @@
 #include "ledger/server.h"
 #include "ledger/store.h"
 #include "tests/integration/ledger_harness.h"
+#include "tests/ledger/running_server.h"
 
 namespace tally::ledger {
 namespace {
 
-constexpr uint64_t kTimeoutMs = 10'000;
+using tally::testing::kServerTimeoutMs;
+using tally::testing::RunningServer;
+constexpr uint64_t kTimeoutMs = kServerTimeoutMs;
 
 // Every commit is refused, as a deposed primary's fence refuses it.
 class RefusingStore final : public Store {
@@ -36,37 +40,6 @@ class RefusingStore final : public Store {
   }
   Result<StoreContents> load() override { return StoreContents{}; }
   int commits = 0;
-};
-
-struct Running {
-  uv_loop_t loop{};
-  Ledger ledger;
-  LedgerClock clock{0};
-  Logger logger{"ledger", LogLevel::kError};
-  RefusingStore store;
-  std::unique_ptr<Server> server;
-  std::thread thread;
-
-  explicit Running(ServerOptions options) {
-    EXPECT_EQ(uv_loop_init(&loop), 0);
-    options.listen_port = 0;
-    server = std::make_unique<Server>(&loop, &ledger, &store, &clock, &logger, std::move(options));
-    EXPECT_TRUE(server->start().isOk());
-    thread = std::thread([this] { uv_run(&loop, UV_RUN_DEFAULT); });
-  }
-  // The server stops by itself after the refused commit: the loop runs dry.
-  void join() {
-    thread.join();
-    EXPECT_EQ(uv_loop_close(&loop), 0);
-  }
-  std::unique_ptr<client::BlockingClient> connect() {
-    Result<std::unique_ptr<client::BlockingClient>> connected = client::BlockingClient::connect(
-        client::Endpoint{
-            .kind = client::Endpoint::Kind::kTcp, .host = "127.0.0.1", .port = server->port()},
-        kTimeoutMs);
-    EXPECT_TRUE(connected.isOk()) << connected.status().toString();
-    return connected.isOk() ? std::move(connected).value() : nullptr;
-  }
 };
 
 // A publish (a change: committed, refused), a health and a reserve behind it, pipelined.
@@ -83,17 +56,28 @@ std::vector<uint64_t> sendThree(client::BlockingClient& client) {
   return ids;
 }
 
-TEST(ServerRefusalTest, ARefusedBatchIsAnsweredWithTheOwnersErrorUnderEachIdAndTheServerStops) {
+class ServerRefusalTest : public ::testing::TestWithParam<bool> {};
+
+INSTANTIATE_TEST_SUITE_P(CommitOn, ServerRefusalTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("Loop") : std::string("Thread");
+                         });
+
+TEST_P(ServerRefusalTest, ARefusedBatchIsAnsweredWithTheOwnersErrorUnderEachIdAndTheServerStops) {
   const std::string message = notPrimaryMessage("10.0.0.9:7411");
   std::vector<Status> failures;
   // A long tick: the three requests are read well within the interval the refusing server
   // keeps reading before it stops.
-  Running running(
-      ServerOptions{.tick_interval_ms = 500, .refused_answer = [&](const Status& failure) {
-                      failures.push_back(failure);  // the loop thread; read after join()
-                      return std::optional<wire::ErrorReply>(wire::ErrorReply{
-                          .code = wire::ErrorCode::kNotPrimary, .message = message});
-                    }});
+  RefusingStore store;
+  // The loop thread calls refused_answer; `failures` is read after join().
+  RunningServer running(
+      &store, ServerOptions{.tick_interval_ms = 500,
+                            .commit_on_loop = GetParam(),
+                            .refused_answer = [&](const Status& failure) {
+                              failures.push_back(failure);
+                              return std::optional<wire::ErrorReply>(wire::ErrorReply{
+                                  .code = wire::ErrorCode::kNotPrimary, .message = message});
+                            }});
   std::unique_ptr<client::BlockingClient> client = running.connect();
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> ids = sendThree(*client);
@@ -117,13 +101,15 @@ TEST(ServerRefusalTest, ARefusedBatchIsAnsweredWithTheOwnersErrorUnderEachIdAndT
   EXPECT_FALSE(client->call(wire::HealthRequest{}, kTimeoutMs).isOk());
   EXPECT_TRUE(running.server->refusing());
   EXPECT_FALSE(running.server->fatal());
-  EXPECT_EQ(running.store.commits, 1);  // nothing after the refusal is even tried
+  EXPECT_EQ(store.commits, 1);  // nothing after the refusal is even tried
   ASSERT_EQ(failures.size(), 1u);
   EXPECT_EQ(failures[0].code(), StatusCode::kFailedPrecondition);
 }
 
-TEST(ServerRefusalTest, WithoutRefusedAnswerAFailedCommitIsFatalAndNothingIsSaid) {
-  Running running(ServerOptions{.tick_interval_ms = 500});
+TEST_P(ServerRefusalTest, WithoutRefusedAnswerAFailedCommitIsFatalAndNothingIsSaid) {
+  RefusingStore store;
+  RunningServer running(&store,
+                        ServerOptions{.tick_interval_ms = 500, .commit_on_loop = GetParam()});
   std::unique_ptr<client::BlockingClient> client = running.connect();
   ASSERT_NE(client, nullptr);
   (void)sendThree(*client);

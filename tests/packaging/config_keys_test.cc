@@ -208,7 +208,42 @@ TEST(ShippedConfig, LedgerParsesAsShippedAndUncommentedAndStaysOnLoopback) {
   EXPECT_EQ(all.receipt_bytes_max, defaults.receipt_bytes_max);
   EXPECT_EQ(all.tick_interval_ms, defaults.tick_interval_ms);
   EXPECT_EQ(all.checkpoint_log_rows, defaults.checkpoint_log_rows);
+  EXPECT_EQ(all.commit_mode, defaults.commit_mode);
   EXPECT_EQ(all.log_level, defaults.log_level);
+}
+
+// commit_mode: "auto" by default, which commits on the loop for sqlite and on a thread for
+// postgres; "loop" and "thread" say so for either store; anything else is refused, naming the key.
+TEST(LedgerConfigKeys, CommitModeResolvesByStoreAndRefusesOtherValues) {
+  TempDir dir;
+  ledger::LedgerConfig config{.data_dir = dir.path()};
+  EXPECT_EQ(config.commit_mode, "auto");
+  EXPECT_TRUE(ledger::commitsOnLoop(config));
+  config.store = "postgres";
+  config.postgres_conninfo = "dbname=tally";
+  EXPECT_FALSE(ledger::commitsOnLoop(config));
+  ASSERT_TRUE(ledger::applyConfigFile(writeTemp(dir, "l.toml", "commit_mode = \"loop\"\n"), &config)
+                  .isOk());
+  EXPECT_TRUE(ledger::validateConfig(config).isOk());
+  EXPECT_TRUE(ledger::commitsOnLoop(config));
+  config.store = "sqlite";
+  config.postgres_conninfo.clear();
+  ASSERT_TRUE(
+      ledger::applyConfigFile(writeTemp(dir, "l.toml", "commit_mode = \"thread\"\n"), &config)
+          .isOk());
+  EXPECT_TRUE(ledger::validateConfig(config).isOk());
+  EXPECT_FALSE(ledger::commitsOnLoop(config));
+
+  const Status not_text =
+      ledger::applyConfigFile(writeTemp(dir, "l.toml", "commit_mode = 1\n"), &config);
+  EXPECT_FALSE(not_text.isOk());
+  EXPECT_NE(not_text.message().find("commit_mode"), std::string::npos) << not_text.message();
+  ASSERT_TRUE(
+      ledger::applyConfigFile(writeTemp(dir, "l.toml", "commit_mode = \"inline\"\n"), &config)
+          .isOk());
+  const Status unknown = ledger::validateConfig(config);
+  EXPECT_EQ(unknown.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(unknown.message().find("commit_mode"), std::string::npos) << unknown.message();
 }
 
 // shard_retention_ms: its own key, a day by default (not the receipts' 15-minute window), read
