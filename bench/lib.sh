@@ -12,17 +12,18 @@ stop_every_ledger() {
 }
 trap stop_every_ledger EXIT
 
-# start_ledger LOG: a fresh tally-ledger on a fresh data dir, loopback, any port, no metrics
-# listener (several may run at once); waits for its ready line. Sets LEDGER_PID, LEDGER_PORT and
-# LEDGER_DATA; stop it with stop_ledger PID DATA.
+# start_ledger LOG [CONFIG]: a fresh tally-ledger on a fresh data dir, loopback, any port, no
+# metrics listener (several may run at once), with --config CONFIG when given; waits for its
+# ready line. Sets LEDGER_PID, LEDGER_PORT and LEDGER_DATA; stop it with stop_ledger PID DATA.
 start_ledger() {
-  local log="$1" fifo word
+  local log="$1" fifo word config_args=()
+  [[ -n "${2:-}" ]] && config_args=(--config "$2")
   LEDGER_DATA=$(mktemp -d)
   bench_ledger_dirs+=("$LEDGER_DATA")
   fifo="$LEDGER_DATA.ready"
   mkfifo "$fifo"
   "$BIN/tally-ledger" --insecure --data-dir "$LEDGER_DATA" --listen 127.0.0.1:0 --metrics "" \
-    --log-level warn --ready-fd 3 3>"$fifo" 2>>"$log" &
+    --log-level warn "${config_args[@]}" --ready-fd 3 3>"$fifo" 2>>"$log" &
   LEDGER_PID=$!
   bench_ledger_pids+=("$LEDGER_PID")
   read -r -t 30 word LEDGER_PORT _ <"$fifo"
