@@ -67,6 +67,8 @@ for store in $STORES; do
   fi
   for S in 1000 1; do
     for run in $(seq 1 "$RUNS"); do
+      # The peers' and the previous run's dirty pages reach the disk first, not during this run.
+      sync
       data=$(mktemp -d)
       fifo="$data.ready"
       mkfifo "$fifo"
