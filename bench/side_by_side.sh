@@ -6,6 +6,7 @@
 #   PEERS=0 bench/side_by_side.sh               (tally only)
 #   STORES="sqlite postgres" bench/side_by_side.sh  (tally's stores; default both: postgres
 #                                               starts its own PostgreSQL 15 as the peer's does)
+#   LEDGER_CONFIG=FILE bench/side_by_side.sh    (tally-ledger --config FILE, e.g. commit_mode)
 # Needs a release build (scripts/build release). Results: /tmp/tally-side-by-side/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,9 @@ if [[ "$PEERS" == 1 ]]; then
 fi
 
 STORES="${STORES:-sqlite postgres}"
+LEDGER_CONFIG="${LEDGER_CONFIG:-}"
+config_args=()
+[[ -n "$LEDGER_CONFIG" ]] && config_args=(--config "$LEDGER_CONFIG")
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 PG_PORT="${PG_PORT:-55433}"
 PG_DIR=/tmp/tally-side-by-side-pg
@@ -82,7 +86,7 @@ for store in $STORES; do
         label="tally-postgres-S$S-run$run"
       fi
       "$BIN/tally-ledger" --insecure --data-dir "$data" --listen 127.0.0.1:0 --log-level warn --ready-fd 3 \
-        "${store_args[@]}" 3>"$fifo" 2>>"$OUT/ledger.log" &
+        "${store_args[@]}" "${config_args[@]}" 3>"$fifo" 2>>"$OUT/ledger.log" &
       ledger=$!
       read -r -t 10 word port _ <"$fifo"
       [[ "$word" == ready ]]
