@@ -649,6 +649,7 @@ int serve(LedgerConfig* config_in, OpenedStore opened, int listen_fd, int* kept_
   // A ledger that may wait as a standby keeps its listening socket past the server (which
   // closes its own), so that once deposed it answers NOT_PRIMARY on the same port.
   if (lease_store != nullptr && config.standby) *kept_fd = ::dup(listen_fd);
+  const bool commit_on_loop = commitsOnLoop(config);
   Server server(
       &loop, &ledger, store.get(), &clock, &logger,
       ServerOptions{
@@ -657,7 +658,7 @@ int serve(LedgerConfig* config_in, OpenedStore opened, int listen_fd, int* kept_
           .listen_fd = listen_fd,
           .stream = connectionLimitsOf(config),
           .tick_interval_ms = config.tick_interval_ms,
-          .commit_on_loop = commitsOnLoop(config),
+          .commit_on_loop = commit_on_loop,
           .connections_max = net::connectionsMaxForThisProcess(config.connections_max, &logger),
           .buffered_bytes_max = config.buffered_bytes_max,
           .on_stopped = close_signals,
@@ -701,7 +702,7 @@ int serve(LedgerConfig* config_in, OpenedStore opened, int listen_fd, int* kept_
                                           ? config.metrics_host + ":" + std::to_string(metrics_port)
                                           : std::string("off")},
                           {"version", kVersion},
-                          {"commits_on", commitsOnLoop(config) ? "loop" : "thread"},
+                          {"commits_on", commit_on_loop ? "loop" : "thread"},
                           {"signing_key_id", key_id},
                           {"active_generation", ledger.accounts().activeGeneration()}});
     if (config.ready_fd > 2) {

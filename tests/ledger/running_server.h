@@ -4,6 +4,7 @@
 #include <uv.h>
 
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -20,6 +21,11 @@
 namespace tally::testing {
 
 inline constexpr uint64_t kServerTimeoutMs = 10'000;
+
+// Test names for suites parameterized on ServerOptions::commit_on_loop.
+inline std::string commitOnName(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "Loop" : "Thread";
+}
 
 struct RunningServer {
   using Server = ledger::Server;

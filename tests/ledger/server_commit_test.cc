@@ -77,9 +77,7 @@ class HoldingStore final : public Store {
 class ServerCommitTest : public ::testing::TestWithParam<bool> {};
 
 INSTANTIATE_TEST_SUITE_P(CommitOn, ServerCommitTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("Loop") : std::string("Thread");
-                         });
+                         tally::testing::commitOnName);
 
 void expectReserved(const Result<wire::Response>& answer, uint64_t request_id) {
   ASSERT_TRUE(answer.isOk()) << answer.status().toString();

@@ -6,18 +6,13 @@
 // each test runs with the commit on a worker thread and on the loop (commit_on_loop).
 
 #include <gtest/gtest.h>
-#include <uv.h>
 
 #include <memory>
 #include <optional>
-#include <thread>
 #include <variant>
 #include <vector>
 
 #include "central-client/blocking_client.h"
-#include "common/log.h"
-#include "common/wall_clock.h"
-#include "core/ledger.h"
 #include "core/ledger_protocol.h"
 #include "ledger/server.h"
 #include "ledger/store.h"
@@ -29,7 +24,6 @@ namespace {
 
 using tally::testing::kServerTimeoutMs;
 using tally::testing::RunningServer;
-constexpr uint64_t kTimeoutMs = kServerTimeoutMs;
 
 // Every commit is refused, as a deposed primary's fence refuses it.
 class RefusingStore final : public Store {
@@ -49,7 +43,7 @@ std::vector<uint64_t> sendThree(client::BlockingClient& client) {
                                             .budgets = {testing::makeBudget({.burst = 1000})}}},
                                         wire::RequestBody{wire::HealthRequest{}},
                                         wire::RequestBody{testing::makeReserve({.id = "r-1"})}}) {
-    Result<uint64_t> sent = client.send(body, kTimeoutMs);
+    Result<uint64_t> sent = client.send(body, kServerTimeoutMs);
     EXPECT_TRUE(sent.isOk()) << sent.status().toString();
     ids.push_back(sent.isOk() ? sent.value() : 0);
   }
@@ -59,9 +53,7 @@ std::vector<uint64_t> sendThree(client::BlockingClient& client) {
 class ServerRefusalTest : public ::testing::TestWithParam<bool> {};
 
 INSTANTIATE_TEST_SUITE_P(CommitOn, ServerRefusalTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("Loop") : std::string("Thread");
-                         });
+                         tally::testing::commitOnName);
 
 TEST_P(ServerRefusalTest, ARefusedBatchIsAnsweredWithTheOwnersErrorUnderEachIdAndTheServerStops) {
   const std::string message = notPrimaryMessage("10.0.0.9:7411");
@@ -82,7 +74,7 @@ TEST_P(ServerRefusalTest, ARefusedBatchIsAnsweredWithTheOwnersErrorUnderEachIdAn
   ASSERT_NE(client, nullptr);
   const std::vector<uint64_t> ids = sendThree(*client);
   for (uint64_t id : ids) {
-    Result<wire::Response> answer = client->receive(kTimeoutMs);
+    Result<wire::Response> answer = client->receive(kServerTimeoutMs);
     ASSERT_TRUE(answer.isOk()) << answer.status().toString();
     EXPECT_EQ(answer.value().request_id, id);
     const auto* error = std::get_if<wire::ErrorReply>(&answer.value().body);
@@ -91,14 +83,14 @@ TEST_P(ServerRefusalTest, ARefusedBatchIsAnsweredWithTheOwnersErrorUnderEachIdAn
     EXPECT_EQ(error->message, message);
   }
   // A request sent while the refusing server still reads is answered the same.
-  Result<wire::Response> later = client->call(wire::HealthRequest{}, kTimeoutMs);
+  Result<wire::Response> later = client->call(wire::HealthRequest{}, kServerTimeoutMs);
   ASSERT_TRUE(later.isOk()) << later.status().toString();
   const auto* error = std::get_if<wire::ErrorReply>(&later.value().body);
   ASSERT_NE(error, nullptr) << wire::describe(later.value().body);
   EXPECT_EQ(error->code, wire::ErrorCode::kNotPrimary);
   // Then it stops at its tick and closes the connection: nothing else is said.
   running.join();
-  EXPECT_FALSE(client->call(wire::HealthRequest{}, kTimeoutMs).isOk());
+  EXPECT_FALSE(client->call(wire::HealthRequest{}, kServerTimeoutMs).isOk());
   EXPECT_TRUE(running.server->refusing());
   EXPECT_FALSE(running.server->fatal());
   EXPECT_EQ(store.commits, 1);  // nothing after the refusal is even tried
@@ -113,7 +105,7 @@ TEST_P(ServerRefusalTest, WithoutRefusedAnswerAFailedCommitIsFatalAndNothingIsSa
   std::unique_ptr<client::BlockingClient> client = running.connect();
   ASSERT_NE(client, nullptr);
   (void)sendThree(*client);
-  Result<wire::Response> answer = client->receive(kTimeoutMs);
+  Result<wire::Response> answer = client->receive(kServerTimeoutMs);
   EXPECT_FALSE(answer.isOk()) << wire::describe(answer.value().body);
   client.reset();
   running.join();
