@@ -273,8 +273,8 @@ SqliteStoreStats SqliteStore::stats() const {
 Status SqliteStore::commit(const StoreBatch& batch) {
   const auto started = std::chrono::steady_clock::now();
   TALLY_SQLITE_RETURN_IF_ERROR(checkUsable());
-  const Blob blob = encodeBatch(batch);
-  const uint64_t bytes = blobBytes(blob).size();
+  const std::span<const uint8_t> body = encoder_.encode(batch);
+  const uint64_t bytes = body.size();
   if (bytes > options_.batch_bytes_max) {
     return Status::resourceExhausted("store batch of " + std::to_string(bytes) +
                                      " bytes, at most " + std::to_string(options_.batch_bytes_max) +
@@ -286,7 +286,7 @@ Status SqliteStore::commit(const StoreBatch& batch) {
     trim_to = std::min(folded_seq_,
                        trimmed_seq_ + static_cast<int64_t>(options_.trim_rows_per_commit_max));
   }
-  TALLY_SQLITE_RETURN_IF_ERROR(noteFailure(appendLogRow(blobBytes(blob), trim_to)));
+  TALLY_SQLITE_RETURN_IF_ERROR(noteFailure(appendLogRow(body, trim_to)));
   // Durable from here on: this batch is acknowledged as committed.
   const int64_t seq = next_seq_++;
   ++commit_stats_.commits;

@@ -10,6 +10,7 @@
 
 #include "core/status.h"
 #include "ledger/store.h"
+#include "ledger/store_codec.h"
 
 // The production Store: two SQLite files under the data dir, both in WAL mode with
 // synchronous=FULL.
@@ -193,6 +194,7 @@ class SqliteStore final : public Store {
   int64_t trimmed_seq_ = 0;  // log rows <= it are deleted from ledger.db
   Status failed_;            // OK unless a failure made durability unknown
   SqliteStoreStats commit_stats_;
+  BatchEncoder encoder_;
 
   // Fold thread only, between its start and its join.
   std::unique_ptr<sqlite::Connection> fold_log_;     // ledger.db: reads the log, checkpoints

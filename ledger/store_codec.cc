@@ -37,6 +37,8 @@ constexpr uint64_t kWordsPerShard = 160;
 constexpr uint64_t kWordsPerFence = 12;
 constexpr uint64_t kWordsPerPeriodSnapshot = 40;
 constexpr uint64_t kWordsOverhead = 64;
+// Largest first segment sized from the estimate; a larger batch grows more segments.
+constexpr uint64_t kFirstSegmentWordsMax = uint64_t{1} << 24;
 
 // Traversal budget per packed byte. Our records pack to about half their size (ids, digests and
 // counters are rarely zero); 8 words (64 bytes) per packed byte leaves a wide margin for
@@ -466,20 +468,20 @@ Result<StoreBatch> readBatch(schema::StoreBatchV1::Reader reader) {
   return batch;
 }
 
-}  // namespace
+uint64_t batchWordsEstimate(const StoreBatch& batch) {
+  return kWordsOverhead + kWordsPerPolicy * batch.policies.size() +
+         kWordsPerAccount * batch.accounts.size() +
+         kWordsPerReservation * batch.reservations.size() +
+         kWordsPerDeletion * batch.deleted_reservations.size() +
+         kWordsPerGateway * batch.gateways.size() + kWordsPerShard * batch.shards.size() +
+         kWordsPerFence * batch.fences.size() +
+         kWordsPerPeriodSnapshot * batch.period_snapshots.size() +
+         kWordsPerDeletion * batch.deleted_period_snapshots.size() +
+         kWordsPerGateway * batch.operators.size() +
+         kWordsPerAuditLogEntry * batch.audit_log.size();
+}
 
-Blob encodeBatch(const StoreBatch& batch) {
-  const uint64_t estimate =
-      kWordsOverhead + kWordsPerPolicy * batch.policies.size() +
-      kWordsPerAccount * batch.accounts.size() + kWordsPerReservation * batch.reservations.size() +
-      kWordsPerDeletion * batch.deleted_reservations.size() +
-      kWordsPerGateway * batch.gateways.size() + kWordsPerShard * batch.shards.size() +
-      kWordsPerFence * batch.fences.size() +
-      kWordsPerPeriodSnapshot * batch.period_snapshots.size() +
-      kWordsPerDeletion * batch.deleted_period_snapshots.size() +
-      kWordsPerGateway * batch.operators.size() + kWordsPerAuditLogEntry * batch.audit_log.size();
-  capnp::MallocMessageBuilder message(static_cast<unsigned>(std::min<uint64_t>(estimate, 1 << 24)));
-  auto builder = message.initRoot<schema::StoreBatchV1>();
+void buildBatch(const StoreBatch& batch, schema::StoreBatchV1::Builder builder) {
   auto policies = builder.initPolicies(static_cast<unsigned>(batch.policies.size()));
   for (size_t i = 0; i < batch.policies.size(); ++i) buildPolicy(batch.policies[i], policies[i]);
   auto accounts = builder.initAccounts(static_cast<unsigned>(batch.accounts.size()));
@@ -533,7 +535,70 @@ Blob encodeBatch(const StoreBatch& batch) {
     wire::fromCore(batch.audit_log[i], audit_log[static_cast<unsigned>(i)]);
   }
   builder.setAuditLogKeptFrom(batch.audit_log_kept_from);
+}
+
+}  // namespace
+
+Blob encodeBatch(const StoreBatch& batch) {
+  capnp::MallocMessageBuilder message(
+      static_cast<unsigned>(std::min<uint64_t>(batchWordsEstimate(batch), kFirstSegmentWordsMax)));
+  buildBatch(batch, message.initRoot<schema::StoreBatchV1>());
   return finish(message);
+}
+
+// A kj output stream over a byte vector that keeps its capacity between messages.
+class BatchEncoder::Output final : public kj::BufferedOutputStream {
+ public:
+  void clear() { filled_ = 0; }
+  void reserve(size_t bytes) {
+    if (buffer_.size() < bytes) buffer_.resize(bytes);
+  }
+  void release() { buffer_ = {}; }
+  size_t capacity() const { return buffer_.size(); }
+  std::span<const uint8_t> bytes() const { return {buffer_.data(), filled_}; }
+
+  kj::ArrayPtr<kj::byte> getWriteBuffer() override {
+    if (filled_ == buffer_.size()) grow(filled_ + 1);
+    return kj::arrayPtr(buffer_.data() + filled_, buffer_.size() - filled_);
+  }
+  void write(const void* source, size_t size) override {
+    if (source == buffer_.data() + filled_ && size <= buffer_.size() - filled_) {
+      filled_ += size;  // written into getWriteBuffer()'s space
+      return;
+    }
+    if (buffer_.size() - filled_ < size) grow(filled_ + size);
+    std::memcpy(buffer_.data() + filled_, source, size);
+    filled_ += size;
+  }
+
+ private:
+  void grow(size_t bytes_min) { buffer_.resize(std::max(bytes_min, buffer_.size() * 2)); }
+
+  std::vector<uint8_t> buffer_;
+  size_t filled_ = 0;
+};
+
+BatchEncoder::BatchEncoder() : output_(std::make_unique<Output>()) {}
+BatchEncoder::~BatchEncoder() = default;
+
+std::span<const uint8_t> BatchEncoder::encode(const StoreBatch& batch) {
+  const uint64_t words = std::min<uint64_t>(batchWordsEstimate(batch), kFirstSegmentWordsMax);
+  if (first_segment_.size() < words) {
+    first_segment_ = kj::heapArray<capnp::word>(words);
+    std::memset(first_segment_.begin(), 0, first_segment_.size() * sizeof(capnp::word));
+  }
+  // The previous batch's bytes are no longer the caller's: a buffer a huge batch grew goes.
+  if (output_->capacity() > kKeptBytesMax) output_->release();
+  output_->clear();
+  {
+    // Zeroes what it used of first_segment_ again when destroyed.
+    capnp::MallocMessageBuilder message(first_segment_.asPtr());
+    buildBatch(batch, message.initRoot<schema::StoreBatchV1>());
+    output_->reserve(capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word));
+    capnp::writePackedMessage(*output_, message);
+  }
+  if (first_segment_.size() * sizeof(capnp::word) > kKeptBytesMax) first_segment_ = nullptr;
+  return output_->bytes();
 }
 
 Blob encodePeriodSnapshotRecord(const PeriodSnapshot& snapshot) {

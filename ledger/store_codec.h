@@ -31,6 +31,29 @@ using Blob = kj::Array<kj::byte>;
 inline std::span<const uint8_t> blobBytes(const Blob& blob) { return {blob.begin(), blob.size()}; }
 
 Blob encodeBatch(const StoreBatch& batch);
+
+// encodeBatch's bytes, into buffers it keeps from one batch to the next: once warm, a commit's
+// encoding allocates nothing (a fresh message builder zeroes its first segment and the blob is
+// copied once more). A buffer that a huge batch grew past kKeptBytesMax is released by the next
+// encode(). Not thread-safe.
+class BatchEncoder {
+ public:
+  static constexpr size_t kKeptBytesMax = size_t{4} << 20;
+
+  BatchEncoder();
+  ~BatchEncoder();
+  BatchEncoder(const BatchEncoder&) = delete;
+  BatchEncoder& operator=(const BatchEncoder&) = delete;
+
+  // The packed StoreBatchV1 of `batch` (the same bytes as encodeBatch), valid until the next
+  // encode() or the encoder's destruction.
+  std::span<const uint8_t> encode(const StoreBatch& batch);
+
+ private:
+  class Output;
+  kj::Array<capnp::word> first_segment_;  // all zero between calls
+  std::unique_ptr<Output> output_;
+};
 Blob encodePolicyRecord(const PolicyRecord& record);
 Blob encodeAccountRecord(const AccountRecord& record);
 Blob encodeReservationRecord(const Reservation& reservation);
