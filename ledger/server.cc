@@ -167,51 +167,56 @@ void Server::accept() {
 void Server::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
   auto* connection = static_cast<Connection*>(stream);
   wire::DecodedRequest decoded = wire::decodeRequest(frame);
-  wire::Response response{.request_id = decoded.request_id.value_or(0)};
+  const uint64_t request_id = decoded.request_id.value_or(0);
   if (!decoded.body.isOk()) {
     logger_->warn("bad_request", {{"connection", connection->id()},
                                   {"peer", connection->peer_},
                                   {"error", decoded.body.status().toString()}});
-    response.body = wire::errorReplyFor(decoded.body.status());
-  } else {
-    const wire::RequestBody& request = decoded.body.value();
-    const LinkPeer peer = linkPeerOf(connection);
-    std::optional<std::string> refusal = refusalOf(connection, peer, request);
-    std::optional<LedgerReply> reply;
-    if (!refusal.has_value()) {
-      static const std::string kNoGateway;
-      LedgerOutcome outcome =
-          requests_.apply(request, clock_->nowMs(),
-                          peer.role == LinkRole::kGateway ? peer.gateway_name : kNoGateway);
-      report(outcome.events);
-      for (const LedgerEvent& event : outcome.events) {
-        if (const auto* set = std::get_if<GatewayEnabledSet>(&event); set && !set->enabled) {
-          open_.disabled_gateways.push_back(set->gateway_name);
-        }
-        if (const auto* set = std::get_if<OperatorEnabledSet>(&event); set && !set->enabled) {
-          open_.disabled_operators.push_back(set->operator_name);
-        }
+    static const wire::RequestBody kUnknown;
+    answer(connection, kUnknown,
+           wire::Response{.request_id = request_id,
+                          .body = wire::errorReplyFor(decoded.body.status())});
+    return;
+  }
+  const wire::RequestBody& request = decoded.body.value();
+  const LinkPeer peer = linkPeerOf(connection);
+  std::optional<std::string> refusal = refusalOf(connection, peer, request);
+  std::optional<LedgerOutcome> outcome;
+  if (!refusal.has_value()) {
+    static const std::string kNoGateway;
+    outcome.emplace(
+        requests_.apply(request, clock_->nowMs(),
+                        peer.role == LinkRole::kGateway ? peer.gateway_name : kNoGateway));
+    report(outcome->events);
+    for (const LedgerEvent& event : outcome->events) {
+      if (const auto* set = std::get_if<GatewayEnabledSet>(&event); set && !set->enabled) {
+        open_.disabled_gateways.push_back(set->gateway_name);
       }
-      reply = std::move(outcome.reply);
-    }
-    if (isPrivilegedAction(request)) {
-      // In the batch of the action: the two are durable together, and so is a refusal.
-      ledger_->appendAuditLog(
-          auditLogEntryOf(peer, request, refusal, reply.has_value() ? &*reply : nullptr,
-                          wire::sha256(std::span<const uint8_t>(frame))),
-          clock_->nowMs());
-    }
-    if (refusal.has_value()) {
-      response.body = wire::ErrorReply{.code = wire::ErrorCode::kPermissionDenied,
-                                       .message = std::move(*refusal)};
-    } else {
-      response.body = responseBodyOf(std::move(*reply));
+      if (const auto* set = std::get_if<OperatorEnabledSet>(&event); set && !set->enabled) {
+        open_.disabled_operators.push_back(set->operator_name);
+      }
     }
   }
-  if (options_.metrics != nullptr) {
-    options_.metrics->countRequest(decoded.body.isOk() ? decoded.body.value() : wire::RequestBody{},
-                                   response.body);
+  if (isPrivilegedAction(request)) {
+    // In the batch of the action: the two are durable together, and so is a refusal.
+    ledger_->appendAuditLog(
+        auditLogEntryOf(peer, request, refusal, outcome.has_value() ? &outcome->reply : nullptr,
+                        wire::sha256(std::span<const uint8_t>(frame))),
+        clock_->nowMs());
   }
+  // Built in place: the reply (a whole receipt, usually) is moved once, not through temporaries.
+  answer(
+      connection, request,
+      wire::Response{.request_id = request_id,
+                     .body = refusal.has_value() ? wire::ResponseBody(wire::ErrorReply{
+                                                       .code = wire::ErrorCode::kPermissionDenied,
+                                                       .message = std::move(*refusal)})
+                                                 : responseBodyOf(std::move(outcome->reply))});
+}
+
+void Server::answer(Connection* connection, const wire::RequestBody& request,
+                    const wire::Response& response) {
+  if (options_.metrics != nullptr) options_.metrics->countRequest(request, response.body);
   enqueueReply(connection, response);
 }
 

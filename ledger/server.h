@@ -179,6 +179,9 @@ class Server final : private net::StreamHandler {
   void cutConnections(const std::vector<PublicKey>& keys, const std::string& gateway_name,
                       const std::string& reason);
   void enqueueReply(Connection* connection, const wire::Response& response);
+  // Counts `response` to `request` in the metrics, then enqueueReply.
+  void answer(Connection* connection, const wire::RequestBody& request,
+              const wire::Response& response);
   void seal();
   // Copies the changed rows into a batch the commit thread owns (moves the deleted ids).
   void flush(Batch* batch);
