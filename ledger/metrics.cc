@@ -1,5 +1,8 @@
 #include "ledger/metrics.h"
 
+#include <algorithm>
+#include <array>
+#include <string_view>
 #include <variant>
 
 #include "core/checked_math.h"
@@ -56,6 +59,19 @@ std::string outcomeOf(const wire::ResponseBody& response) {
 
 std::string count(uint64_t value) { return std::to_string(value); }
 
+// Indexes of kOpNames in the order of their names: the samples' order.
+const std::array<size_t, std::size(kOpNames)>& opsByName() {
+  static const std::array<size_t, std::size(kOpNames)> order = [] {
+    std::array<size_t, std::size(kOpNames)> indexes{};
+    for (size_t i = 0; i < indexes.size(); ++i) indexes[i] = i;
+    std::sort(indexes.begin(), indexes.end(), [](size_t a, size_t b) {
+      return std::string_view(kOpNames[a]) < std::string_view(kOpNames[b]);
+    });
+    return indexes;
+  }();
+  return order;
+}
+
 }  // namespace
 
 const char* requestOpName(const wire::RequestBody& body) { return kOpNames[body.index()]; }
@@ -89,7 +105,11 @@ LedgerGauges ledgerGauges(const Ledger& ledger, uint64_t now_ms) {
 
 void LedgerMetrics::countRequest(const wire::RequestBody& request,
                                  const wire::ResponseBody& response) {
-  ++requests_[{requestOpName(request), outcomeOf(response)}];
+  std::map<std::string, uint64_t, std::less<>>& by_outcome = requests_[request.index()];
+  std::string outcome = outcomeOf(response);
+  auto it = by_outcome.find(outcome);
+  if (it == by_outcome.end()) it = by_outcome.emplace(std::move(outcome), 0).first;
+  ++it->second;
   if (const auto* reply = std::get_if<ReservationReply>(&response)) {
     if (std::holds_alternative<ReserveRequest>(request) &&
         reply->receipt.state == ReservationState::kRejected && !reply->duplicate) {
@@ -111,8 +131,12 @@ void LedgerMetrics::observeAudit(const Audited& audited) {
 }
 
 uint64_t LedgerMetrics::requests(const std::string& op, const std::string& outcome) const {
-  auto it = requests_.find({op, outcome});
-  return it == requests_.end() ? 0 : it->second;
+  for (size_t i = 0; i < std::size(kOpNames); ++i) {
+    if (op != kOpNames[i]) continue;
+    auto it = requests_[i].find(outcome);
+    return it == requests_[i].end() ? 0 : it->second;
+  }
+  return 0;
 }
 
 uint64_t LedgerMetrics::rejections(LimitingDimension dimension) const {
@@ -123,9 +147,12 @@ uint64_t LedgerMetrics::rejections(LimitingDimension dimension) const {
 std::string LedgerMetrics::render(const LedgerGauges& g) const {
   std::string out;
   promHeader(&out, "tally_ledger_requests_total", "counter", "Requests by operation and outcome.");
-  for (const auto& [key, value] : requests_) {
-    promSample(&out, "tally_ledger_requests_total",
-               "op=\"" + key.first + "\",outcome=\"" + key.second + "\"", count(value));
+  for (size_t op : opsByName()) {
+    for (const auto& [outcome, value] : requests_[op]) {
+      promSample(&out, "tally_ledger_requests_total",
+                 std::string("op=\"") + kOpNames[op] + "\",outcome=\"" + outcome + "\"",
+                 count(value));
+    }
   }
   promHeader(&out, "tally_ledger_rejections_total", "counter",
              "Reservations rejected (first answers, not duplicates), by limiting dimension.");

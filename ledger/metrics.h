@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "core/ledger.h"
 #include "core/ledger_requests.h"
@@ -64,8 +65,11 @@ class LedgerMetrics {
   std::string render(const LedgerGauges& gauges) const;
 
  private:
-  std::map<std::pair<std::string, std::string>, uint64_t> requests_;  // (op, outcome)
-  std::map<std::string, uint64_t> rejections_;                        // dimension
+  // By the request kind's index in wire::RequestBody (kOpNames), then outcome: one array index
+  // and a search among a few outcomes per answer.
+  std::array<std::map<std::string, uint64_t, std::less<>>, std::variant_size_v<wire::RequestBody>>
+      requests_;
+  std::map<std::string, uint64_t> rejections_;  // dimension
   net::PromHistogram<kBatchBuckets.size()> batch_requests_{.bounds = kBatchBuckets};
   net::PromHistogram<net::kLatencyBucketsUs.size()> commit_latency_{.bounds =
                                                                         net::kLatencyBucketsUs};
