@@ -185,37 +185,38 @@ void Server::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
   const wire::RequestBody& request = decoded.body.value();
   const LinkPeer peer = linkPeerOf(connection);
   std::optional<std::string> refusal = refusalOf(connection, peer, request);
-  std::optional<LedgerOutcome> outcome;
-  if (!refusal.has_value()) {
-    static const std::string kNoGateway;
-    outcome.emplace(
-        requests_.apply(request, clock_->nowMs(),
-                        peer.role == LinkRole::kGateway ? peer.gateway_name : kNoGateway));
-    report(outcome->events);
-    for (const LedgerEvent& event : outcome->events) {
-      if (const auto* set = std::get_if<GatewayEnabledSet>(&event); set && !set->enabled) {
-        open_.disabled_gateways.push_back(set->gateway_name);
-      }
-      if (const auto* set = std::get_if<OperatorEnabledSet>(&event); set && !set->enabled) {
-        open_.disabled_operators.push_back(set->operator_name);
-      }
+  auto audit = [&](const LedgerReply* reply) {
+    if (!isPrivilegedAction(request)) return;
+    // In the batch of the action: the two are durable together, and so is a refusal.
+    ledger_->appendAuditLog(auditLogEntryOf(peer, request, refusal, reply,
+                                            wire::sha256(std::span<const uint8_t>(frame))),
+                            clock_->nowMs());
+  };
+  if (refusal.has_value()) {
+    audit(nullptr);
+    answer(connection, request,
+           wire::Response{.request_id = request_id,
+                          .body = wire::ErrorReply{.code = wire::ErrorCode::kPermissionDenied,
+                                                   .message = std::move(*refusal)}});
+    return;
+  }
+  static const std::string kNoGateway;
+  LedgerOutcome outcome = requests_.apply(
+      request, clock_->nowMs(), peer.role == LinkRole::kGateway ? peer.gateway_name : kNoGateway);
+  report(outcome.events);
+  for (const LedgerEvent& event : outcome.events) {
+    if (const auto* set = std::get_if<GatewayEnabledSet>(&event); set && !set->enabled) {
+      open_.disabled_gateways.push_back(set->gateway_name);
+    }
+    if (const auto* set = std::get_if<OperatorEnabledSet>(&event); set && !set->enabled) {
+      open_.disabled_operators.push_back(set->operator_name);
     }
   }
-  if (isPrivilegedAction(request)) {
-    // In the batch of the action: the two are durable together, and so is a refusal.
-    ledger_->appendAuditLog(
-        auditLogEntryOf(peer, request, refusal, outcome.has_value() ? &outcome->reply : nullptr,
-                        wire::sha256(std::span<const uint8_t>(frame))),
-        clock_->nowMs());
-  }
+  audit(&outcome.reply);
   // Built in place: the reply (a whole receipt, usually) is moved once, not through temporaries.
   answer(
       connection, request,
-      wire::Response{.request_id = request_id,
-                     .body = refusal.has_value() ? wire::ResponseBody(wire::ErrorReply{
-                                                       .code = wire::ErrorCode::kPermissionDenied,
-                                                       .message = std::move(*refusal)})
-                                                 : responseBodyOf(std::move(outcome->reply))});
+      wire::Response{.request_id = request_id, .body = responseBodyOf(std::move(outcome.reply))});
 }
 
 void Server::answer(Connection* connection, const wire::RequestBody& request,
