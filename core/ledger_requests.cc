@@ -10,16 +10,21 @@
 namespace tally {
 namespace {
 
-LedgerOutcome answer(LedgerReply reply) { return LedgerOutcome{.reply = std::move(reply)}; }
+// The reply is constructed in the outcome itself: a receipt is moved once on its way out.
+template <typename Reply>
+LedgerOutcome answer(Reply&& reply) {
+  return LedgerOutcome{
+      .reply = LedgerReply(std::in_place_type<std::decay_t<Reply>>, std::forward<Reply>(reply))};
+}
 
 // Settle and operation receipts: a breach is reported once, when it is applied.
-LedgerOutcome receiptAnswer(ReservationReply reply) {
-  LedgerOutcome outcome;
+LedgerOutcome receiptAnswer(ReservationReply&& reply) {
+  std::vector<LedgerEvent> events;
   if (reply.code == ReplyCode::kOk && !reply.duplicate && reply.receipt.overdraft_breach) {
-    outcome.events.emplace_back(OverdraftBreached{.receipt = reply.receipt});
+    events.emplace_back(OverdraftBreached{.receipt = reply.receipt});
   }
-  outcome.reply = std::move(reply);
-  return outcome;
+  return LedgerOutcome{.reply = LedgerReply(std::in_place_type<ReservationReply>, std::move(reply)),
+                       .events = std::move(events)};
 }
 
 bool firstSuccess(ReplyCode code, bool duplicate) { return code == ReplyCode::kOk && !duplicate; }
