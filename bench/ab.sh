@@ -32,18 +32,9 @@ for round in $(seq 1 "$ROUNDS"); do
     [[ -z "$assignment" ]] || export "${assignment?}"
     start_ledger "$OUT/ledger.log"
     [[ -z "$assignment" ]] || unset "${assignment%%=*}"
-    result="$OUT/round$round-$name.txt"
-    # shellcheck disable=SC2086  # the shape is several flags
-    "$BENCH" --ledger "127.0.0.1:$LEDGER_PORT" $SHAPE -d "$D" -w "$W" >"$result" 2>&1 ||
-      echo "run failed" >>"$result"
-    read -r user sys < <(cpu_seconds "$LEDGER_PID")
-    stop_ledger "$LEDGER_PID" "$LEDGER_DATA"
-    cps=$(field "$result" cps)
-    cycles=$(awk -v c="$cps" -v d="$D" -v w="$W" 'BEGIN {printf "%d", c * (d + w)}')
-    printf '%-10s %9s %9s %9s %14s %9s\n' "$name" "$cps" "$(field "$result" cycle_p50)" \
-      "$(field "$result" cycle_p99)" "$user+$sys" \
-      "$(awk -v u="$user" -v s="$sys" -v n="$cycles" 'BEGIN {if (n > 0) printf "%.1f", (u + s) * 1e6 / n}')"
-    grep -q 'verify=PASS' "$result" || echo "  ^ verify did not pass: $result"
+    closed_loop_run "$OUT/round$round-$name.txt" "$SHAPE"
+    # shellcheck disable=SC2086  # the columns are words
+    printf '%-10s %9s %9s %9s %14s %9s\n' "$name" $RUN_COLUMNS
   done
 done
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"

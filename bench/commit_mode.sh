@@ -27,18 +27,9 @@ for round in $(seq 1 "$ROUNDS"); do
   for shape in "${shapes[@]}"; do
     for mode in loop thread; do
       start_ledger "$OUT/ledger.log" "$OUT/$mode.toml"
-      result="$OUT/round$round-$mode-${shape// /}.txt"
-      # shellcheck disable=SC2086  # the shape is several flags
-      "$BIN/tally-bench" --ledger "127.0.0.1:$LEDGER_PORT" $shape -d "$D" -w "$W" >"$result" 2>&1 ||
-        echo "run failed" >>"$result"
-      read -r user sys < <(cpu_seconds "$LEDGER_PID")
-      stop_ledger "$LEDGER_PID" "$LEDGER_DATA"
-      cps=$(field "$result" cps)
-      cycles=$(awk -v c="$cps" -v d="$D" -v w="$W" 'BEGIN {printf "%d", c * (d + w)}')
-      printf '%-22s %-6s %9s %9s %9s %14s %9s\n' "$shape" "$mode" "$cps" \
-        "$(field "$result" cycle_p50)" "$(field "$result" cycle_p99)" "$user+$sys" \
-        "$(awk -v u="$user" -v s="$sys" -v n="$cycles" 'BEGIN {if (n > 0) printf "%.1f", (u + s) * 1e6 / n}')"
-      grep -q 'verify=PASS' "$result" || echo "  ^ verify did not pass: $result"
+      closed_loop_run "$OUT/round$round-$mode-${shape// /}.txt" "$shape"
+      # shellcheck disable=SC2086  # the columns are words
+      printf '%-22s %-6s %9s %9s %9s %14s %9s\n' "$shape" "$mode" $RUN_COLUMNS
     done
   done
 done

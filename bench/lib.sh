@@ -1,6 +1,7 @@
 # Shared by the benchmark scripts that start fresh ledgers (bench/scaling.sh, bench/open_loop.sh,
-# bench/partitions.sh): source it after setting BIN (the release build's bin directory). Every
-# ledger it started is stopped, and its data dir removed, when the script exits, even on an error.
+# bench/partitions.sh, bench/commit_mode.sh, bench/ab.sh): source it after setting BIN (the
+# release build's bin directory). Every ledger it started is stopped, and its data dir removed,
+# when the script exits, even on an error.
 
 bench_ledger_pids=()
 bench_ledger_dirs=()
@@ -49,3 +50,22 @@ cpu_seconds() {
 
 # field FILE KEY: KEY's value on tally-bench's RESULT line in FILE.
 field() { grep '^RESULT ' "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print $2}'; }
+
+# closed_loop_run RESULT SHAPE: one tally-bench run of SHAPE (several flags, D and W seconds)
+# against the ledger start_ledger started, its output in RESULT; then stops that ledger. Sets
+# RUN_COLUMNS to "cycles/s p50_us p99_us user+sys us_per_cycle" (the ledger's CPU over the whole
+# run, per cycle of the run); says so on stderr when the run did not verify. Not in a subshell:
+# stop_ledger must wait for its own child.
+closed_loop_run() {
+  local result="$1" shape="$2" user sys cps cycles
+  # shellcheck disable=SC2086  # the shape is several flags
+  "${BENCH:-$BIN/tally-bench}" --ledger "127.0.0.1:$LEDGER_PORT" $shape -d "$D" -w "$W" \
+    >"$result" 2>&1 || echo "run failed" >>"$result"
+  read -r user sys < <(cpu_seconds "$LEDGER_PID")
+  stop_ledger "$LEDGER_PID" "$LEDGER_DATA"
+  cps=$(field "$result" cps)
+  cycles=$(awk -v c="$cps" -v d="$D" -v w="$W" 'BEGIN {printf "%d", c * (d + w)}')
+  RUN_COLUMNS="$cps $(field "$result" cycle_p50) $(field "$result" cycle_p99) $user+$sys"
+  RUN_COLUMNS+=" $(awk -v u="$user" -v s="$sys" -v n="$cycles" 'BEGIN {if (n > 0) printf "%.1f", (u + s) * 1e6 / n}')"
+  grep -q 'verify=PASS' "$result" || echo "verify did not pass: $result" >&2
+}
