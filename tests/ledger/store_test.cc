@@ -123,6 +123,19 @@ Reservation makeReservation(const std::string& id, uint64_t n) {
   return r;
 }
 
+// A policy far beyond the batch encoder's estimate: its batch has several segments.
+PolicyRecord policyOfManyBudgets() {
+  PolicyRecord record{.policy = {.generation = 1}};
+  for (int i = 0; i < 400; ++i) {
+    record.policy.budgets.push_back(Budget{.subject_pattern = "tenant-" + std::to_string(i) + "-*",
+                                           .route = "route-" + std::string(40, 'r'),
+                                           .unit = "tokens",
+                                           .refill_per_second = 10,
+                                           .burst = 100});
+  }
+  return record;
+}
+
 // What load() must return: the same semantics as the store, kept in plain maps.
 struct Model {
   std::map<Generation, PolicyRecord> policies;
@@ -319,14 +332,7 @@ TEST_F(StoreTest, LargeZeroHeavyBatchRoundTrips) {
 // encoder's estimate, so its batch has several segments; before packedTrailingBytes the log row
 // was refused as corrupt by the fold and by every restart (a ledger that could not come back).
 TEST_F(StoreTest, ABatchOfSeveralSegmentsRoundTripsThroughTheLogTheFoldAndReopen) {
-  PolicyRecord record{.policy = {.generation = 1}};
-  for (int i = 0; i < 400; ++i) {
-    record.policy.budgets.push_back(Budget{.subject_pattern = "tenant-" + std::to_string(i) + "-*",
-                                           .route = "route-" + std::string(40, 'r'),
-                                           .unit = "tokens",
-                                           .refill_per_second = 10,
-                                           .burst = 100});
-  }
+  const PolicyRecord record = policyOfManyBudgets();
   const StoreBatch batch{.policies = {record}, .ledger_clock_ms = 7};
   Blob blob = encodeBatch(batch);
   Result<StoreBatch> decoded = decodeBatch(blobBytes(blob));
@@ -492,14 +498,7 @@ StoreBatch randomBatch(std::mt19937_64& rng, uint64_t step) {
 // is larger than the batch's estimate: the message then has fewer segments.)
 TEST_F(StoreTest, BatchEncoderWritesWhatDecodesToTheBatchWhateverCameBefore) {
   std::mt19937_64 rng(11);
-  PolicyRecord wide{.policy = {.generation = 1}};
-  for (int i = 0; i < 400; ++i) {
-    wide.policy.budgets.push_back(Budget{.subject_pattern = "tenant-" + std::to_string(i) + "-*",
-                                         .route = "route-" + std::string(40, 'r'),
-                                         .unit = "tokens",
-                                         .refill_per_second = 10,
-                                         .burst = 100});
-  }
+  const PolicyRecord wide = policyOfManyBudgets();
   StoreBatch huge;
   for (uint64_t i = 0; i < 40'000; ++i) {
     huge.reservations.push_back(makeReservation("h" + std::to_string(i), i));
