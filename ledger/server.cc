@@ -25,16 +25,12 @@ class Server::Connection final : public net::FramedStream {
   bool pause_logged_ = false;  // connection_paused is logged once per connection
   // Who it was at its last request (core/link_authority.h); identified again before each.
   std::optional<LinkPeer> link_peer_;
-  size_t reply_bytes_last_ = 0;  // the replies of its last flushed batch
 };
 
 namespace {
 
 // A connection's reply buffer starts with room for a few dozen reservation replies.
 constexpr size_t kReplyBufferBytesInitial = 16 * 1024;
-// The most a connection's buffer reserves from the size of its last batch (it still grows
-// past it when a batch needs more).
-constexpr size_t kReplyBufferBytesReservedMax = 1024 * 1024;
 
 // The role of an operator peer for the logs ("" for any other peer).
 const char* operatorRoleOf(const LinkPeer& peer) {
@@ -383,12 +379,7 @@ void Server::report(const std::vector<LedgerEvent>& events) {
 
 void Server::enqueueReply(Connection* connection, const wire::Response& response) {
   ConnectionReplies& replies = open_.replies[connection->id()];
-  if (replies.bytes.capacity() == 0) {
-    // As much as this connection's last batch took, so that a steady load never regrows it.
-    replies.bytes.reserve(
-        std::clamp(connection->reply_bytes_last_ + connection->reply_bytes_last_ / 4,
-                   kReplyBufferBytesInitial, kReplyBufferBytesReservedMax));
-  }
+  if (replies.bytes.capacity() == 0) replies.bytes.reserve(kReplyBufferBytesInitial);
   const size_t bytes_before = replies.bytes.size();
   Status status = wire::encodeResponseFrameInto(response, &replies.bytes,
                                                 limits::kFrameBytesMaxDefault, &encode_scratch_);
@@ -491,7 +482,6 @@ void Server::flush(Batch* batch) {
     auto* connection = static_cast<Connection*>(connections_.find(connection_id));
     if (connection == nullptr || connection->closing()) continue;
     const uint64_t bytes = replies.bytes.size();
-    connection->reply_bytes_last_ = bytes;
     // Written before the promise is settled, so the bytes count against the limits throughout.
     connection->write(std::move(replies.bytes));
     connection->settlePending(replies.count, bytes);
