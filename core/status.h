@@ -68,7 +68,9 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : state_(std::move(value)) {}        // NOLINT: implicit by design
+  // By reference, not by value: a value taken by value would be moved twice on its way in.
+  Result(T&& value) : state_(std::move(value)) {}      // NOLINT: implicit by design
+  Result(const T& value) : state_(value) {}            // NOLINT: implicit by design
   Result(Status status) : state_(std::move(status)) {  // NOLINT: implicit by design
     TALLY_ASSERT(!std::get<Status>(state_).isOk());
   }
