@@ -539,13 +539,6 @@ void buildBatch(const StoreBatch& batch, schema::StoreBatchV1::Builder builder) 
 
 }  // namespace
 
-Blob encodeBatch(const StoreBatch& batch) {
-  capnp::MallocMessageBuilder message(
-      static_cast<unsigned>(std::min<uint64_t>(batchWordsEstimate(batch), kFirstSegmentWordsMax)));
-  buildBatch(batch, message.initRoot<schema::StoreBatchV1>());
-  return finish(message);
-}
-
 // A kj output stream over a byte vector that keeps its capacity between messages.
 class BatchEncoder::Output final : public kj::BufferedOutputStream {
  public:
@@ -599,6 +592,12 @@ std::span<const uint8_t> BatchEncoder::encode(const StoreBatch& batch) {
   }
   if (first_segment_.size() * sizeof(capnp::word) > kKeptBytesMax) first_segment_ = nullptr;
   return output_->bytes();
+}
+
+Blob encodeBatch(const StoreBatch& batch) {
+  BatchEncoder encoder;
+  const std::span<const uint8_t> bytes = encoder.encode(batch);
+  return kj::heapArray<kj::byte>(bytes.data(), bytes.size());
 }
 
 Blob encodePeriodSnapshotRecord(const PeriodSnapshot& snapshot) {

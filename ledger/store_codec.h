@@ -32,10 +32,10 @@ inline std::span<const uint8_t> blobBytes(const Blob& blob) { return {blob.begin
 
 Blob encodeBatch(const StoreBatch& batch);
 
-// encodeBatch's bytes, into buffers it keeps from one batch to the next: once warm, a commit's
-// encoding allocates nothing (a fresh message builder zeroes its first segment and the blob is
-// copied once more). A buffer that a huge batch grew past kKeptBytesMax is released by the next
-// encode(). Not thread-safe.
+// The packed StoreBatchV1 of a batch, into buffers it keeps from one batch to the next: once
+// warm, a commit's encoding allocates nothing (a fresh message builder zeroes its first segment
+// and the blob is copied once more). A buffer that a huge batch grew past kKeptBytesMax is
+// released by the next encode(). Not thread-safe. encodeBatch() is a fresh encoder's bytes.
 class BatchEncoder {
  public:
   static constexpr size_t kKeptBytesMax = size_t{4} << 20;
@@ -45,8 +45,8 @@ class BatchEncoder {
   BatchEncoder(const BatchEncoder&) = delete;
   BatchEncoder& operator=(const BatchEncoder&) = delete;
 
-  // The packed StoreBatchV1 of `batch` (the same bytes as encodeBatch), valid until the next
-  // encode() or the encoder's destruction.
+  // The packed StoreBatchV1 of `batch`, valid until the next encode() or the encoder's
+  // destruction.
   std::span<const uint8_t> encode(const StoreBatch& batch);
 
  private:

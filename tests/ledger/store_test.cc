@@ -492,10 +492,11 @@ StoreBatch randomBatch(std::mt19937_64& rng, uint64_t step) {
 }
 
 // The commit path's encoder reuses its buffers (and its zeroed first segment) from batch to
-// batch; whatever came before, what it writes decodes to the batch, as encodeBatch's blob does:
-// small, several-segment and huge batches in turn, then small again after the huge one's
-// buffers were released. (The bytes may differ from encodeBatch's where a reused first segment
-// is larger than the batch's estimate: the message then has fewer segments.)
+// batch; whatever came before, what it writes decodes to the batch, as a fresh encoder's blob
+// (encodeBatch) does: small, several-segment and huge batches in turn, then small again after
+// the huge one's buffers were released. (The bytes may differ from a fresh encoder's where a
+// reused first segment is larger than the batch's estimate: the message then has fewer
+// segments.)
 TEST_F(StoreTest, BatchEncoderWritesWhatDecodesToTheBatchWhateverCameBefore) {
   std::mt19937_64 rng(11);
   const PolicyRecord wide = policyOfManyBudgets();
