@@ -70,6 +70,7 @@ struct StoreBatch {
   std::vector<AuditLogEntry> audit_log;
   uint64_t audit_log_kept_from = 0;
 
+  bool operator==(const StoreBatch&) const = default;
   bool empty() const {
     return policies.empty() && accounts.empty() && reservations.empty() &&
            deleted_reservations.empty() && gateways.empty() && shards.empty() && fences.empty() &&
