@@ -17,6 +17,7 @@
 
 #include "common/data_dir.h"
 #include "core/ledger.h"
+#include "ledger/commit_log.h"
 #include "ledger/restore.h"
 #include "ledger/sqlite_store.h"
 
@@ -131,19 +132,68 @@ Result<BackupSummary> verifyCopy(const std::string& dest_dir, uint64_t wall_now_
   return BackupSummary{.accounts = restored.value().accounts,
                        .reservations = restored.value().reservations,
                        .policies = restored.value().policies,
-                       .bytes = fileBytes(store->databasePath()) + fileBytes(store->tablesPath()),
+                       .bytes = store->logDiskBytes() + fileBytes(store->tablesPath()),
                        .folded_seq = store->foldedSeq()};
+}
+
+// tables.db's folded_seq in the copy at `path`.
+Result<int64_t> foldedSeqOf(const std::string& path) {
+  Result<Db> db = openDb(path, SQLITE_OPEN_READONLY);
+  if (!db.isOk()) return db.status();
+  sqlite3_stmt* select = nullptr;
+  if (sqlite3_prepare_v2(db.value().get(), "SELECT value FROM meta WHERE key = 'folded_seq'", -1,
+                         &select, nullptr) != SQLITE_OK) {
+    return sqliteError(db.value().get(), "read folded_seq of " + path);
+  }
+  int64_t folded = 0;
+  const int rc = sqlite3_step(select);
+  if (rc == SQLITE_ROW) folded = sqlite3_column_int64(select, 0);
+  sqlite3_finalize(select);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+    return sqliteError(db.value().get(), "read folded_seq of " + path);
+  }
+  return folded;
+}
+
+// The log first, then the tables: the copied log then ends at or before what the ledger had
+// committed when the tables were copied, and starts at or before their folded_seq + 1 (the
+// ledger recycles only folded segments, and a segment recycled under the copy restarts it past
+// the recycled records: CommitLog::copyLog). When the tables folded past the log copy's end,
+// every record of the copy is in them, and the copy's log becomes an empty one at that seq.
+Status copyLogThenTables(const std::string& data_dir, const std::string& dest_dir) {
+  const std::string log_dir = data_dir + "/" + SqliteStore::kLogDirName;
+  const std::string dest_log = dest_dir + "/" + SqliteStore::kLogDirName;
+  const std::string tables = std::string("/") + SqliteStore::kTablesFileName;
+  std::error_code error;
+  if (!std::filesystem::exists(log_dir, error)) {
+    // A data dir a ledger of schema version 5 or older left (not opened since the upgrade):
+    // copied as it is; opening the copy migrates it.
+    for (const char* name : {SqliteStore::kLegacyLogFileName, SqliteStore::kTablesFileName}) {
+      const std::string file = std::string("/") + name;
+      if (Status s = copyDatabase(data_dir + file, dest_dir + file); !s.isOk()) return s;
+    }
+    return Status::ok();
+  }
+  Result<int64_t> log_end = CommitLog::copyLog(log_dir, dest_log);
+  if (!log_end.isOk()) return log_end.status();
+  if (Status s = copyDatabase(data_dir + tables, dest_dir + tables); !s.isOk()) return s;
+  Result<int64_t> folded = foldedSeqOf(dest_dir + tables);
+  if (!folded.isOk()) return folded.status();
+  if (folded.value() > log_end.value()) {
+    std::filesystem::remove_all(dest_log, error);
+    if (error) return Status::ioError("remove " + dest_log + ": " + error.message());
+    Result<std::unique_ptr<CommitLog>> empty =
+        CommitLog::open(dest_log, folded.value(), /*require_segments=*/false);
+    if (!empty.isOk()) return empty.status();
+    if (Status s = empty.value()->ensureSegment(); !s.isOk()) return s;
+  }
+  return Status::ok();
 }
 
 // Everything after prepareDest().
 Result<BackupSummary> copyInto(const std::string& data_dir, const std::string& dest_dir,
                                uint64_t wall_now_ms) {
-  // The log first, then the tables (see the header).
-  for (const char* name : {SqliteStore::kDatabaseFileName, SqliteStore::kTablesFileName}) {
-    if (Status s = copyDatabase(data_dir + "/" + name, dest_dir + "/" + name); !s.isOk()) {
-      return s;
-    }
-  }
+  if (Status s = copyLogThenTables(data_dir, dest_dir); !s.isOk()) return s;
   const std::string key = data_dir + "/ledger.key";
   if (::access(key.c_str(), F_OK) == 0) {
     if (Status s = copyKey(key, dest_dir + "/ledger.key"); !s.isOk()) return s;

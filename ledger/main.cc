@@ -66,10 +66,11 @@ constexpr const char* kUsage =
     "       tally-ledger --data-dir DIR backup DEST\n"
     "       tally-ledger --version | --help\n"
     "\n"
-    "The central capacity ledger. Keeps accounts and reservations in memory with SQLite\n"
-    "(DIR/ledger.db: the commit log; DIR/tables.db: the log folded into tables by a background\n"
-    "thread; WAL, synchronous=FULL) as the durable record; no reply leaves before its change\n"
-    "is on disk. Default listen address 127.0.0.1:7411 (port 0 picks one).\n"
+    "The central capacity ledger. Keeps accounts and reservations in memory with a commit log\n"
+    "(DIR/log/: one record per batch, fdatasync before the reply) and SQLite (DIR/tables.db:\n"
+    "the log folded into tables by a background thread; WAL, synchronous=FULL) as the durable\n"
+    "record; no reply leaves before its change is on disk. Default listen address\n"
+    "127.0.0.1:7411 (port 0 picks one).\n"
     "--store postgres --postgres CONNINFO: keep the durable record in PostgreSQL instead (the\n"
     "schema tally of the database the libpq connection string names; one transaction per\n"
     "batch, synchronous_commit on; docs/scale-out.md). DIR still holds the lock and the key;\n"
@@ -231,20 +232,21 @@ int parseArgs(int argc, char** argv, LedgerConfig* config, Command* command) {
   return kExitOk;
 }
 
-// What the durable record cost this run: per-commit pages and bytes, and the fold thread's work.
+// What the durable record cost this run: per-commit bytes, the log's segments, and the fold
+// thread's work.
 void logSqliteStoreStats(const SqliteStore& store, Logger* logger) {
   const SqliteStoreStats stats = store.stats();
   logger->info("store_stats", {{"commits", stats.commits},
                                {"commit_ms", stats.commit_us / 1000},
                                {"log_bytes", stats.log_bytes},
-                               {"log_pages_written", stats.log_pages_written},
-                               {"trimmed_rows", stats.trimmed_rows},
+                               {"log_segments_created", stats.log_segments_created},
+                               {"log_segments_recycled", stats.log_segments_recycled},
+                               {"log_segments_deleted", stats.log_segments_deleted},
+                               {"log_disk_bytes", store.logDiskBytes()},
                                {"folds", stats.folds},
                                {"folded_rows", stats.folded_rows},
                                {"fold_ms", stats.fold_us / 1000},
                                {"fold_cpu_ms", stats.fold_cpu_us / 1000},
-                               {"log_wal_restarts", stats.log_wal_restarts},
-                               {"log_wal_restart_ms", stats.log_wal_restart_us / 1000},
                                {"pending_log_rows", store.pendingLogRows()},
                                {"fold_status", store.foldStatus().toString()}});
 }
@@ -283,11 +285,12 @@ int printIdentity(const LedgerConfig& config, bool json) {
   return kExitOk;
 }
 
-// What the durable record occupies: every regular file directly in the data directory.
+// What the durable record occupies: every regular file in the data directory and below it (the
+// log's segments are in DIR/log).
 uint64_t storeBytes(const std::string& data_dir) {
   uint64_t total = 0;
   std::error_code error;
-  for (std::filesystem::directory_iterator it(data_dir, error), end; !error && it != end;
+  for (std::filesystem::recursive_directory_iterator it(data_dir, error), end; !error && it != end;
        it.increment(error)) {
     std::error_code size_error;
     const uintmax_t size = it->is_regular_file(size_error) ? it->file_size(size_error) : 0;

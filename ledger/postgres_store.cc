@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -27,8 +28,9 @@ namespace {
 constexpr const char* kApplicationName = "tally-ledger";
 // How long a start that is not a standby retries the lease before it is refused.
 constexpr uint64_t kRefuseGraceMs = 500;
-// What SqliteStore keeps in a data dir: a data dir that holds it is not silently left behind.
-constexpr const char* kSqliteDatabaseFileName = "ledger.db";
+// What SqliteStore keeps in a data dir (tables.db; ledger.db before schema version 6): a data
+// dir that holds one is not silently left behind.
+constexpr std::array<const char*, 2> kSqliteFileNames = {"tables.db", "ledger.db"};
 
 bool queryBool(const pg::Rows& rows) {
   return rows.count() == 1 && !rows.isNull(0, 0) && rows.bytes(0, 0).size() == 1 &&
@@ -86,14 +88,16 @@ Result<std::unique_ptr<PostgresStore>> PostgresStore::open(const std::string& da
   TALLY_PG_RETURN_IF_ERROR(makeDataDir(data_dir));
   Result<int> lock_fd = lockDataDir(data_dir, kLockFileName, "ledger");
   if (!lock_fd.isOk()) return lock_fd.status();
-  struct stat sqlite_file {};
-  const std::string sqlite_path = data_dir + "/" + kSqliteDatabaseFileName;
-  if (::stat(sqlite_path.c_str(), &sqlite_file) == 0) {
-    ::close(lock_fd.value());
-    return Status::failedPrecondition(
-        sqlite_path +
-        " exists: this data dir holds a SQLite store, and the postgres store does "
-        "not read it; use another data dir (docs/scale-out.md)");
+  for (const char* name : kSqliteFileNames) {
+    struct stat sqlite_file {};
+    const std::string sqlite_path = data_dir + "/" + name;
+    if (::stat(sqlite_path.c_str(), &sqlite_file) == 0) {
+      ::close(lock_fd.value());
+      return Status::failedPrecondition(
+          sqlite_path +
+          " exists: this data dir holds a SQLite store, and the postgres store does "
+          "not read it; use another data dir (docs/scale-out.md)");
+    }
   }
   Result<std::unique_ptr<pg::Connection>> connection =
       pg::Connection::open(conninfo, kApplicationName);

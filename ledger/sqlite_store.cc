@@ -6,7 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
 #include <optional>
 #include <utility>
 
@@ -29,29 +32,16 @@ static_assert(SqliteStore::kSchemaVersion == files::kSchemaVersion);
 
 namespace {
 
-constexpr int64_t kPageBytes = 4096;
-
 constexpr int64_t kBusyTimeoutMs = 5000;
-constexpr int64_t kCommitCacheKib = 16 * 1024;
-constexpr int64_t kTablesCacheKib = 64 * 1024;  // the fold's upserts into tables.db
-constexpr int64_t kReaderCacheKib = 8 * 1024;   // load(): one scan of tables.db
-// The commit connection checkpoints by itself only when the WAL has grown this many times past
-// log_wal_frames_max: the fold thread is stuck or disabled.
-constexpr uint64_t kBackstopWalFactor = 4;
-// Before the commit path is asked to copy the rest of the WAL (and so restart it), the fold
-// thread's PASSIVE checkpoints run until at most this many frames are left, for at most this
-// many rounds.
-constexpr int kRestartFramesLeftMax = 64;
-constexpr int kPassiveRoundsMax = 4;
-// How long the fold thread holds off reading the log while a WAL restart is under way (about
-// two commits).
-constexpr int64_t kWalRestartWaitMs = 100;
+constexpr int64_t kLegacyLogCacheKib = 16 * 1024;  // migrating an old ledger.db
+constexpr int64_t kTablesCacheKib = 64 * 1024;     // the fold's upserts into tables.db
+constexpr int64_t kReaderCacheKib = 8 * 1024;      // load(): one scan of tables.db
 
 // Both files' own pragmas (sqlite::FilePragmas::extra).
 constexpr const char* kFilePragmas[] = {
-    // Debian builds SQLite with SECURE_DELETE on, which zeroes and writes every freed page: for
-    // ledger.db, each trimmed log row's overflow pages. Nothing here is secret from whoever can
-    // read the data dir (tables.db holds the same records).
+    // Debian builds SQLite with SECURE_DELETE on, which zeroes and writes every freed page.
+    // Nothing here is secret from whoever can read the data dir (the log holds the same
+    // records).
     "PRAGMA secure_delete=OFF",
 };
 
@@ -85,7 +75,8 @@ bool isSticky(const Status& status) {
 // --- Open ---------------------------------------------------------------------------------------
 
 SqliteStore::SqliteStore(Key, const std::string& data_dir, int lock_fd, SqliteStoreOptions options)
-    : database_path_(data_dir + "/" + kDatabaseFileName),
+    : data_dir_(data_dir),
+      log_path_(data_dir + "/" + kLogDirName),
       tables_path_(data_dir + "/" + kTablesFileName),
       lock_fd_(lock_fd),
       options_(options) {}
@@ -97,9 +88,7 @@ SqliteStore::~SqliteStore() {
   }
   fold_wanted_.notify_all();
   if (fold_thread_.joinable()) fold_thread_.join();
-  // The fold thread's connections first: the last connection to close a file checkpoints it.
   fold_tables_.reset();
-  fold_log_.reset();
   tables_.reset();
   log_.reset();
   // The lock goes last: the files are closed before another ledger may open them.
@@ -110,29 +99,49 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::open(const std::string& data_d
                                                        SqliteStoreOptions options) {
   if (data_dir.empty()) return Status::invalidArgument("data dir: empty path");
   if (options.fold_rows_per_transaction_max == 0 || options.fold_bytes_per_transaction_max == 0 ||
-      options.trim_rows_per_commit_max == 0 || options.log_wal_frames_max == 0) {
+      options.log_segment_bytes == 0) {
     return Status::invalidArgument(
-        "fold_rows_per_transaction_max, fold_bytes_per_transaction_max, trim_rows_per_commit_max "
-        "and log_wal_frames_max must be positive");
+        "fold_rows_per_transaction_max, fold_bytes_per_transaction_max and log_segment_bytes "
+        "must be positive");
   }
   TALLY_SQLITE_RETURN_IF_ERROR(makeDataDir(data_dir));
   Result<int> lock_fd = lockDataDir(data_dir, kLockFileName, "ledger");
   if (!lock_fd.isOk()) return lock_fd.status();
   auto store = std::make_unique<SqliteStore>(Key{}, data_dir, lock_fd.value(), options);
   TALLY_SQLITE_RETURN_IF_ERROR(store->initialize());
-  // Makes the entries of a new LOCK, both files and their WALs durable before the first reply
-  // depends on them.
+  // Makes the entries of a new LOCK, the log's directory and tables.db durable before the first
+  // reply depends on them.
   TALLY_SQLITE_RETURN_IF_ERROR(syncDirectory(data_dir));
   store->fold_thread_ = std::thread([raw = store.get()] { raw->runFold(); });
   return store;
 }
 
 Status SqliteStore::initialize() {
-  // tables.db first: whether ledger.db may be created depends on what tables.db holds.
+  std::error_code error;
+  const bool tables_existed = std::filesystem::exists(tables_path_, error);
+  const bool legacy_log = std::filesystem::exists(data_dir_ + "/" + kLegacyLogFileName, error);
   int64_t folded_seq = 0;
-  TALLY_SQLITE_RETURN_IF_ERROR(openTables(&folded_seq));
-  TALLY_SQLITE_RETURN_IF_ERROR(openLog(folded_seq));
-  TALLY_SQLITE_RETURN_IF_ERROR(openFoldConnections());
+  if (!tables_existed && !legacy_log) {
+    // A new data dir: the log (with its first segment) exists before tables.db does, so that a
+    // tables.db without a log always means a lost log.
+    if (Status s = openLog(0, /*require_segments=*/false); !s.isOk()) {
+      if (s.code() != StatusCode::kCorruption) return s;
+      return Status::corruption(tables_path_ + " is missing, and the log cannot rebuild it: " +
+                                s.message() + " (tables.db is missing or older than the log)");
+    }
+    TALLY_SQLITE_RETURN_IF_ERROR(openTables(&folded_seq));
+  } else {
+    TALLY_SQLITE_RETURN_IF_ERROR(openTables(&folded_seq));
+    if (legacy_log) TALLY_SQLITE_RETURN_IF_ERROR(migrateLegacyLog(folded_seq));
+    TALLY_SQLITE_RETURN_IF_ERROR(openLog(folded_seq, /*require_segments=*/tables_existed));
+  }
+  if (log_->lastSeq() < folded_seq) {
+    return Status::corruption(log_path_ + " ends at seq " + std::to_string(log_->lastSeq()) +
+                              " but " + tables_path_ + " has folded it up to seq " +
+                              std::to_string(folded_seq) + ": the log's end is lost");
+  }
+  next_seq_ = log_->lastSeq() + 1;
+  TALLY_SQLITE_RETURN_IF_ERROR(openFoldConnection());
   std::lock_guard lock(mu_);
   committed_seq_ = next_seq_ - 1;
   folded_seq_ = folded_seq;
@@ -158,65 +167,84 @@ Status SqliteStore::openTables(int64_t* folded_seq) {
   return Status::ok();
 }
 
-Status SqliteStore::openLog(int64_t folded_seq) {
-  const int64_t wal_frames = static_cast<int64_t>(options_.log_wal_frames_max);
-  Result<std::unique_ptr<Connection>> log =
-      openFile(database_path_,
-               {.wal_autocheckpoint_pages = wal_frames * static_cast<int64_t>(kBackstopWalFactor),
-                // Room for the WAL to overshoot log_wal_frames_max between two folds without being
-                // truncated (and then regrown, which makes every fsync also write file metadata).
-                .journal_size_limit_bytes = 2 * wal_frames * kPageBytes,
-                .cache_kib = kCommitCacheKib,
-                .max_page_count = options_.database_pages_max,
-                .busy_timeout_ms = kBusyTimeoutMs});
+Status SqliteStore::openLog(int64_t folded_seq, bool require_segments) {
+  Result<std::unique_ptr<CommitLog>> log = CommitLog::open(
+      log_path_, folded_seq, require_segments,
+      {.segment_bytes = options_.log_segment_bytes, .record_bytes_max = options_.batch_bytes_max});
   if (!log.isOk()) return log.status();
   log_ = std::move(log).value();
-  if (folded_seq > 0) {
-    // Only an existing log may go with tables that folded part of one.
-    TALLY_SQLITE_RETURN_IF_ERROR(sqlite::queryOnce(
-        log_->db(), "SELECT count(*) FROM sqlite_master WHERE type = 'table'", "read schema",
-        [&](sqlite3_stmt* row) {
-          if (row != nullptr && sqlite3_column_int64(row, 0) > 0) return Status::ok();
-          return Status::failedPrecondition(database_path_ + " is missing or empty, but " +
-                                            tables_path_ + " has folded its log up to seq " +
-                                            std::to_string(folded_seq) +
-                                            ": the log after it is lost; refusing to start");
-        }));
-  }
-  TALLY_SQLITE_RETURN_IF_ERROR(
-      files::createOrCheckSchema(*log_, files::kLogSchema, "log", files::kLogMigrations));
-  TALLY_SQLITE_RETURN_IF_ERROR(log_->prepare(files::kLogStatementSql));
-  std::optional<int64_t> trimmed;
-  TALLY_SQLITE_RETURN_IF_ERROR(
-      files::readMeta(log_->db(), (*log_)[files::kLogGetMeta], files::kMetaTrimmedSeq, &trimmed));
-  trimmed_seq_ = trimmed.value_or(0);
-  if (trimmed_seq_ < 0 || trimmed_seq_ > folded_seq) {
-    return Status::corruption(database_path_ + " deleted log rows up to seq " +
-                              std::to_string(trimmed_seq_) + " but " + tables_path_ +
-                              " holds them only up to seq " + std::to_string(folded_seq) +
-                              ": tables.db is missing or older than the log");
-  }
-  int64_t max_seq = 0;
-  TALLY_SQLITE_RETURN_IF_ERROR(sqlite::queryOnce(log_->db(),
-                                                 "SELECT coalesce(max(seq), 0) FROM log",
-                                                 "read log position", [&](sqlite3_stmt* row) {
-                                                   if (row != nullptr)
-                                                     max_seq = sqlite3_column_int64(row, 0);
-                                                   return Status::ok();
-                                                 }));
-  next_seq_ = std::max({max_seq, trimmed_seq_, folded_seq}) + 1;
-  return Status::ok();
+  // The log's position is on disk from the start (a segment named after its next seq).
+  return log_->ensureSegment();
 }
 
-Status SqliteStore::openFoldConnections() {
-  Result<std::unique_ptr<Connection>> fold_log =
-      openFile(database_path_, {.wal_autocheckpoint_pages = 0,  // never writes: checkpoints
-                                .cache_kib = kCommitCacheKib,
-                                .max_page_count = options_.database_pages_max,
-                                .busy_timeout_ms = kBusyTimeoutMs});
-  if (!fold_log.isOk()) return fold_log.status();
-  fold_log_ = std::move(fold_log).value();
-  TALLY_SQLITE_RETURN_IF_ERROR(fold_log_->prepare(files::kLogStatementSql));
+// Copies the rows of a schema-5-or-older DIR/ledger.db that tables.db has not folded into a new
+// log, then deletes ledger.db (see the class comment).
+Status SqliteStore::migrateLegacyLog(int64_t folded_seq) {
+  const std::string legacy_path = data_dir_ + "/" + kLegacyLogFileName;
+  std::error_code error;
+  if (!std::filesystem::exists(log_path_, error)) {
+    Result<std::unique_ptr<Connection>> opened =
+        openFile(legacy_path, {.wal_autocheckpoint_pages = 0,
+                               .cache_kib = kLegacyLogCacheKib,
+                               .busy_timeout_ms = kBusyTimeoutMs});
+    if (!opened.isOk()) return opened.status();
+    Connection& legacy = *opened.value();
+    TALLY_SQLITE_RETURN_IF_ERROR(
+        files::createOrCheckSchema(legacy, files::kLogSchema, "log", files::kLogMigrations));
+    TALLY_SQLITE_RETURN_IF_ERROR(legacy.prepare(files::kLogStatementSql));
+    std::optional<int64_t> trimmed;
+    TALLY_SQLITE_RETURN_IF_ERROR(
+        files::readMeta(legacy.db(), legacy[files::kLogGetMeta], files::kMetaTrimmedSeq, &trimmed));
+    if (trimmed.value_or(0) < 0 || trimmed.value_or(0) > folded_seq) {
+      return Status::corruption(legacy_path + " deleted log rows up to seq " +
+                                std::to_string(trimmed.value_or(0)) + " but " + tables_path_ +
+                                " holds them only up to seq " + std::to_string(folded_seq) +
+                                ": tables.db is missing or older than the log");
+    }
+    const std::string staging = data_dir_ + "/" + kLogDirName + ".migrating";
+    std::filesystem::remove_all(staging, error);
+    if (error) return Status::ioError("remove " + staging + ": " + error.message());
+    {
+      Result<std::unique_ptr<CommitLog>> created =
+          CommitLog::open(staging, folded_seq, /*require_segments=*/false,
+                          {.segment_bytes = options_.log_segment_bytes,
+                           .record_bytes_max = options_.batch_bytes_max});
+      if (!created.isOk()) return created.status();
+      CommitLog& log = *created.value();
+      sqlite3_stmt* select = legacy[files::kLogSelectAfter];
+      TALLY_SQLITE_RETURN_IF_ERROR(
+          sqlite::bindInt64(legacy.db(), select, 1, folded_seq, "migrate log"));
+      TALLY_SQLITE_RETURN_IF_ERROR(
+          sqlite::forEachRow(legacy.db(), select, "migrate log", [&](sqlite3_stmt* row) {
+            const int64_t seq = sqlite3_column_int64(row, 0);
+            if (seq != log.lastSeq() + 1) {
+              return Status::corruption(legacy_path + ": log seq " + std::to_string(seq) +
+                                        " follows seq " + std::to_string(log.lastSeq()) +
+                                        ": log rows are missing");
+            }
+            return log.appendUnsynced(seq, sqlite::columnBlob(row, 1));
+          }));
+      TALLY_SQLITE_RETURN_IF_ERROR(log.ensureSegment());
+      TALLY_SQLITE_RETURN_IF_ERROR(log.sync());
+    }
+    TALLY_SQLITE_RETURN_IF_ERROR(syncDirectory(staging));
+    if (::rename(staging.c_str(), log_path_.c_str()) != 0) {
+      return Status::ioError("rename " + staging + " to " + log_path_ + ": " +
+                             std::strerror(errno));
+    }
+    TALLY_SQLITE_RETURN_IF_ERROR(syncDirectory(data_dir_));
+  }
+  // The log holds everything ledger.db held that tables.db lacks: ledger.db goes.
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    const std::string path = legacy_path + suffix;
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Status::ioError("delete " + path + ": " + std::strerror(errno));
+    }
+  }
+  return syncDirectory(data_dir_);
+}
+
+Status SqliteStore::openFoldConnection() {
   Result<std::unique_ptr<Connection>> fold_tables =
       openFile(tables_path_, {.wal_autocheckpoint_pages = 4096,
                               .journal_size_limit_bytes = 64 << 20,
@@ -257,14 +285,21 @@ Status SqliteStore::foldStatus() const {
   return fold_failed_.isOk() ? fold_status_ : fold_failed_;
 }
 
+uint64_t SqliteStore::pendingLogRows() const { return log_->unreleasedRecords(); }
+
+uint64_t SqliteStore::logDiskBytes() const { return log_->diskBytes(); }
+
 SqliteStoreStats SqliteStore::stats() const {
   SqliteStoreStats stats = commit_stats_;
+  const CommitLogStats log = log_->stats();
+  stats.log_segments_created = log.segments_created;
+  stats.log_segments_recycled = log.segments_recycled;
+  stats.log_segments_deleted = log.segments_deleted;
   std::lock_guard lock(mu_);
   stats.folds = fold_stats_.folds;
   stats.folded_rows = fold_stats_.folded_rows;
   stats.fold_us = fold_stats_.fold_us;
   stats.fold_cpu_us = fold_stats_.fold_cpu_us;
-  stats.log_wal_checkpoints = fold_stats_.log_wal_checkpoints;
   return stats;
 }
 
@@ -280,69 +315,27 @@ Status SqliteStore::commit(const StoreBatch& batch) {
                                      " bytes, at most " + std::to_string(options_.batch_bytes_max) +
                                      " allowed");
   }
-  int64_t trim_to = trimmed_seq_;
+  int64_t folded = 0;
   {
     std::lock_guard lock(mu_);
-    trim_to = std::min(folded_seq_,
-                       trimmed_seq_ + static_cast<int64_t>(options_.trim_rows_per_commit_max));
+    folded = folded_seq_;
   }
-  TALLY_SQLITE_RETURN_IF_ERROR(noteFailure(appendLogRow(body, trim_to)));
+  // Before the append, so that a segment the append starts may reuse a folded one.
+  log_->release(folded);
+  TALLY_SQLITE_RETURN_IF_ERROR(noteFailure(log_->append(next_seq_, body)));
   // Durable from here on: this batch is acknowledged as committed.
   const int64_t seq = next_seq_++;
   ++commit_stats_.commits;
   commit_stats_.log_bytes += bytes;
-  if (trim_to > trimmed_seq_) {
-    ++commit_stats_.trims;
-    commit_stats_.trimmed_rows += static_cast<uint64_t>(trim_to - trimmed_seq_);
-    trimmed_seq_ = trim_to;
-  }
-  int current = 0;
-  int highwater = 0;
-  if (sqlite3_db_status(log_->db(), SQLITE_DBSTATUS_CACHE_WRITE, &current, &highwater, 1) ==
-      SQLITE_OK) {
-    commit_stats_.log_pages_written += static_cast<uint64_t>(current);
-  }
   bool wake = false;
-  bool restart = false;
   {
     std::lock_guard lock(mu_);
     committed_seq_ = seq;
-    if (wal_restart_ == WalRestart::kCopied) {
-      // This commit began by starting the WAL over (unless a reader kept it from doing so; the
-      // fold thread then asks again later). The fold thread may read the log again.
-      wal_restart_ = WalRestart::kIdle;
-      wake = true;
-    }
-    wake = wake || foldDue();
-    restart = wal_restart_ == WalRestart::kWanted;
+    wake = foldDue();
   }
   if (wake) fold_wanted_.notify_one();
-  if (restart) restartLogWal();
   commit_stats_.commit_us += elapsedUs(started);
   return Status::ok();
-}
-
-// One transaction: deletes the log rows up to trim_to (already durable in tables.db), appends
-// `body` as log row next_seq_.
-Status SqliteStore::appendLogRow(std::span<const uint8_t> body, int64_t trim_to) {
-  const Connection& log = *log_;
-  sqlite3* db = log.db();
-  return inTransaction(log, files::kLogBegin, files::kLogCommit, "commit log row", [&]() -> Status {
-    if (trim_to > trimmed_seq_) {
-      ResetOnExit reset(log[files::kLogDeleteUpTo]);
-      const char* op = "trim folded log rows";
-      TALLY_SQLITE_RETURN_IF_ERROR(
-          sqlite::bindInt64(db, log[files::kLogDeleteUpTo], 1, trim_to, op));
-      TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, log[files::kLogDeleteUpTo], op));
-      TALLY_SQLITE_RETURN_IF_ERROR(
-          files::setMetaMax(db, log[files::kLogSetMetaMax], files::kMetaTrimmedSeq, trim_to));
-    }
-    ResetOnExit reset(log[files::kLogInsert]);
-    const char* op = "append log row";
-    TALLY_SQLITE_RETURN_IF_ERROR(sqlite::bindInt64(db, log[files::kLogInsert], 1, next_seq_, op));
-    TALLY_SQLITE_RETURN_IF_ERROR(sqlite::bindBlob(db, log[files::kLogInsert], 2, body, op));
-    return stepDone(db, log[files::kLogInsert], op);
-  });
 }
 
 // --- Checkpoint ---------------------------------------------------------------------------------
@@ -365,66 +358,31 @@ Status SqliteStore::checkpoint() {
     if (folded_seq_ < target) return fold_status_;
     folded = folded_seq_;
   }
-  if (folded <= trimmed_seq_) return Status::ok();
-  TALLY_SQLITE_RETURN_IF_ERROR(noteFailure(trimLog(folded)));
-  commit_stats_.trimmed_rows += static_cast<uint64_t>(folded - trimmed_seq_);
-  trimmed_seq_ = folded;
+  log_->release(folded);
   return Status::ok();
-}
-
-Status SqliteStore::trimLog(int64_t trim_to) {
-  const Connection& log = *log_;
-  sqlite3* db = log.db();
-  return inTransaction(log, files::kLogBegin, files::kLogCommit, "trim log", [&]() -> Status {
-    ResetOnExit reset(log[files::kLogDeleteUpTo]);
-    const char* op = "trim folded log rows";
-    TALLY_SQLITE_RETURN_IF_ERROR(sqlite::bindInt64(db, log[files::kLogDeleteUpTo], 1, trim_to, op));
-    TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, log[files::kLogDeleteUpTo], op));
-    return files::setMetaMax(db, log[files::kLogSetMetaMax], files::kMetaTrimmedSeq, trim_to);
-  });
 }
 
 // --- Load ---------------------------------------------------------------------------------------
 
 Result<StoreContents> SqliteStore::load() {
   StoreContents contents;
-  const Connection& log = *log_;
-  // ledger.db's read snapshot is taken before tables.db's (in loadContents()), so the log rows
-  // after the folded_seq it then reads cannot have been trimmed in between. (Trims also run only
-  // on this thread, so none can run during load() anyway.)
-  TALLY_SQLITE_RETURN_IF_ERROR(inTransaction(log, files::kLogBeginRead, files::kLogCommit, "load",
-                                             [&] { return loadContents(&contents); }));
+  TALLY_SQLITE_RETURN_IF_ERROR(loadContents(&contents));
   return contents;
 }
 
-// Inside a read transaction on ledger.db.
+// The log releases records only on this thread (commit(), checkpoint()), so every record after
+// the folded_seq that tables.db's snapshot shows is still readable, whatever the fold thread
+// does meanwhile.
 Status SqliteStore::loadContents(StoreContents* contents) {
-  const Connection& log = *log_;
-  std::optional<int64_t> trimmed;
-  TALLY_SQLITE_RETURN_IF_ERROR(
-      files::readMeta(log.db(), log[files::kLogGetMeta], files::kMetaTrimmedSeq, &trimmed));
   files::TablesImage image;
   TALLY_SQLITE_RETURN_IF_ERROR(
       inTransaction(*tables_, files::kTablesBeginRead, files::kTablesCommit, "load tables",
                     [&] { return files::readTables(*tables_, options_.batch_bytes_max, &image); }));
-  if (trimmed.value_or(0) > image.folded_seq) {
-    return Status::corruption(database_path_ + " deleted log rows up to seq " +
-                              std::to_string(trimmed.value_or(0)) + " but " + tables_path_ +
-                              " holds them only up to seq " + std::to_string(image.folded_seq));
-  }
   files::LogFold fold;
-  sqlite3_stmt* select = log[files::kLogSelectAfter];
-  TALLY_SQLITE_RETURN_IF_ERROR(
-      sqlite::bindInt64(log.db(), select, 1, image.folded_seq, "read log"));
-  TALLY_SQLITE_RETURN_IF_ERROR(
-      sqlite::forEachRow(log.db(), select, "read log", [&](sqlite3_stmt* row) {
-        return files::foldLogRow(sqlite3_column_int64(row, 0), sqlite::columnBlob(row, 1),
-                                 options_.batch_bytes_max, &fold);
-      }));
-  if (fold.rows > 0 && fold.first_seq != image.folded_seq + 1) {
-    return Status::corruption("log seq " + std::to_string(fold.first_seq) + " follows " +
-                              tables_path_ + "'s folded_seq " + std::to_string(image.folded_seq) +
-                              ": log rows are missing");
+  std::vector<uint8_t> body;
+  for (int64_t seq = image.folded_seq + 1; seq < next_seq_; ++seq) {
+    TALLY_SQLITE_RETURN_IF_ERROR(log_->read(seq, &body));
+    TALLY_SQLITE_RETURN_IF_ERROR(files::foldLogRow(seq, body, options_.batch_bytes_max, &fold));
   }
   *contents = files::mergeContents(std::move(image), std::move(fold));
   return Status::ok();
@@ -447,8 +405,8 @@ void SqliteStore::runFold() {
     fold_wanted_.wait(lock, [&] { return stop_ || foldDue(); });
     if (stop_) return;
     // One burst: everything committed by now, in transactions of at most
-    // fold_rows_per_transaction_max rows, then one round of WAL upkeep. Fewer, larger bursts
-    // disturb the commit path's fsyncs less often.
+    // fold_rows_per_transaction_max records. Fewer, larger bursts disturb the commit path's
+    // flushes less often.
     const int64_t burst_end = committed_seq_;
     Status status;
     while (status.isOk() && !stop_ && folded_seq_ < burst_end) {
@@ -469,11 +427,6 @@ void SqliteStore::runFold() {
         fold_stats_.fold_cpu_us += cpu_us;
       }
     }
-    if (status.isOk() && !stop_) {
-      lock.unlock();
-      status = maintainLogWal();
-      lock.lock();
-    }
     ++fold_attempts_;
     fold_status_ = status;
     if (isSticky(status)) fold_failed_ = status;
@@ -482,29 +435,28 @@ void SqliteStore::runFold() {
       fold_wanted_.wait_for(lock, std::chrono::milliseconds(options_.fold_retry_ms),
                             [&] { return stop_; });
     }
-    // Bounded: with no commits coming (an idle ledger, or checkpoint() waiting on this thread),
-    // folding goes on and the restart waits for a later burst.
-    fold_wanted_.wait_for(lock, std::chrono::milliseconds(kWalRestartWaitMs),
-                          [&] { return stop_ || wal_restart_ == WalRestart::kIdle; });
   }
 }
 
-// Folds log rows (after_seq, *last_seq] into tables.db in one transaction (fewer when they pass
-// fold_bytes_per_transaction_max; *last_seq is then lowered), then publishes the new
+// Folds log records (after_seq, *last_seq] into tables.db in one transaction (fewer when they
+// pass fold_bytes_per_transaction_max; *last_seq is then lowered), then publishes the new
 // folded_seq. Fold thread only.
 Status SqliteStore::foldRange(int64_t after_seq, int64_t* last_seq) {
-  std::vector<Blob> bodies;
-  TALLY_SQLITE_RETURN_IF_ERROR(
-      files::readLogRows(*fold_log_, after_seq, *last_seq, options_.batch_bytes_max,
-                         options_.fold_bytes_per_transaction_max, &bodies));
-  *last_seq = after_seq + static_cast<int64_t>(bodies.size());
   BatchFolder folder;
-  for (size_t i = 0; i < bodies.size(); ++i) {
-    if (Status status = folder.add(std::move(bodies[i])); !status.isOk()) {
-      const int64_t seq = after_seq + 1 + static_cast<int64_t>(i);
+  std::vector<uint8_t> body;
+  uint64_t total_bytes = 0;
+  int64_t seq = after_seq;
+  // Always at least one record; stops after the one that passes the byte budget.
+  while (seq < *last_seq && total_bytes <= options_.fold_bytes_per_transaction_max) {
+    ++seq;
+    TALLY_SQLITE_RETURN_IF_ERROR(log_->read(seq, &body));
+    total_bytes += body.size();
+    if (Status status = folder.add(kj::heapArray<kj::byte>(body.data(), body.size()));
+        !status.isOk()) {
       return Status::corruption("fold: log seq " + std::to_string(seq) + ": " + status.message());
     }
   }
+  *last_seq = seq;
   Result<StoreBatch> net = folder.finish();
   if (!net.isOk()) {
     return Status::corruption("fold: log seqs " + std::to_string(after_seq + 1) + ".." +
@@ -513,62 +465,10 @@ Status SqliteStore::foldRange(int64_t after_seq, int64_t* last_seq) {
   TALLY_SQLITE_RETURN_IF_ERROR(
       inTransaction(*fold_tables_, files::kTablesBegin, files::kTablesCommit, "fold: write tables",
                     [&] { return files::writeFold(*fold_tables_, &net.value(), *last_seq); }));
-  // Durable in tables.db: the commit path may delete these rows from here on.
+  // Durable in tables.db: the commit path may release these records from here on.
   std::lock_guard lock(mu_);
   folded_seq_ = *last_seq;
   return Status::ok();
-}
-
-// Copies ledger.db's WAL back into ledger.db without holding commits off. Once the WAL is long
-// and nearly all copied, asks the commit path to copy the rest (restartLogWal()), after which
-// the next commit starts the WAL over. Fold thread only.
-Status SqliteStore::maintainLogWal() {
-  sqlite3* db = fold_log_->db();
-  for (int round = 0; round < kPassiveRoundsMax; ++round) {
-    int wal_frames = 0;
-    int copied_frames = 0;
-    int rc = sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_PASSIVE, &wal_frames,
-                                       &copied_frames);
-    // BUSY: the commit path is checkpointing; try again after the next fold.
-    if ((rc & 0xff) == SQLITE_BUSY) return Status::ok();
-    if (rc != SQLITE_OK) return sqlite::statusOf(db, rc, "checkpoint ledger.db WAL");
-    std::lock_guard lock(mu_);
-    ++fold_stats_.log_wal_checkpoints;
-    if (static_cast<uint64_t>(wal_frames) < options_.log_wal_frames_max ||
-        wal_restart_ != WalRestart::kIdle) {
-      return Status::ok();
-    }
-    if (wal_frames - copied_frames <= kRestartFramesLeftMax) {
-      wal_restart_ = WalRestart::kWanted;
-      return Status::ok();
-    }
-  }
-  return Status::ok();
-}
-
-// Commit path, when the fold thread asked (kWanted): copies the few WAL frames its checkpoint
-// has not, so that the next commit restarts the WAL from its beginning (overwriting a file of
-// stable size, which makes its fsyncs cheaper than appending). Costs this commit one small copy and
-// one fsync of ledger.db. The batch is already durable: a failure here fails the next commit, not
-// this one.
-void SqliteStore::restartLogWal() {
-  const auto started = std::chrono::steady_clock::now();
-  int wal_frames = 0;
-  int copied_frames = 0;
-  int rc = sqlite3_wal_checkpoint_v2(log_->db(), nullptr, SQLITE_CHECKPOINT_PASSIVE, &wal_frames,
-                                     &copied_frames);
-  commit_stats_.log_wal_restart_us += elapsedUs(started);
-  // BUSY: the fold thread is checkpointing; try again after the next commit. So too when a
-  // reader's snapshot kept some frames from being copied.
-  if ((rc & 0xff) == SQLITE_BUSY) return;
-  if (rc != SQLITE_OK) {
-    (void)noteFailure(sqlite::statusOf(log_->db(), rc, "checkpoint ledger.db WAL"));
-    return;
-  }
-  if (copied_frames < wal_frames) return;
-  ++commit_stats_.log_wal_restarts;
-  std::lock_guard lock(mu_);
-  wal_restart_ = WalRestart::kCopied;
 }
 
 }  // namespace tally::ledger

@@ -451,39 +451,6 @@ Status foldLogRow(int64_t seq, std::span<const uint8_t> body, uint64_t bytes_max
   return Status::ok();
 }
 
-Status readLogRows(const sqlite::Connection& log, int64_t after_seq, int64_t last_seq,
-                   uint64_t row_bytes_max, uint64_t budget_bytes, std::vector<Blob>* bodies) {
-  TALLY_ASSERT(last_seq > after_seq);
-  sqlite3* db = log.db();
-  sqlite3_stmt* select = log[kLogSelectRange];
-  const char* op = "fold: read log";
-  // One statement, so one read snapshot; it ends when the statement is reset.
-  ResetOnExit reset(select);
-  TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db, select, 1, after_seq, op));
-  TALLY_SQLITE_RETURN_IF_ERROR(bindInt64(db, select, 2, last_seq - after_seq, op));
-  int64_t next = after_seq + 1;
-  uint64_t total_bytes = 0;
-  while (next <= last_seq && total_bytes <= budget_bytes) {
-    const int rc = sqlite3_step(select);
-    if (rc == SQLITE_DONE) break;
-    if (rc != SQLITE_ROW) return sqlite::statusOf(db, rc, op);
-    if (sqlite3_column_int64(select, 0) != next) break;  // reported below
-    const std::span<const uint8_t> body = columnBlob(select, 1);
-    TALLY_SQLITE_RETURN_IF_ERROR(
-        checkBodySize(body, row_bytes_max, "log seq " + std::to_string(next)));
-    bodies->push_back(kj::heapArray<kj::byte>(body.data(), body.size()));
-    total_bytes += body.size();
-    ++next;
-  }
-  // Every committed row after folded_seq is there: none is trimmed before it is folded.
-  if (next <= last_seq && total_bytes <= budget_bytes) {
-    return Status::corruption(log.path() + " lacks log seq " + std::to_string(next) +
-                              " of the committed " + std::to_string(after_seq + 1) + ".." +
-                              std::to_string(last_seq));
-  }
-  return Status::ok();
-}
-
 // --- Meta and schema ----------------------------------------------------------------------------
 
 Status readMeta(sqlite3* db, sqlite3_stmt* get, const char* key, std::optional<int64_t>* value) {

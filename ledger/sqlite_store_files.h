@@ -21,22 +21,24 @@
 // and reading everything back. No threads and no policy here: the callers own the connections,
 // the transactions and the order of events.
 //
-//   DIR/ledger.db  meta(schema_version, trimmed_seq)     log(seq, body): one StoreBatchV1 each
+//   DIR/log/       the commit log (ledger/commit_log.h): one StoreBatchV1 per record
 //   DIR/tables.db  meta(schema_version, folded_seq,      policies, accounts, reservations,
 //                       ledger_clock_ms, shard_sequence) gateways, shards, fences,
 //                                                        period_snapshots, operators,
 //                                                        audit_log: the latest image
 //                                                        of each row, folded from log
 //
-// Invariant across the files: trimmed_seq <= folded_seq, and ledger.db holds every log row with
-// seq > trimmed_seq, in one contiguous run.
+// Invariant across the two: the log holds every record with seq > folded_seq, in one contiguous
+// run. Schema versions 5 and older kept the log in DIR/ledger.db, meta(schema_version,
+// trimmed_seq) and log(seq, body), with trimmed_seq <= folded_seq; SqliteStore migrates it.
 
 namespace tally::ledger::store_files {
 
-inline constexpr int64_t kSchemaVersion = 5;
+inline constexpr int64_t kSchemaVersion = 6;
 // The versions this build migrates from, oldest first, each by its Migration's statements:
 // 2 lacked the shard tables (gateways, shards, fences) and meta.shard_sequence; 3 lacked
-// period_snapshots (accounting-period close); 4 lacked operators and audit_log. Opening an older
+// period_snapshots (accounting-period close); 4 lacked operators and audit_log; 5 kept the commit
+// log in ledger.db (SqliteStore moves it to DIR/log/; tables.db is unchanged). Opening an older
 // file runs every step from its version on, in one transaction, and bumps schema_version.
 inline constexpr int64_t kOldestMigratedSchemaVersion = 2;
 struct Migration {
@@ -56,29 +58,15 @@ inline constexpr std::array<const char*, 2> kLogSchema = {
     "CREATE TABLE log(seq INTEGER PRIMARY KEY, body BLOB NOT NULL)",
 };
 
+// The statements migrateLegacyLog() runs on a schema-5-or-older ledger.db.
 enum LogStatement : size_t {
-  kLogBegin,
-  kLogBeginRead,
-  kLogCommit,
-  kLogInsert,
   kLogSelectAfter,
-  kLogSelectRange,
-  kLogDeleteUpTo,
-  kLogSetMetaMax,
   kLogGetMeta,
   kLogStatementCount,
 };
 
 inline constexpr std::array<const char*, kLogStatementCount> kLogStatementSql = {
-    "BEGIN IMMEDIATE",
-    "BEGIN DEFERRED",
-    "COMMIT",
-    "INSERT INTO log(seq, body) VALUES(?1, ?2)",
     "SELECT seq, body FROM log WHERE seq > ?1 ORDER BY seq",
-    "SELECT seq, body FROM log WHERE seq > ?1 ORDER BY seq LIMIT ?2",
-    "DELETE FROM log WHERE seq <= ?1",
-    "INSERT INTO meta(key, value) VALUES(?1, ?2) "
-    "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
     "SELECT value FROM meta WHERE key = ?1",
 };
 
@@ -102,16 +90,19 @@ inline constexpr std::array<const char*, 2> kTablesOperatorSchema = {
     "CREATE TABLE operators(name TEXT PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID",
     "CREATE TABLE audit_log(seq INTEGER PRIMARY KEY, body BLOB NOT NULL)",
 };
-inline constexpr std::array<Migration, 3> kTablesMigrations = {
+inline constexpr std::array<Migration, 4> kTablesMigrations = {
     Migration{.from_version = 2, .statements = kTablesShardSchema},
     Migration{.from_version = 3, .statements = kTablesPeriodSchema},
     Migration{.from_version = 4, .statements = kTablesOperatorSchema},
+    Migration{.from_version = 5},
 };
-// ledger.db's log is the same table in every version: only schema_version moves.
-inline constexpr std::array<Migration, 3> kLogMigrations = {
+// ledger.db's log (versions 5 and older, read once to migrate it) is the same table in every
+// version: only schema_version moves.
+inline constexpr std::array<Migration, 4> kLogMigrations = {
     Migration{.from_version = 2},
     Migration{.from_version = 3},
     Migration{.from_version = 4},
+    Migration{.from_version = 5},
 };
 inline constexpr std::array<const char*, 10> kTablesSchema = {
     "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER)",
@@ -223,13 +214,6 @@ struct LogFold {
 // Decodes the body of log row `seq` (the read-back check of the record) and folds it into
 // `fold`. kCorruption, naming the seq, for a damaged body or a gap in the run of seqs.
 Status foldLogRow(int64_t seq, std::span<const uint8_t> body, uint64_t bytes_max, LogFold* fold);
-
-// Log rows after_seq+1, after_seq+2, ... (at most up to last_seq) of ledger.db, copied out of
-// one short read transaction on `log` (so that it does not keep the WAL from being checkpointed
-// while they are folded). Stops after the row that brings the total past budget_bytes (so it
-// always reads at least one). kCorruption if a row is missing or larger than row_bytes_max.
-Status readLogRows(const sqlite::Connection& log, int64_t after_seq, int64_t last_seq,
-                   uint64_t row_bytes_max, uint64_t budget_bytes, std::vector<Blob>* bodies);
 
 // --- Meta, in either file -----------------------------------------------------------------------
 

@@ -58,6 +58,9 @@ class LedgerUpgradeTest : public LedgerServiceTest {
 TEST_F(LedgerUpgradeTest, ADataDirOfTheSchemaVersion3ReleaseMigratesAndKeepsEverything) {
   ASSERT_NO_FATAL_FAILURE(copyFixture());
   ASSERT_NO_FATAL_FAILURE(startLedger());
+  // The old release's log (a table of ledger.db) now lives in the log directory.
+  EXPECT_FALSE(std::filesystem::exists(ledger_.dataDir() + "/ledger.db"));
+  EXPECT_TRUE(std::filesystem::is_directory(ledger_.dataDir() + "/log"));
 
   // What the old release settled or released is there, as it was.
   ReservationReply a = query("a");

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <ostream>
 #include <random>
@@ -21,8 +23,10 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include "core/limits.h"
+#include "ledger/commit_log.h"
 #include "ledger/store_codec.h"
 
 namespace tally::ledger {
@@ -215,10 +219,88 @@ void rawSql(const std::string& db_path, const std::string& sql, const std::vecto
   EXPECT_EQ(sqlite3_close(db), SQLITE_OK);
 }
 
+// Where record `seq` lies in the log of data dir `dir`, found by reading the segments as the
+// format (ledger/commit_log.h) lays them out.
+struct RecordLocation {
+  std::string path;
+  uint64_t offset = 0;  // of the header
+  uint32_t bytes = 0;   // of the body
+};
+RecordLocation findRecord(const std::string& dir, int64_t seq) {
+  std::vector<std::string> segments;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(dir + "/" + SqliteStore::kLogDirName)) {
+    segments.push_back(entry.path().string());
+  }
+  std::sort(segments.begin(), segments.end());
+  for (const std::string& path : segments) {
+    std::FILE* f = std::fopen(path.c_str(), "rb");
+    if (f == nullptr) continue;
+    uint64_t offset = 0;
+    uint8_t header[CommitLog::kRecordHeaderBytes];
+    while (std::fseek(f, static_cast<long>(offset), SEEK_SET) == 0 &&
+           std::fread(header, 1, sizeof header, f) == sizeof header) {
+      uint32_t magic = 0;
+      int64_t found = 0;
+      uint32_t bytes = 0;
+      std::memcpy(&magic, header, 4);
+      std::memcpy(&found, header + 8, 8);
+      std::memcpy(&bytes, header + 16, 4);
+      if (magic != CommitLog::kRecordMagic) break;
+      if (found == seq) {
+        std::fclose(f);
+        return {.path = path, .offset = offset, .bytes = bytes};
+      }
+      offset += CommitLog::kRecordHeaderBytes + bytes;
+    }
+    std::fclose(f);
+  }
+  ADD_FAILURE() << "log record " << seq << " not found in " << dir;
+  return {};
+}
+
+// Overwrites the body of log record `seq` with `body` (of the same length), as an outsider
+// would damage it; `fix_checksum`: and rewrites its checksum to match, so that only decoding the
+// batch can tell.
+void damageRecord(const std::string& dir, int64_t seq, std::vector<uint8_t> body,
+                  bool fix_checksum) {
+  const RecordLocation at = findRecord(dir, seq);
+  ASSERT_FALSE(at.path.empty());
+  body.resize(at.bytes, 0);
+  const int fd = ::open(at.path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, body.data(), body.size(),
+                     static_cast<off_t>(at.offset + CommitLog::kRecordHeaderBytes)),
+            static_cast<ssize_t>(body.size()));
+  if (fix_checksum) {
+    uint8_t header[CommitLog::kRecordHeaderBytes];
+    ASSERT_EQ(::pread(fd, header, sizeof header, static_cast<off_t>(at.offset)),
+              static_cast<ssize_t>(sizeof header));
+    uLong crc = ::crc32(0L, Z_NULL, 0);
+    crc = ::crc32(crc, header + 8, sizeof header - 8);
+    crc = ::crc32(crc, body.data(), static_cast<uInt>(body.size()));
+    const auto crc32 = static_cast<uint32_t>(crc);
+    ASSERT_EQ(::pwrite(fd, &crc32, 4, static_cast<off_t>(at.offset + 4)), 4);
+  }
+  ::close(fd);
+}
+
+// Log segment files in data dir `dir`.
+size_t segmentFiles(const std::string& dir) {
+  size_t count = 0;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(dir + "/" + SqliteStore::kLogDirName)) {
+    count += entry.path().extension() == CommitLog::kSegmentSuffix ? 1 : 0;
+  }
+  return count;
+}
+
 class StoreTest : public ::testing::Test {
  protected:
   std::string dataDir() const { return tmp_.path() + "/data"; }
-  std::string dbPath() const { return dataDir() + "/" + SqliteStore::kDatabaseFileName; }
+  // Where schema versions 5 and older kept the log.
+  std::string dbPath() const { return dataDir() + "/" + SqliteStore::kLegacyLogFileName; }
+  std::string logPath() const { return dataDir() + "/" + SqliteStore::kLogDirName; }
   std::string tablesPath() const { return dataDir() + "/" + SqliteStore::kTablesFileName; }
 
   TempDir tmp_;
@@ -530,11 +612,16 @@ TEST_F(StoreTest, CheckpointAtAnyPointGivesTheSameContents) {
     uint64_t checkpoint_log_rows;
     bool manual;  // also checkpoint by hand at random points
     uint64_t rows_per_fold = 256;
-    uint64_t rows_per_trim = 256;
+    uint64_t log_segment_bytes = uint64_t{32} << 20;
   };
   const std::vector<Variant> variants = {
-      {"never", 0, false}, {"every-row", 1, false}, {"every-5", 5, false},
-      {"manual", 0, true}, {"default", 256, true},  {"one-row-folds-and-trims", 2, true, 1, 1},
+      {"never", 0, false},
+      {"every-row", 1, false},
+      {"every-5", 5, false},
+      {"manual", 0, true},
+      {"default", 256, true},
+      {"one-row-folds-small-segments", 2, true, 1, 2048},
+      {"a-segment-per-record", 3, true, 2, 1},
   };
   for (uint64_t seed : {1u, 2u, 3u}) {
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -543,7 +630,7 @@ TEST_F(StoreTest, CheckpointAtAnyPointGivesTheSameContents) {
       const std::string dir = tmp_.path() + "/" + std::to_string(seed) + "-" + variant.name;
       const SqliteStoreOptions options{.checkpoint_log_rows = variant.checkpoint_log_rows,
                                        .fold_rows_per_transaction_max = variant.rows_per_fold,
-                                       .trim_rows_per_commit_max = variant.rows_per_trim};
+                                       .log_segment_bytes = variant.log_segment_bytes};
       std::mt19937_64 rng(seed);             // the same batches for every variant
       std::mt19937_64 actions(seed + 1000);  // checkpoint and reopen points
       Model model;
@@ -756,16 +843,14 @@ INSTANTIATE_TEST_SUITE_P(KillPoints, CrashTest,
                          });
 
 // Kills a child again and again on one data dir while its fold thread is busy all the time (tiny
-// folds and trims, a tiny WAL limit, so folds, trims and WAL restarts are always in progress),
-// at random points. Each recovery must hold every acknowledged batch and nothing else.
+// folds and tiny log segments, so folds and segment recycling are always in progress), at random
+// points. Each recovery must hold every acknowledged batch and nothing else.
 TEST_F(StoreTest, SigkillDuringFoldAtRandomPointsLosesNothing) {
   const uint64_t seed = 20240611;
   std::mt19937_64 rng(seed);
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const SqliteStoreOptions busy_fold{.checkpoint_log_rows = 2,
-                                     .fold_rows_per_transaction_max = 3,
-                                     .trim_rows_per_commit_max = 1,
-                                     .log_wal_frames_max = 16};
+  const SqliteStoreOptions busy_fold{
+      .checkpoint_log_rows = 2, .fold_rows_per_transaction_max = 3, .log_segment_bytes = 2048};
   constexpr int kRounds = 16;
   int rounds_with_fold_progress = 0;
   int64_t folded_before = 0;
@@ -822,10 +907,8 @@ void removeDatabaseFile(const std::string& path) {
 }
 
 TEST_F(StoreTest, FoldThreadCatchesUpWhileCommitsContinue) {
-  const SqliteStoreOptions options{.checkpoint_log_rows = 4,
-                                   .fold_rows_per_transaction_max = 3,
-                                   .trim_rows_per_commit_max = 2,
-                                   .log_wal_frames_max = 64};
+  const SqliteStoreOptions options{
+      .checkpoint_log_rows = 4, .fold_rows_per_transaction_max = 3, .log_segment_bytes = 8192};
   auto store = openOrDie(dataDir(), options);
   ASSERT_NE(store, nullptr);
   std::mt19937_64 rng(11);
@@ -846,7 +929,7 @@ TEST_F(StoreTest, FoldThreadCatchesUpWhileCommitsContinue) {
   ASSERT_TRUE(store->foldStatus().isOk()) << store->foldStatus().toString();
   const SqliteStoreStats stats = store->stats();
   EXPECT_GT(stats.folds, 0u);
-  EXPECT_GT(stats.trimmed_rows, 0u);
+  EXPECT_GT(stats.log_segments_recycled, 0u);
   EXPECT_GT(loads_while_folding, 0u);
   EXPECT_TRUE(eventually([&] { return store->foldedSeq() + 4 > static_cast<int64_t>(kSteps); }))
       << "folded only up to " << store->foldedSeq();
@@ -860,12 +943,13 @@ TEST_F(StoreTest, FoldThreadCatchesUpWhileCommitsContinue) {
   expectContents(loadOrDie(store.get()), model);
 }
 
-TEST_F(StoreTest, FoldedLogRowsAreTrimmedAndLedgerDbStaysBounded) {
-  const SqliteStoreOptions options{.checkpoint_log_rows = 16, .log_wal_frames_max = 128};
+TEST_F(StoreTest, FoldedLogRecordsAreRecycledAndTheLogStaysBounded) {
+  const SqliteStoreOptions options{.checkpoint_log_rows = 16, .log_segment_bytes = 64 << 10};
   auto store = openOrDie(dataDir(), options);
   ASSERT_NE(store, nullptr);
   constexpr uint64_t kSteps = 3000;
   uint64_t pending_max = 0;
+  uint64_t on_disk_max = 0;
   for (uint64_t n = 1; n <= kSteps; ++n) {
     StoreBatch batch = crashBatch(n);
     for (uint64_t i = 0; i < 12; ++i) {  // about 4 KiB per batch
@@ -873,58 +957,66 @@ TEST_F(StoreTest, FoldedLogRowsAreTrimmedAndLedgerDbStaysBounded) {
     }
     ASSERT_TRUE(store->commit(batch).isOk());
     pending_max = std::max(pending_max, store->pendingLogRows());
+    on_disk_max = std::max(on_disk_max, store->logDiskBytes());
   }
   ASSERT_TRUE(store->foldStatus().isOk()) << store->foldStatus().toString();
-  // Trims ride on commits: once the fold caught up, the next commits delete what it folded.
+  // Releases ride on commits: once the fold caught up, the next commits release what it folded.
   ASSERT_TRUE(eventually([&] { return store->foldedSeq() + 16 > static_cast<int64_t>(kSteps); }));
   for (uint64_t n = kSteps + 1; n <= kSteps + 2; ++n) {
     ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
   }
   EXPECT_LE(store->pendingLogRows(), 16u + 2u);
   const SqliteStoreStats stats = store->stats();
-  EXPECT_GE(stats.trimmed_rows, kSteps - 16);
-  EXPECT_GT(stats.log_wal_restarts, 0u);
   const uint64_t written = stats.log_bytes;
-  const uint64_t on_disk =
-      std::filesystem::file_size(dbPath()) + std::filesystem::file_size(dbPath() + "-wal");
   RecordProperty("log_bytes_written", std::to_string(written));
-  RecordProperty("ledger_db_bytes", std::to_string(on_disk));
+  RecordProperty("log_disk_bytes_max", std::to_string(on_disk_max));
   RecordProperty("pending_log_rows_max", std::to_string(pending_max));
   EXPECT_GT(written, uint64_t{6} << 20);
   EXPECT_LT(pending_max, 1000u) << "the fold thread fell behind without bound";
-  // The log's pages are reused after trims and the WAL is restarted rather than grown.
-  EXPECT_LT(on_disk, written / 4) << "ledger.db and its WAL grow with the log";
-  EXPECT_GT(stats.log_pages_written, 0u);
+  // Folded segments are reused, not left behind: the log on disk is what is not yet folded and
+  // about two segments more, not what was ever written.
+  EXPECT_GT(stats.log_segments_recycled, 50u);
+  // The segments the unfolded records span, the current one and one waiting to be reused.
+  const uint64_t segments_for_pending = 4 + (pending_max * 4300) / (64 << 10);
+  EXPECT_LE(stats.log_segments_created, segments_for_pending)
+      << "new segments where folded ones could be reused";
+  EXPECT_LT(on_disk_max, written / 4) << "the log's segments grow with what was written";
+  EXPECT_LE(segmentFiles(dataDir()), segments_for_pending);
 }
 
-// Folded rows stay in ledger.db until a later commit trims them, and a crash may leave tables.db
-// ahead of where load() starts replaying. Replaying such a stretch again changes nothing.
+// Folded records stay in the log until their segment is recycled, and a crash may leave
+// tables.db ahead of where load() starts replaying. Replaying such a stretch again changes
+// nothing.
 TEST_F(StoreTest, ReplayingAnAlreadyFoldedStretchIsHarmless) {
+  // One record per segment, so that a segment is recycled as soon as its record is folded.
+  const SqliteStoreOptions one_record_segments{.checkpoint_log_rows = 0, .log_segment_bytes = 1};
   std::mt19937_64 rng(5);
   Model model;
   {
-    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    auto store = openOrDie(dataDir(), one_record_segments);
     ASSERT_NE(store, nullptr);
     for (uint64_t step = 1; step <= 60; ++step) {
       StoreBatch batch = randomBatch(rng, step);
       ASSERT_TRUE(store->commit(batch).isOk());
       model.apply(batch);
       if (step == 30) {
-        ASSERT_TRUE(store->checkpoint().isOk());  // folded and trimmed up to 30
+        ASSERT_TRUE(store->checkpoint().isOk());  // folded and released up to 30
       }
     }
+    EXPECT_GT(store->stats().log_segments_recycled, 0u);
   }
   {
-    // The fold thread folds 31..60 on its own; no commit follows to trim them.
-    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 1});
+    // The fold thread folds 31..60 on its own; no commit follows to release them.
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 1, .log_segment_bytes = 1});
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(eventually([&] { return store->foldedSeq() == 60; }));
   }
   EXPECT_EQ(rawInt(tablesPath(), "SELECT value FROM meta WHERE key = 'folded_seq'"), 60);
-  EXPECT_EQ(rawInt(dbPath(), "SELECT value FROM meta WHERE key = 'trimmed_seq'"), 30);
-  EXPECT_EQ(rawInt(dbPath(), "SELECT count(*) FROM log"), 30);  // 31..60: folded, not trimmed
-  // As if tables.db's latest folds had not recorded folded_seq: load() replays those rows over
-  // tables that already hold them.
+  // 31..60 (folded, not released) and nothing before 31: those segments were recycled.
+  EXPECT_EQ(segmentFiles(dataDir()), 30u);
+  EXPECT_FALSE(std::filesystem::exists(logPath() + "/" + CommitLog::segmentName(30)));
+  // As if tables.db's latest folds had not recorded folded_seq: load() replays those records
+  // over tables that already hold them.
   for (int64_t folded : {45, 30}) {
     SCOPED_TRACE("folded_seq lowered to " + std::to_string(folded));
     rawSql(tablesPath(),
@@ -934,19 +1026,40 @@ TEST_F(StoreTest, ReplayingAnAlreadyFoldedStretchIsHarmless) {
     ASSERT_NE(store, nullptr);
     expectContents(loadOrDie(store.get()), model);
   }
-  // Below what ledger.db trimmed, rows would be missing: refused, not silently replayed.
+  // Below what the log still holds, records would be missing: refused, not silently replayed.
   rawSql(tablesPath(), "UPDATE meta SET value = 29 WHERE key = 'folded_seq'", nullptr);
   Result<std::unique_ptr<SqliteStore>> refused = SqliteStore::open(dataDir());
   ASSERT_FALSE(refused.isOk());
   EXPECT_EQ(refused.status().code(), StatusCode::kCorruption) << refused.status().toString();
+  EXPECT_NE(refused.status().message().find("records from seq 30 on are needed"), std::string::npos)
+      << refused.status().toString();
 }
 
-TEST_F(StoreTest, TablesDbBehindTheTrimmedLogIsRefused) {
+TEST_F(StoreTest, MissingTablesDbIsRebuiltFromAWholeLogAndRefusedOtherwise) {
+  Model model;
   {
     auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
     ASSERT_NE(store, nullptr);
-    for (uint64_t n = 1; n <= 5; ++n) ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+    for (uint64_t n = 1; n <= 5; ++n) {
+      ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+      model.apply(crashBatch(n));
+    }
     ASSERT_TRUE(store->checkpoint().isOk());
+  }
+  // The log still holds every record from seq 1: tables.db is rebuilt from it.
+  removeDatabaseFile(tablesPath());
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0, .log_segment_bytes = 1});
+    ASSERT_NE(store, nullptr);
+    expectContents(loadOrDie(store.get()), model);
+    // One record per segment from here on: the first segments are recycled.
+    for (uint64_t n = 6; n <= 10; ++n) {
+      ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+      model.apply(crashBatch(n));
+      ASSERT_TRUE(store->checkpoint().isOk());
+    }
+    ASSERT_TRUE(store->commit(crashBatch(11)).isOk());
+    EXPECT_GT(store->stats().log_segments_recycled, 0u);
   }
   removeDatabaseFile(tablesPath());
   for (int attempt = 0; attempt < 2; ++attempt) {  // and it stays refused
@@ -959,20 +1072,24 @@ TEST_F(StoreTest, TablesDbBehindTheTrimmedLogIsRefused) {
   }
 }
 
-TEST_F(StoreTest, MissingLedgerDbIsRefused) {
+TEST_F(StoreTest, MissingLogIsRefused) {
   {
     auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
     ASSERT_NE(store, nullptr);
     for (uint64_t n = 1; n <= 5; ++n) ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
     ASSERT_TRUE(store->checkpoint().isOk());
   }
-  removeDatabaseFile(dbPath());
-  for (int attempt = 0; attempt < 2; ++attempt) {  // and it stays refused
-    Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
-    ASSERT_FALSE(store.isOk());
-    EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
-    EXPECT_NE(store.status().message().find("has folded its log up to seq 5"), std::string::npos)
-        << store.status().toString();
+  for (bool keep_dir : {true, false}) {
+    SCOPED_TRACE(keep_dir ? "segments deleted" : "log dir deleted");
+    std::filesystem::remove_all(logPath());
+    if (keep_dir) std::filesystem::create_directory(logPath());
+    for (int attempt = 0; attempt < 2; ++attempt) {  // and it stays refused
+      Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
+      ASSERT_FALSE(store.isOk());
+      EXPECT_EQ(store.status().code(), StatusCode::kCorruption);
+      EXPECT_NE(store.status().message().find("holds no log segment"), std::string::npos)
+          << store.status().toString();
+    }
   }
 }
 
@@ -994,7 +1111,7 @@ TEST_F(StoreTest, SchemaVersion1IsRefusedWithAClearMessage) {
   ASSERT_FALSE(store.isOk());
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   const std::string& message = store.status().message();
-  EXPECT_NE(message.find("ledger.db has schema_version 1; this build reads only 5"),
+  EXPECT_NE(message.find("ledger.db has schema_version 1; this build reads only 6"),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("there is no migration"), std::string::npos) << message;
@@ -1034,8 +1151,8 @@ TEST_F(StoreTest, FoldFailureInTheBackgroundStopsCommits) {
     ASSERT_NE(store, nullptr);
     for (uint64_t n = 1; n <= 5; ++n) ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
   }
-  const std::vector<uint8_t> garbage(64, 0xff);
-  rawSql(dbPath(), "UPDATE log SET body = ?1 WHERE seq = 2", &garbage);
+  // A record that reads back intact (its checksum matches) but does not decode.
+  damageRecord(dataDir(), 2, std::vector<uint8_t>(4096, 0xff), /*fix_checksum=*/true);
   auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 1});
   ASSERT_NE(store, nullptr);
   // With 5 rows pending and a threshold of 1 the fold thread may start (and fail) at open,
@@ -1072,8 +1189,9 @@ TEST_F(StoreTest, CreatesMissingDataDirWithPrivateMode) {
   auto perms = std::filesystem::status(dir).permissions();
   EXPECT_EQ(perms & std::filesystem::perms::others_all, std::filesystem::perms::none);
   EXPECT_TRUE(std::filesystem::exists(dir + "/LOCK"));
-  EXPECT_TRUE(std::filesystem::exists(dir + "/ledger.db"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/log/" + CommitLog::segmentName(1)));
   EXPECT_TRUE(std::filesystem::exists(dir + "/tables.db"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/ledger.db"));
 }
 
 TEST_F(StoreTest, DataDirThatIsAFileIsRefused) {
@@ -1089,12 +1207,12 @@ TEST_F(StoreTest, DataDirThatIsAFileIsRefused) {
 }
 
 TEST_F(StoreTest, CorruptLogBodyIsReportedWithItsSeq) {
-  const std::vector<uint8_t> garbage(64, 0xff);
-  const std::vector<uint8_t> not_words(13, 0x01);
+  const std::vector<uint8_t> garbage(4096, 0xff);
   Blob real = encodeBatch(crashBatch(2));
   const std::vector<uint8_t> truncated(blobBytes(real).begin(), blobBytes(real).begin() + 64);
   int variant = 0;
-  for (const std::vector<uint8_t>* body : {&garbage, &not_words, &truncated}) {
+  // Intact checksums over bodies that do not decode: found when the record is decoded.
+  for (const std::vector<uint8_t>* body : {&garbage, &truncated}) {
     SCOPED_TRACE("variant " + std::to_string(variant));
     const std::string dir = tmp_.path() + "/corrupt-" + std::to_string(variant++);
     {
@@ -1105,7 +1223,7 @@ TEST_F(StoreTest, CorruptLogBodyIsReportedWithItsSeq) {
       // Seqs are never reused after a checkpoint: these are 4 and 5.
       for (uint64_t n = 4; n <= 5; ++n) ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
     }
-    rawSql(dir + "/ledger.db", "UPDATE log SET body = ?1 WHERE seq = 4", body);
+    damageRecord(dir, 4, *body, /*fix_checksum=*/true);
     auto store = openOrDie(dir, {.checkpoint_log_rows = 0});
     ASSERT_NE(store, nullptr);
     Result<StoreContents> loaded = store->load();
@@ -1120,6 +1238,56 @@ TEST_F(StoreTest, CorruptLogBodyIsReportedWithItsSeq) {
     EXPECT_EQ(store->commit(crashBatch(6)).code(), StatusCode::kFailedPrecondition);
     EXPECT_EQ(store->load().status().code(), StatusCode::kCorruption);
   }
+  // A checksum that no longer matches, with a later record after it: damage, not a torn write
+  // at the end, so opening refuses rather than treat the log as ending at seq 3.
+  const std::string dir = tmp_.path() + "/flipped";
+  {
+    auto store = openOrDie(dir, {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    for (uint64_t n = 1; n <= 5; ++n) ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+  }
+  damageRecord(dir, 4, garbage, /*fix_checksum=*/false);
+  Result<std::unique_ptr<SqliteStore>> refused = SqliteStore::open(dir);
+  ASSERT_FALSE(refused.isOk());
+  EXPECT_EQ(refused.status().code(), StatusCode::kCorruption);
+  EXPECT_NE(refused.status().message().find("log record seq 4 is damaged, and later records"),
+            std::string::npos)
+      << refused.status().toString();
+}
+
+// The last record torn by a crash in the middle of its write: it was never acknowledged, and the
+// log ends before it; the next commit takes its seq and its place.
+TEST_F(StoreTest, ATornLastRecordEndsTheLog) {
+  Model model;
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    for (uint64_t n = 1; n <= 4; ++n) ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+  }
+  for (uint64_t n = 1; n <= 3; ++n) model.apply(crashBatch(n));
+  const RecordLocation fourth = findRecord(dataDir(), 4);
+  ASSERT_FALSE(fourth.path.empty());
+  // Half of the record's body is gone (the fallocated rest of the segment reads as zeros).
+  std::vector<uint8_t> zeros(fourth.bytes / 2 + 1, 0);
+  const int fd = ::open(fourth.path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, zeros.data(), zeros.size(),
+                     static_cast<off_t>(fourth.offset + CommitLog::kRecordHeaderBytes +
+                                        fourth.bytes - zeros.size())),
+            static_cast<ssize_t>(zeros.size()));
+  ::close(fd);
+  auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+  ASSERT_NE(store, nullptr);
+  expectContents(loadOrDie(store.get()), model);
+  StoreBatch again = crashBatch(4);
+  ASSERT_TRUE(store->commit(again).isOk());
+  model.apply(again);
+  store.reset();
+  store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+  ASSERT_NE(store, nullptr);
+  expectContents(loadOrDie(store.get()), model);
+  ASSERT_TRUE(store->checkpoint().isOk());
+  EXPECT_EQ(store->foldedSeq(), 4);
 }
 
 TEST_F(StoreTest, CorruptTableBodyIsReportedWithItsKey) {
@@ -1163,18 +1331,18 @@ TEST_F(StoreTest, OtherSchemaVersionIsRefused) {
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->commit(crashBatch(1)).isOk());
   }
-  for (const std::string& path : {dbPath(), tablesPath()}) {
-    SCOPED_TRACE(path);
-    rawSql(path, "UPDATE meta SET value = 6 WHERE key = 'schema_version'", nullptr);
+  {
+    const std::string path = tablesPath();
+    rawSql(path, "UPDATE meta SET value = 7 WHERE key = 'schema_version'", nullptr);
     Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
     ASSERT_FALSE(store.isOk());
     EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(
-        store.status().message().find(path + " has schema_version 6; this build reads only 5"),
+        store.status().message().find(path + " has schema_version 7; this build reads only 6"),
         std::string::npos)
         << store.status().toString();
     // Refusing changed nothing: with the version restored, the data is all there.
-    rawSql(path, "UPDATE meta SET value = 5 WHERE key = 'schema_version'", nullptr);
+    rawSql(path, "UPDATE meta SET value = 6 WHERE key = 'schema_version'", nullptr);
   }
   auto reopened = openOrDie(dataDir());
   ASSERT_NE(reopened, nullptr);
@@ -1205,26 +1373,39 @@ TEST_F(StoreTest, NotADatabaseIsCorruption) {
   EXPECT_EQ(store.status().code(), StatusCode::kCorruption) << store.status().toString();
 }
 
-TEST_F(StoreTest, FullDatabaseIsResourceExhaustedAndNotSticky) {
-  // 40 pages of 4 KiB; each batch below needs several.
-  auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0, .database_pages_max = 40});
+// Batches of about 20 reservations (~3 KiB encoded).
+StoreBatch bulkBatch(uint64_t n) {
+  StoreBatch batch = crashBatch(n);
+  for (uint64_t i = 0; i < 20; ++i) {
+    batch.reservations.push_back(makeReservation("bulk-" + std::to_string(n * 100 + i), i));
+  }
+  return batch;
+}
+
+// The log on a full disk: RLIMIT_FSIZE stands in for it (writes past the limit fail as a full
+// disk's do, with EFBIG instead of ENOSPC), since a test cannot fill the machine's disk.
+TEST_F(StoreTest, FullDiskUnderTheLogIsResourceExhaustedAndNotSticky) {
+  auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
   ASSERT_NE(store, nullptr);
   Model model;
+  rlimit before{};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &before), 0);
+  sighandler_t previous = ::signal(SIGXFSZ, SIG_IGN);  // a failed write, not a killed process
+  rlimit small = before;
+  small.rlim_cur = 256 << 10;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
   Status status;
-  uint64_t n = 1;
-  for (; n <= 1000; ++n) {
-    StoreBatch batch = crashBatch(n);
-    for (uint64_t i = 0; i < 20; ++i) {
-      batch.reservations.push_back(makeReservation("bulk-" + std::to_string(n * 100 + i), i));
-    }
+  for (uint64_t n = 1; n <= 1000; ++n) {
+    StoreBatch batch = bulkBatch(n);
     status = store->commit(batch);
     if (!status.isOk()) break;
     model.apply(batch);
   }
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &before), 0);
+  ::signal(SIGXFSZ, previous);
   ASSERT_EQ(status.code(), StatusCode::kResourceExhausted) << status.toString();
-  EXPECT_NE(status.message().find("disk full"), std::string::npos) << status.toString();
-  // Not sticky: the failed transaction was rolled back; the store still reads and accepts a
-  // batch that fits.
+  EXPECT_GT(model.reservations.size(), 20u) << "the limit was hit before anything was committed";
+  // Not sticky: nothing of the failed batch counts; the store still reads and commits.
   expectContents(loadOrDie(store.get()), model);
   StoreBatch tiny{.ledger_clock_ms = model.ledger_clock_ms + 1};
   ASSERT_TRUE(store->commit(tiny).isOk());
@@ -1232,6 +1413,32 @@ TEST_F(StoreTest, FullDatabaseIsResourceExhaustedAndNotSticky) {
   store.reset();
   store = openOrDie(dataDir());
   ASSERT_NE(store, nullptr);
+  expectContents(loadOrDie(store.get()), model);
+}
+
+// tables.db full (PRAGMA max_page_count): the fold fails without stopping commits, and folds
+// once there is room again.
+TEST_F(StoreTest, FullTablesDbFailsTheFoldButNotCommits) {
+  Model model;
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0, .database_pages_max = 40});
+    ASSERT_NE(store, nullptr);
+    for (uint64_t n = 1; n <= 100; ++n) {
+      ASSERT_TRUE(store->commit(bulkBatch(n)).isOk());
+      model.apply(bulkBatch(n));
+    }
+    const Status folded = store->checkpoint();
+    ASSERT_EQ(folded.code(), StatusCode::kResourceExhausted) << folded.toString();
+    EXPECT_NE(folded.message().find("disk full"), std::string::npos) << folded.toString();
+    EXPECT_EQ(store->foldedSeq(), 0);
+    ASSERT_TRUE(store->commit(bulkBatch(101)).isOk());
+    model.apply(bulkBatch(101));
+    expectContents(loadOrDie(store.get()), model);
+  }
+  auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->checkpoint().isOk());
+  EXPECT_EQ(store->foldedSeq(), 101);
   expectContents(loadOrDie(store.get()), model);
 }
 
@@ -1396,6 +1603,47 @@ int64_t schemaVersionOf(const std::string& db_path) {
   return version;
 }
 
+// Turns the (closed) store's data dir back into the layout of schema version `version` <= 5:
+// the log's records after folded_seq become rows of a new DIR/ledger.db, and DIR/log goes.
+void revertToLegacyLog(const std::string& data_dir, int64_t version) {
+  const std::string tables = data_dir + "/" + SqliteStore::kTablesFileName;
+  const int64_t folded = rawInt(tables, "SELECT value FROM meta WHERE key = 'folded_seq'");
+  const std::string log_dir = data_dir + "/" + SqliteStore::kLogDirName;
+  std::vector<std::string> statements = {
+      "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER)",
+      "CREATE TABLE log(seq INTEGER PRIMARY KEY, body BLOB NOT NULL)",
+      "INSERT INTO meta(key, value) VALUES('schema_version', " + std::to_string(version) + ")",
+      "INSERT INTO meta(key, value) VALUES('trimmed_seq', " + std::to_string(folded) + ")",
+  };
+  std::vector<std::vector<uint8_t>> bodies;
+  {
+    Result<std::unique_ptr<CommitLog>> log = CommitLog::open(log_dir, folded, true);
+    ASSERT_TRUE(log.isOk()) << log.status().toString();
+    for (int64_t seq = folded + 1; seq <= log.value()->lastSeq(); ++seq) {
+      bodies.emplace_back();
+      ASSERT_TRUE(log.value()->read(seq, &bodies.back()).isOk());
+    }
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((data_dir + "/" + SqliteStore::kLegacyLogFileName).c_str(), &db),
+            SQLITE_OK);
+  for (const std::string& sql : statements) {
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK) << sql;
+  }
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    sqlite3_stmt* insert = nullptr;
+    ASSERT_EQ(
+        sqlite3_prepare_v2(db, "INSERT INTO log(seq, body) VALUES(?1, ?2)", -1, &insert, nullptr),
+        SQLITE_OK);
+    sqlite3_bind_int64(insert, 1, folded + 1 + static_cast<int64_t>(i));
+    sqlite3_bind_blob64(insert, 2, bodies[i].data(), bodies[i].size(), SQLITE_TRANSIENT);
+    EXPECT_EQ(sqlite3_step(insert), SQLITE_DONE);
+    sqlite3_finalize(insert);
+  }
+  ASSERT_EQ(sqlite3_close(db), SQLITE_OK);
+  std::filesystem::remove_all(log_dir);
+}
+
 TEST_F(StoreTest, DataDirOfSchemaVersion2IsMigrated) {
   Model model;
   {
@@ -1412,13 +1660,14 @@ TEST_F(StoreTest, DataDirOfSchemaVersion2IsMigrated) {
           {"DROP TABLE gateways", "DROP TABLE shards", "DROP TABLE fences",
            "DROP TABLE period_snapshots", "DROP TABLE operators", "DROP TABLE audit_log",
            "UPDATE meta SET value = 2 WHERE key = 'schema_version'"});
-  execSql(dbPath(), {"UPDATE meta SET value = 2 WHERE key = 'schema_version'"});
+  ASSERT_NO_FATAL_FAILURE(revertToLegacyLog(dataDir(), 2));
   ASSERT_EQ(schemaVersionOf(tablesPath()), 2);
   {
     auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
     ASSERT_NE(store, nullptr);
     EXPECT_EQ(schemaVersionOf(tablesPath()), SqliteStore::kSchemaVersion);
-    EXPECT_EQ(schemaVersionOf(dbPath()), SqliteStore::kSchemaVersion);
+    EXPECT_FALSE(std::filesystem::exists(dbPath())) << "the old log stays behind";
+    EXPECT_TRUE(std::filesystem::exists(logPath()));
     StoreContents contents = loadOrDie(store.get());
     expectContents(contents, model);
     expectShardContents(contents, {}, {}, {}, 0);
@@ -1543,13 +1792,14 @@ TEST_F(StoreTest, DataDirOfSchemaVersion3IsMigrated) {
   execSql(tablesPath(),
           {"DROP TABLE period_snapshots", "DROP TABLE operators", "DROP TABLE audit_log",
            "UPDATE meta SET value = 3 WHERE key = 'schema_version'"});
-  execSql(dbPath(), {"UPDATE meta SET value = 3 WHERE key = 'schema_version'"});
+  ASSERT_NO_FATAL_FAILURE(revertToLegacyLog(dataDir(), 3));
   ASSERT_EQ(schemaVersionOf(tablesPath()), 3);
   {
     auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
     ASSERT_NE(store, nullptr);
     EXPECT_EQ(schemaVersionOf(tablesPath()), SqliteStore::kSchemaVersion);
-    EXPECT_EQ(schemaVersionOf(dbPath()), SqliteStore::kSchemaVersion);
+    EXPECT_FALSE(std::filesystem::exists(dbPath())) << "the old log stays behind";
+    EXPECT_TRUE(std::filesystem::exists(logPath()));
     StoreContents contents = loadOrDie(store.get());
     expectContents(contents, model);
     EXPECT_TRUE(contents.period_snapshots.empty());
@@ -1567,6 +1817,48 @@ TEST_F(StoreTest, DataDirOfSchemaVersion3IsMigrated) {
             (std::vector<PeriodSnapshot>{makeSnapshot("counter", 9, 2)}));
   model.apply(StoreBatch{.ledger_clock_ms = 30});
   expectContents(contents, model);
+}
+
+// A migration cut short by a crash is finished by the next open: before the new log was renamed
+// into place (a staging dir left behind), and after it (ledger.db left behind).
+TEST_F(StoreTest, AnInterruptedMigrationIsFinishedOnTheNextOpen) {
+  Model model;
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    for (uint64_t n = 1; n <= 6; ++n) {
+      ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+      model.apply(crashBatch(n));
+      if (n == 3) {
+        ASSERT_TRUE(store->checkpoint().isOk());
+      }
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(revertToLegacyLog(dataDir(), 5));
+  // Crashed while copying: a partial staging log.
+  std::filesystem::create_directories(dataDir() + "/log.migrating");
+  std::ofstream(dataDir() + "/log.migrating/" + CommitLog::segmentName(4)) << "partial";
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    expectContents(loadOrDie(store.get()), model);
+    EXPECT_FALSE(std::filesystem::exists(dataDir() + "/log.migrating"));
+    EXPECT_FALSE(std::filesystem::exists(dbPath()));
+  }
+  // Crashed after the rename, before ledger.db was deleted: the log wins, ledger.db goes.
+  const std::string stale = dbPath();
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(stale.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE meta(key TEXT PRIMARY KEY, value INTEGER)", nullptr,
+                           nullptr, nullptr),
+              SQLITE_OK);
+    ASSERT_EQ(sqlite3_close(db), SQLITE_OK);
+  }
+  auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+  ASSERT_NE(store, nullptr);
+  EXPECT_FALSE(std::filesystem::exists(stale));
+  expectContents(loadOrDie(store.get()), model);
 }
 
 }  // namespace

@@ -97,13 +97,13 @@ echo "install: ok (user uid $uid, /run/tally, nothing enabled)"
 
 # A ledger's record and an agent's outbox, and an edited config.
 mkdir -p "$root/var/lib/tally-ledger" "$root/var/lib/tally-agent"
-echo record >"$root/var/lib/tally-ledger/ledger.db"
+echo record >"$root/var/lib/tally-ledger/tables.db"
 echo outbox >"$root/var/lib/tally-agent/agent.db"
 echo 'log_level = "debug"' >>"$root/etc/tally/ledger.toml"
 
 dpkg_root -r tally
 [[ ! -e "$root/usr/bin/tally-ledger" ]] || fail "remove left the binary"
-[[ -f "$root/var/lib/tally-ledger/ledger.db" && -f "$root/var/lib/tally-agent/agent.db" ]] ||
+[[ -f "$root/var/lib/tally-ledger/tables.db" && -f "$root/var/lib/tally-agent/agent.db" ]] ||
   fail "remove deleted a data dir"
 grep -q 'log_level = "debug"' "$root/etc/tally/ledger.toml" || fail "remove dropped the config"
 echo "remove: ok (data dirs and configs kept)"
@@ -111,7 +111,7 @@ echo "remove: ok (data dirs and configs kept)"
 dpkg_root -i "$deb"
 grep -q 'log_level = "debug"' "$root/etc/tally/ledger.toml" ||
   fail "reinstall replaced the edited config"
-[[ -f "$root/var/lib/tally-ledger/ledger.db" ]] || fail "reinstall lost the ledger's data"
+[[ -f "$root/var/lib/tally-ledger/tables.db" ]] || fail "reinstall lost the ledger's data"
 echo "reinstall: ok (edited config and data kept)"
 
 dpkg_root -P tally

@@ -112,7 +112,7 @@ log "ok: systemctl stop drained both, exit 0, result success"
 # A reinstall keeps the data dirs.
 dpkg -i "$deb" >>/tally-test/dpkg.log 2>&1 || fail "reinstall"
 [[ "$(sha256sum /var/lib/tally-agent/gateway.key)" == "$key_before" ]] || fail "the agent's key changed"
-[[ -f /var/lib/tally-ledger/ledger.db ]] || fail "the ledger's record is gone"
+[[ -f /var/lib/tally-ledger/tables.db && -d /var/lib/tally-ledger/log ]] || fail "the ledger's record is gone"
 log "ok: reinstall kept /var/lib/tally-agent and /var/lib/tally-ledger"
 log "done"
 systemctl poweroff
