@@ -21,33 +21,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/temp_dir.h"
+
 namespace tally::ledger {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/tally-commit-log-test-XXXXXX";
-    const char* made = ::mkdtemp(pattern);
-    if (made == nullptr) {
-      ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
-      return;
-    }
-    path_ = made;
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    if (!path_.empty()) fs::remove_all(path_, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // The body of record `seq`: 0..96 bytes derived from seq alone (empty for multiples of 97).
 std::vector<uint8_t> bodyFor(int64_t seq) {
@@ -214,7 +193,7 @@ class CommitLogTest : public ::testing::Test {
     FAIL() << "no middle segment holds three records";
   }
 
-  TempDir tmp_;
+  testing::TempDir tmp_;
   const std::string dir_ = tmp_.path() + "/log";
   CommitLogOptions options_{.segment_bytes = 256};
 };
