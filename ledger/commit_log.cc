@@ -108,6 +108,28 @@ Status preadFully(int fd, std::span<uint8_t> out, uint64_t offset, const std::st
   return Status::ok();
 }
 
+// Reads the record at `offset` of `fd`: *sound when it is complete, is record `expected` and its
+// checksum matches, with its body in *body; otherwise it ends a run of records.
+Status readRecordAt(int fd, uint64_t offset, int64_t expected, uint64_t bytes_max,
+                    const std::string& what, std::vector<uint8_t>* body, bool* sound) {
+  *sound = false;
+  Header header{};
+  bool complete = false;
+  if (Status s = preadFully(fd, header, offset, what, &complete); !s.isOk() || !complete) return s;
+  const ParsedHeader parsed = parseHeader(header);
+  if (parsed.magic != CommitLog::kRecordMagic || parsed.seq != expected || parsed.zero != 0 ||
+      parsed.bytes > bytes_max) {
+    return Status::ok();
+  }
+  body->resize(parsed.bytes);
+  if (Status s = preadFully(fd, *body, offset + CommitLog::kRecordHeaderBytes, what, &complete);
+      !s.isOk() || !complete) {
+    return s;
+  }
+  *sound = checksum(std::span(header).subspan(8), *body) == parsed.crc;
+  return Status::ok();
+}
+
 // Whether a complete record with a seq above `after_seq` lies anywhere in `fd` from `offset`
 // on. After the first bad record of the last segment only an interrupted write's tail, zeros or
 // records of the segment's earlier life (lower seqs) may follow: a later record means the bad
@@ -129,19 +151,12 @@ Status laterRecordExists(int fd, uint64_t offset, int64_t after_seq, uint64_t by
       uint32_t magic = 0;
       std::memcpy(&magic, chunk.data() + i, 4);
       if (magic != CommitLog::kRecordMagic) continue;
-      Header header{};
-      std::memcpy(header.data(), chunk.data() + i, header.size());
-      const ParsedHeader parsed = parseHeader(header);
-      if (parsed.seq <= after_seq || parsed.zero != 0 || parsed.bytes > bytes_max) continue;
-      body.resize(parsed.bytes);
-      bool complete = false;
-      if (Status s = preadFully(fd, body, at + i + CommitLog::kRecordHeaderBytes, what, &complete);
-          !s.isOk()) {
+      int64_t seq = 0;
+      std::memcpy(&seq, chunk.data() + i + 8, 8);
+      if (seq <= after_seq) continue;
+      if (Status s = readRecordAt(fd, at + i, seq, bytes_max, what, &body, exists);
+          !s.isOk() || *exists) {
         return s;
-      }
-      if (complete && checksum(std::span(header).subspan(8), body) == parsed.crc) {
-        *exists = true;
-        return Status::ok();
       }
     }
     if (got < chunk.size()) return Status::ok();
@@ -240,27 +255,20 @@ Status CommitLog::scan(int64_t released_seq, bool require_segments) {
     const int64_t end_before = is_last ? INT64_MAX : first_seqs[i + 1];
     std::vector<uint8_t> body;
     while (expected < end_before) {
-      Header header{};
-      bool complete = false;
-      if (Status s = preadFully(segment->fd, header, offset, path, &complete); !s.isOk()) return s;
-      if (!complete) break;
-      const ParsedHeader parsed = parseHeader(header);
-      if (parsed.magic != kRecordMagic || parsed.seq != expected || parsed.zero != 0 ||
-          parsed.bytes > options_.record_bytes_max) {
+      bool sound = false;
+      if (Status s = readRecordAt(segment->fd, offset, expected, options_.record_bytes_max, path,
+                                  &body, &sound);
+          !s.isOk() || !sound) {
+        if (!s.isOk()) return s;
         break;
       }
-      body.resize(parsed.bytes);
-      if (Status s = preadFully(segment->fd, body, offset + kRecordHeaderBytes, path, &complete);
-          !s.isOk()) {
-        return s;
-      }
-      if (!complete || checksum(std::span(header).subspan(8), body) != parsed.crc) break;
+      const auto bytes = static_cast<uint32_t>(body.size());
       if (expected > released_seq) {
         // Records <= released_seq are not indexed; the first indexed one is released_seq + 1.
-        index_.push_back(Entry{
-            .segment = segment, .offset = offset + kRecordHeaderBytes, .bytes = parsed.bytes});
+        index_.push_back(
+            Entry{.segment = segment, .offset = offset + kRecordHeaderBytes, .bytes = bytes});
       }
-      offset += kRecordHeaderBytes + parsed.bytes;
+      offset += kRecordHeaderBytes + bytes;
       ++expected;
     }
     if (!is_last) {
@@ -416,14 +424,18 @@ Status CommitLog::startSegment(int64_t first_seq) {
     segment->fd = ::dup(segments_.front()->fd);
     if (segment->fd < 0) return fail(Status::ioError("dup " + path + ": " + errnoText(errno)));
     ++stats_.segments_recycled;
-    for (size_t i = 1; i < released; ++i) {
+    // One more released segment waits for the next start (the fold often releases two at
+    // once, then none); any beyond it are deleted.
+    for (size_t i = 2; i < released; ++i) {
       const std::string extra = dir_ + "/" + segmentName(segments_[i]->first_seq);
       if (::unlink(extra.c_str()) != 0) {
         return fail(Status::ioError("delete " + extra + ": " + errnoText(errno)));
       }
       ++stats_.segments_deleted;
     }
+    std::shared_ptr<Segment> waiting = released > 1 ? segments_[1] : nullptr;
     segments_.erase(segments_.begin(), segments_.begin() + static_cast<ptrdiff_t>(released));
+    if (waiting != nullptr) segments_.insert(segments_.begin(), std::move(waiting));
   } else {
     segment = std::make_shared<Segment>();
     segment->first_seq = first_seq;
@@ -497,6 +509,10 @@ uint64_t CommitLog::diskBytes() const {
 
 Result<int64_t> CommitLog::copyLog(const std::string& from_dir, const std::string& to_dir,
                                    CommitLogOptions options) {
+  std::error_code same_error;
+  if (std::filesystem::equivalent(from_dir, to_dir, same_error)) {
+    return Status::invalidArgument("copy log: " + to_dir + " is " + from_dir);
+  }
   std::vector<int64_t> first_seqs;
   if (Status s = listSegments(from_dir, &first_seqs); !s.isOk()) return s;
   if (first_seqs.empty()) return Status::notFound(from_dir + " holds no log segment");
@@ -528,23 +544,15 @@ Result<int64_t> CommitLog::copyLog(const std::string& from_dir, const std::strin
     }
     uint64_t offset = 0;
     while (fd >= 0 && expected < end_before) {
-      Header header{};
-      bool complete = false;
-      if (Status s = preadFully(fd, header, offset, path, &complete); !s.isOk()) return s;
-      if (!complete) break;
-      const ParsedHeader parsed = parseHeader(header);
-      if (parsed.magic != kRecordMagic || parsed.seq != expected || parsed.zero != 0 ||
-          parsed.bytes > options.record_bytes_max) {
+      bool sound = false;
+      if (Status s =
+              readRecordAt(fd, offset, expected, options.record_bytes_max, path, &body, &sound);
+          !s.isOk() || !sound) {
+        if (!s.isOk()) return s;
         break;
       }
-      body.resize(parsed.bytes);
-      if (Status s = preadFully(fd, body, offset + kRecordHeaderBytes, path, &complete);
-          !s.isOk()) {
-        return s;
-      }
-      if (!complete || checksum(std::span(header).subspan(8), body) != parsed.crc) break;
       if (Status s = copy->appendUnsynced(expected, body); !s.isOk()) return s;
-      offset += kRecordHeaderBytes + parsed.bytes;
+      offset += kRecordHeaderBytes + body.size();
       ++expected;
     }
     // A segment that stops short of the next was recycled while read: what came before it is

@@ -36,9 +36,10 @@
 // into tables.db) are never read again: a segment all of whose records are released is
 // recycled by the next segment start (renamed to its new name, then the directory fsynced,
 // before any record goes into it), so that commits keep overwriting blocks that are already
-// allocated and written, and fdatasync has no file metadata to write. Further released
-// segments are deleted. On disk: the unreleased records' segments, plus the current one, plus
-// at most one released segment waiting to be recycled.
+// allocated and written, and fdatasync has no file metadata to write. One more released
+// segment is kept for the start after (releases come in bursts: often two segments at once,
+// then none); further ones are deleted. On disk: the unreleased records' segments, plus the
+// current one, plus at most one released segment waiting to be recycled.
 //
 // Crash safety. A record is durable when append() returns; append() returns only after its
 // fdatasync. A crash during an append leaves at most that record torn at the end of the last
@@ -126,13 +127,17 @@ class CommitLog {
 
   static std::string segmentName(int64_t first_seq);
 
-  // Copies the records of the log in `from_dir` into a new log in `to_dir` (which must not hold
-  // one), without taking anything from a ledger that may be appending and recycling meanwhile:
+  // Copies the records of the log in the existing directory `from_dir` into a new log in
+  // `to_dir` (removed first, whatever it holds; it must not be `from_dir`), without taking
+  // anything from a ledger that may be appending and recycling meanwhile:
   // segments are read in order, and where a segment's records stop short of the next segment
   // (it was recycled while being read: all its records were released) the copy starts over
   // from the next one. The copy is a contiguous run of records ending at the last one complete
-  // when its segment was read; durable when this returns. Returns the seq of that last record
-  // (or of the position of an empty log); kNotFound when `from_dir` holds no segment.
+  // when its segment was read; durable when this returns (the caller syncs `to_dir`'s parent).
+  // A record damaged on disk cannot be told from a recycled segment here: the copy then starts
+  // after it (or, in the last segment, ends before it); opening the copy refuses it when the
+  // records lost are not in the tables. Returns the seq of that last record (or of the
+  // position of an empty log); kNotFound when `from_dir` holds no segment.
   static Result<int64_t> copyLog(const std::string& from_dir, const std::string& to_dir,
                                  CommitLogOptions options = {});
 
