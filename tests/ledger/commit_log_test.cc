@@ -170,6 +170,20 @@ class CommitLogTest : public ::testing::Test {
   std::unique_ptr<CommitLog> open(int64_t released_seq, bool require_segments = true) {
     return openLog(dir_, released_seq, require_segments, options_);
   }
+  // Writes records 1..last into a new log in `dir`; *file is its last segment and *record the
+  // last record in it, as read from disk.
+  void writeLog(const std::string& dir, int64_t last, std::string* file, DiskRecord* record) {
+    {
+      std::unique_ptr<CommitLog> log = openLog(dir, 0, false, options_);
+      ASSERT_NE(log, nullptr);
+      ASSERT_TRUE(appendRange(*log, 1, last));
+    }
+    *file = segmentFiles(dir).back();
+    const std::vector<DiskRecord> records = scanSegment(*file);
+    ASSERT_FALSE(records.empty());
+    ASSERT_EQ(records.back().seq, last);
+    *record = records.back();
+  }
   // Appends 1..40 and flips the last byte of a record that is neither the first nor the last of
   // a segment in the middle of the log: *damaged is its seq, *segment_last its segment's last.
   void damageAMiddleRecord(int64_t* damaged, int64_t* segment_last) {
@@ -328,17 +342,10 @@ TEST_F(CommitLogTest, WhatFollowsTheLastRecordIsIgnored) {
     const auto& [name, tail] = tails[i];
     SCOPED_TRACE(name);
     const std::string dir = tmp_.path() + "/log-" + std::to_string(i);
-    {
-      std::unique_ptr<CommitLog> log = openLog(dir, 0, false, options_);
-      ASSERT_NE(log, nullptr);
-      ASSERT_TRUE(appendRange(*log, 1, kLast));
-    }
-    const std::string file = segmentFiles(dir).back();
-    const std::vector<DiskRecord> records = scanSegment(file);
-    ASSERT_FALSE(records.empty());
-    ASSERT_EQ(records.back().seq, kLast);
-    const uint64_t end =
-        records.back().offset + CommitLog::kRecordHeaderBytes + records.back().body.size();
+    std::string file;
+    DiskRecord last;
+    ASSERT_NO_FATAL_FAILURE(writeLog(dir, kLast, &file, &last));
+    const uint64_t end = last.offset + CommitLog::kRecordHeaderBytes + last.body.size();
     ASSERT_NO_FATAL_FAILURE(overwrite(file, end, tail));
     {
       std::unique_ptr<CommitLog> log = openLog(dir, 0, true, options_);
@@ -654,6 +661,419 @@ TEST_F(CommitLogTest, ReadsOnAnotherThreadSeeEachRecordAsSoonAsItIsAppended) {
   reader.join();
   EXPECT_EQ(reader_error, "");
   EXPECT_EQ(verified.load(), kRecords);
+}
+
+// --- copyLog ---------------------------------------------------------------------------------
+
+std::vector<uint8_t> fileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+int64_t firstSeqOf(const std::string& segment_path) {
+  return std::stoll(fs::path(segment_path).stem().string());
+}
+
+// The seqs of every record in `dir`'s segments, decoded from the files alone.
+std::vector<int64_t> seqsOnDisk(const std::string& dir) {
+  std::vector<int64_t> seqs;
+  for (const std::string& file : segmentFiles(dir)) {
+    for (const DiskRecord& record : scanSegment(file)) seqs.push_back(record.seq);
+  }
+  return seqs;
+}
+
+std::vector<int64_t> seqRange(int64_t first, int64_t last) {
+  std::vector<int64_t> seqs;
+  for (int64_t seq = first; seq <= last; ++seq) seqs.push_back(seq);
+  return seqs;
+}
+
+TEST_F(CommitLogTest, CopyLogCopiesEveryRecordFromTheSourcesFirstSegmentOn) {
+  constexpr int64_t kLast = 80;
+  std::unique_ptr<CommitLog> log = open(0, /*require_segments=*/false);
+  ASSERT_NE(log, nullptr);
+  ASSERT_TRUE(appendRange(*log, 1, 60));
+  log->release(25);
+  ASSERT_TRUE(appendRange(*log, 61, kLast));  // recycles and deletes the released segments
+  ASSERT_GT(log->stats().segments_recycled, 0u);
+  const std::vector<std::string> files = segmentFiles(dir_);
+  ASSERT_GE(files.size(), 3u);
+  const int64_t first = firstSeqOf(files.front());
+  ASSERT_GT(first, 1);  // the source starts mid-way, as after recycling
+  std::vector<std::vector<uint8_t>> source_bytes;
+  for (const std::string& file : files) source_bytes.push_back(fileBytes(file));
+
+  const std::string to = tmp_.path() + "/copy";
+  Result<int64_t> copied = CommitLog::copyLog(dir_, to, options_);
+  ASSERT_TRUE(copied.isOk()) << copied.status().toString();
+  EXPECT_EQ(copied.value(), kLast);
+
+  // The source is only read.
+  EXPECT_EQ(segmentFiles(dir_), files);
+  for (size_t i = 0; i < files.size(); ++i) EXPECT_TRUE(fileBytes(files[i]) == source_bytes[i]);
+  // The copy's files hold first..kLast, from a segment named first.
+  const std::vector<std::string> copy_files = segmentFiles(to);
+  ASSERT_FALSE(copy_files.empty());
+  EXPECT_EQ(fs::path(copy_files.front()).filename(), CommitLog::segmentName(first));
+  EXPECT_EQ(seqsOnDisk(to), seqRange(first, kLast));
+  std::unique_ptr<CommitLog> copy = openLog(to, first - 1, true, options_);
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->lastSeq(), kLast);
+  EXPECT_TRUE(readsBack(*copy, first, kLast));
+  // The copy is a log that goes on.
+  EXPECT_TRUE(appendRange(*copy, kLast + 1, kLast + 1));
+  EXPECT_TRUE(readsBack(*log, 26, kLast));  // and the source still reads as before
+}
+
+TEST_F(CommitLogTest, CopyLogStartsOverFromTheSegmentAfterOneRecycledUnderIt) {
+  options_.segment_bytes = 1024;  // records are 24..120 bytes: 8 or more to a segment
+  constexpr int64_t kLast = 60;
+  struct Recycled {
+    std::string name;
+    size_t segment;  // index of the recycled segment in the source
+    size_t kept;     // its records read before the recycle overwrote the rest
+    bool body_only;  // only the body of the next one was overwritten when it was read
+  };
+  const std::vector<Recycled> cases = {
+      {"the first segment, overwritten from its start", 0, 0, false},
+      {"the first segment, overwritten after two of its records", 0, 2, false},
+      {"the first segment, its third record's body overwritten", 0, 2, true},
+      {"a middle segment, overwritten from its start", 1, 0, false},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Recycled& recycled = cases[i];
+    SCOPED_TRACE(recycled.name);
+    const std::string from = tmp_.path() + "/from-" + std::to_string(i);
+    const std::string to = tmp_.path() + "/to-" + std::to_string(i);
+    {
+      std::unique_ptr<CommitLog> log = openLog(from, 0, false, options_);
+      ASSERT_NE(log, nullptr);
+      ASSERT_TRUE(appendRange(*log, 1, kLast));
+    }
+    const std::vector<std::string> files = segmentFiles(from);
+    ASSERT_GE(files.size(), recycled.segment + 3);  // the recycled one, the next, the current
+    const std::vector<DiskRecord> records = scanSegment(files[recycled.segment]);
+    ASSERT_GT(records.size(), recycled.kept + 1);
+    const DiskRecord& stops = records[recycled.kept];
+    if (recycled.body_only) {
+      // The copy read this record's header before the recycle overwrote it and its body after.
+      ASSERT_FALSE(stops.body.empty());
+      std::vector<uint8_t> other(stops.body.size());
+      for (size_t b = 0; b < other.size(); ++b) other[b] = static_cast<uint8_t>(~stops.body[b]);
+      ASSERT_NO_FATAL_FAILURE(
+          overwrite(files[recycled.segment], stops.offset + CommitLog::kRecordHeaderBytes, other));
+    } else {
+      // What the ledger writes into a recycled segment: records above the log's last, from its
+      // start (the copy read `kept` records before that happened).
+      std::vector<uint8_t> newer = encodeRecord(kLast + 1, bodyFor(kLast + 1));
+      const std::vector<uint8_t> second = encodeRecord(kLast + 2, bodyFor(kLast + 2));
+      newer.insert(newer.end(), second.begin(), second.end());
+      ASSERT_NO_FATAL_FAILURE(overwrite(files[recycled.segment], stops.offset, newer));
+    }
+    ASSERT_EQ(scanSegment(files[recycled.segment]).size(), recycled.kept);
+    const int64_t first = firstSeqOf(files.front());
+    const int64_t restart = firstSeqOf(files[recycled.segment + 1]);
+
+    Result<int64_t> copied = CommitLog::copyLog(from, to, options_);
+    ASSERT_TRUE(copied.isOk()) << copied.status().toString();
+    EXPECT_EQ(copied.value(), kLast);
+    const std::vector<std::string> copy_files = segmentFiles(to);
+    ASSERT_FALSE(copy_files.empty());
+    EXPECT_EQ(fs::path(copy_files.front()).filename(), CommitLog::segmentName(restart));
+    EXPECT_EQ(seqsOnDisk(to), seqRange(restart, kLast));
+    {
+      std::unique_ptr<CommitLog> copy = openLog(to, restart - 1, true, options_);
+      ASSERT_NE(copy, nullptr);
+      EXPECT_EQ(copy->lastSeq(), kLast);
+      EXPECT_TRUE(readsBack(*copy, restart, kLast));
+    }
+    // Nothing before the restart is in the copy: not the recycled segment's records, and not
+    // those of the segments before it either (the copy is contiguous).
+    for (const int64_t released :
+         {first - 1, firstSeqOf(files[recycled.segment]) - 1, restart - 2}) {
+      SCOPED_TRACE(released);
+      Result<std::unique_ptr<CommitLog>> opened = CommitLog::open(to, released, true, options_);
+      ASSERT_FALSE(opened.isOk());
+      EXPECT_EQ(opened.status().code(), StatusCode::kCorruption);
+    }
+  }
+}
+
+TEST_F(CommitLogTest, CopyLogGoesOnPastASegmentGoneBeforeItWasOpened) {
+  // A segment listed, then recycled (renamed) or deleted before the copy opens it: a dangling
+  // symbolic link under its name is listed like it and fails to open with ENOENT, as it would.
+  options_.segment_bytes = 1024;
+  constexpr int64_t kLast = 60;
+  enum class Gone { kFirst, kMiddle, kLast };
+  const std::vector<std::pair<std::string, Gone>> cases = {
+      {"the first segment", Gone::kFirst},
+      {"a middle segment", Gone::kMiddle},
+      {"the last segment", Gone::kLast},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const auto& [name, gone] = cases[i];
+    SCOPED_TRACE(name);
+    const std::string from = tmp_.path() + "/from-" + std::to_string(i);
+    const std::string to = tmp_.path() + "/to-" + std::to_string(i);
+    {
+      std::unique_ptr<CommitLog> log = openLog(from, 0, false, options_);
+      ASSERT_NE(log, nullptr);
+      ASSERT_TRUE(appendRange(*log, 1, kLast));
+    }
+    const std::vector<std::string> files = segmentFiles(from);
+    ASSERT_GE(files.size(), 3u);
+    const size_t index = gone == Gone::kFirst ? 0 : gone == Gone::kMiddle ? 1 : files.size() - 1;
+    ASSERT_TRUE(fs::remove(files[index]));
+    fs::create_symlink(tmp_.path() + "/nowhere", files[index]);
+    ASSERT_EQ(segmentFiles(from), files);  // still listed
+    // The copy starts over after the gone segment, or ends before it when it was the last.
+    const int64_t first = gone == Gone::kLast ? 1 : firstSeqOf(files[index + 1]);
+    const int64_t last = gone == Gone::kLast ? firstSeqOf(files[index]) - 1 : kLast;
+    Result<int64_t> copied = CommitLog::copyLog(from, to, options_);
+    ASSERT_TRUE(copied.isOk()) << copied.status().toString();
+    EXPECT_EQ(copied.value(), last);
+    EXPECT_EQ(seqsOnDisk(to), seqRange(first, last));
+    std::unique_ptr<CommitLog> copy = openLog(to, first - 1, true, options_);
+    ASSERT_NE(copy, nullptr);
+    EXPECT_EQ(copy->lastSeq(), last);
+    EXPECT_TRUE(readsBack(*copy, first, last));
+  }
+}
+
+TEST_F(CommitLogTest, CopyLogEndsWhereTheLastSegmentWasRecycledUnderIt) {
+  // The last segment listed was the current one then; by the time the copy reads it, the ledger
+  // went on, released it and recycled it: after the records the copy read, newer ones (seqs
+  // above all listed) follow. The copy ends at the last record of its own seq; it is not the
+  // damage open() refuses, and none of the newer records may go in under the wrong seq.
+  options_.segment_bytes = 1024;
+  constexpr int64_t kLast = 40;
+  {
+    std::unique_ptr<CommitLog> log = open(0, /*require_segments=*/false);
+    ASSERT_NE(log, nullptr);
+    ASSERT_TRUE(appendRange(*log, 1, kLast));
+  }
+  const std::vector<std::string> files = segmentFiles(dir_);
+  ASSERT_GE(files.size(), 2u);
+  const std::vector<DiskRecord> records = scanSegment(files.back());
+  ASSERT_GE(records.size(), 3u);
+  const int64_t newer_first = kLast + 20;  // the recycled segment's new name
+  std::vector<uint8_t> newer;
+  for (int64_t seq = newer_first; seq < newer_first + 3; ++seq) {
+    const std::vector<uint8_t> record = encodeRecord(seq, bodyFor(seq));
+    newer.insert(newer.end(), record.begin(), record.end());
+  }
+  ASSERT_NO_FATAL_FAILURE(overwrite(files.back(), records[2].offset, newer));
+  const int64_t end = records[1].seq;
+  const std::string to = tmp_.path() + "/copy";
+  Result<int64_t> copied = CommitLog::copyLog(dir_, to, options_);
+  ASSERT_TRUE(copied.isOk()) << copied.status().toString();
+  EXPECT_EQ(copied.value(), end);
+  EXPECT_EQ(seqsOnDisk(to), seqRange(1, end));
+  std::unique_ptr<CommitLog> copy = openLog(to, 0, true, options_);
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->lastSeq(), end);
+  EXPECT_TRUE(readsBack(*copy, 1, end));
+}
+
+TEST_F(CommitLogTest, CopyLogOfAnOnlySegmentNotYetWrittenIsAnEmptyLogAtItsPosition) {
+  constexpr int64_t kPosition = 41;   // the segment is named 42
+  std::vector<uint8_t> earlier_life;  // a recycled segment renamed, before its first record
+  for (int64_t seq = 30; seq <= 33; ++seq) {
+    const std::vector<uint8_t> record = encodeRecord(seq, bodyFor(seq));
+    earlier_life.insert(earlier_life.end(), record.begin(), record.end());
+  }
+  const std::vector<std::pair<std::string, std::vector<uint8_t>>> contents = {
+      {"empty", {}},
+      {"zeros", std::vector<uint8_t>(options_.segment_bytes, 0)},
+      {"records of its earlier life", earlier_life},
+  };
+  for (size_t i = 0; i < contents.size(); ++i) {
+    const auto& [name, content] = contents[i];
+    SCOPED_TRACE(name);
+    const std::string from = tmp_.path() + "/from-" + std::to_string(i);
+    const std::string to = tmp_.path() + "/to-" + std::to_string(i);
+    ASSERT_TRUE(fs::create_directory(from));
+    {
+      std::ofstream out(from + "/" + CommitLog::segmentName(kPosition + 1), std::ios::binary);
+      out.write(reinterpret_cast<const char*>(content.data()),
+                static_cast<std::streamsize>(content.size()));
+      ASSERT_TRUE(out.good());
+    }
+    Result<int64_t> copied = CommitLog::copyLog(from, to, options_);
+    ASSERT_TRUE(copied.isOk()) << copied.status().toString();
+    EXPECT_EQ(copied.value(), kPosition);
+    const std::vector<std::string> only = {to + "/" + CommitLog::segmentName(kPosition + 1)};
+    EXPECT_EQ(segmentFiles(to), only);
+    {
+      std::unique_ptr<CommitLog> copy = openLog(to, kPosition, true, options_);
+      ASSERT_NE(copy, nullptr);
+      EXPECT_TRUE(copy->hasSegments());
+      EXPECT_EQ(copy->lastSeq(), kPosition);
+      std::vector<uint8_t> body;
+      EXPECT_EQ(copy->read(kPosition + 1, &body).code(), StatusCode::kFailedPrecondition);
+    }
+    Result<std::unique_ptr<CommitLog>> before = CommitLog::open(to, kPosition - 1, true, options_);
+    ASSERT_FALSE(before.isOk());
+    EXPECT_EQ(before.status().code(), StatusCode::kCorruption);
+  }
+}
+
+TEST_F(CommitLogTest, CopyLogOfASourceWithATornTailEndsAtTheLastCompleteRecord) {
+  constexpr int64_t kLast = 30;
+  ASSERT_FALSE(bodyFor(kLast).empty());
+  // Cut at `cut` bytes into the last record: the file truncated there, or (as in a segment
+  // allocated whole, whose size does not move) the record's bytes from there on not written.
+  struct Torn {
+    std::string name;
+    uint64_t cut;
+    bool truncated;
+  };
+  const std::vector<Torn> torn_cases = {
+      {"truncated in the header", CommitLog::kRecordHeaderBytes / 2, true},
+      {"truncated in the body", CommitLog::kRecordHeaderBytes + bodyFor(kLast).size() / 2, true},
+      {"the body's second half unwritten",
+       CommitLog::kRecordHeaderBytes + bodyFor(kLast).size() / 2, false},
+  };
+  for (size_t i = 0; i < torn_cases.size(); ++i) {
+    const Torn& torn = torn_cases[i];
+    SCOPED_TRACE(torn.name);
+    const std::string from = tmp_.path() + "/from-" + std::to_string(i);
+    const std::string to = tmp_.path() + "/to-" + std::to_string(i);
+    std::string file;
+    DiskRecord last;
+    ASSERT_NO_FATAL_FAILURE(writeLog(from, kLast, &file, &last));
+    const size_t records_before = scanSegment(file).size();
+    if (torn.truncated) {
+      fs::resize_file(file, last.offset + torn.cut);
+    } else {
+      const uint64_t end = last.offset + CommitLog::kRecordHeaderBytes + last.body.size();
+      ASSERT_GE(fs::file_size(file), end);
+      std::vector<uint8_t> stale(
+          last.body.end() - static_cast<ptrdiff_t>(end - last.offset - torn.cut), last.body.end());
+      for (uint8_t& byte : stale) byte = static_cast<uint8_t>(~byte);
+      ASSERT_NO_FATAL_FAILURE(overwrite(file, last.offset + torn.cut, stale));
+    }
+    ASSERT_EQ(scanSegment(file).size(), records_before - 1);  // the last record is torn
+    Result<int64_t> copied = CommitLog::copyLog(from, to, options_);
+    ASSERT_TRUE(copied.isOk()) << copied.status().toString();
+    EXPECT_EQ(copied.value(), kLast - 1);
+    EXPECT_EQ(seqsOnDisk(to), seqRange(1, kLast - 1));
+    {
+      std::unique_ptr<CommitLog> copy = openLog(to, 0, true, options_);
+      ASSERT_NE(copy, nullptr);
+      EXPECT_EQ(copy->lastSeq(), kLast - 1);
+      EXPECT_TRUE(readsBack(*copy, 1, kLast - 1));
+      std::vector<uint8_t> body;
+      EXPECT_EQ(copy->read(kLast, &body).code(), StatusCode::kFailedPrecondition);
+      ASSERT_TRUE(appendRange(*copy, kLast, kLast));  // the torn seq goes on in the copy
+    }
+    std::unique_ptr<CommitLog> copy = openLog(to, 0, true, options_);
+    ASSERT_NE(copy, nullptr);
+    EXPECT_EQ(copy->lastSeq(), kLast);
+    EXPECT_TRUE(readsBack(*copy, 1, kLast));
+  }
+}
+
+TEST_F(CommitLogTest, CopyLogOfADirectoryWithoutSegmentsIsNotFoundAndMakesNothing) {
+  ASSERT_TRUE(fs::create_directory(dir_));
+  {
+    std::ofstream(dir_ + "/notes.txt") << "not a segment";
+    std::ofstream(dir_ + "/" + CommitLog::segmentName(0)) << "seq 0 names no segment";
+  }
+  const std::string to = tmp_.path() + "/copy";
+  Result<int64_t> copied = CommitLog::copyLog(dir_, to, options_);
+  ASSERT_FALSE(copied.isOk());
+  EXPECT_EQ(copied.status().code(), StatusCode::kNotFound) << copied.status().toString();
+  EXPECT_FALSE(fs::exists(to));
+}
+
+TEST_F(CommitLogTest, CopyLogReplacesWhatTheTargetDirectoryHeld) {
+  // The target holds another log (seqs 1..20, other bodies) and a file of its own: copyLog
+  // removes the directory first, so none of it is left beside the copy.
+  const std::string to = tmp_.path() + "/copy";
+  {
+    std::unique_ptr<CommitLog> stale = openLog(to, 0, false, options_);
+    ASSERT_NE(stale, nullptr);
+    for (int64_t seq = 1; seq <= 20; ++seq) {
+      ASSERT_TRUE(stale->append(seq, std::vector<uint8_t>(50, 0xee)).isOk());
+    }
+  }
+  std::ofstream(to + "/stray.txt") << "left by someone";
+  ASSERT_TRUE(fs::exists(to + "/" + CommitLog::segmentName(1)));
+  constexpr int64_t kFirst = 100, kLast = 140;
+  {
+    std::unique_ptr<CommitLog> log = open(kFirst - 1, /*require_segments=*/false);
+    ASSERT_NE(log, nullptr);
+    ASSERT_TRUE(appendRange(*log, kFirst, kLast));
+  }
+  Result<int64_t> copied = CommitLog::copyLog(dir_, to, options_);
+  ASSERT_TRUE(copied.isOk()) << copied.status().toString();
+  EXPECT_EQ(copied.value(), kLast);
+  EXPECT_FALSE(fs::exists(to + "/stray.txt"));
+  EXPECT_FALSE(fs::exists(to + "/" + CommitLog::segmentName(1)));
+  const std::vector<std::string> copy_files = segmentFiles(to);
+  ASSERT_FALSE(copy_files.empty());
+  EXPECT_EQ(fs::path(copy_files.front()).filename(), CommitLog::segmentName(kFirst));
+  EXPECT_EQ(seqsOnDisk(to), seqRange(kFirst, kLast));
+  std::unique_ptr<CommitLog> copy = openLog(to, kFirst - 1, true, options_);
+  ASSERT_NE(copy, nullptr);
+  EXPECT_EQ(copy->lastSeq(), kLast);
+  EXPECT_TRUE(readsBack(*copy, kFirst, kLast));
+}
+
+TEST_F(CommitLogTest, CopyLogUnderALogAppendingAndRecyclingIsAContiguousRunAfterReleased) {
+  options_.segment_bytes = 1024;  // many segment starts and recycles under the copies
+  constexpr int64_t kRecords = 1000;
+  constexpr int64_t kLag = 16;  // the fold releases up to 16 records behind the last
+  std::unique_ptr<CommitLog> log = open(0, /*require_segments=*/false);
+  ASSERT_NE(log, nullptr);
+  ASSERT_TRUE(appendRange(*log, 1, kLag));
+  std::atomic<int64_t> started{kLag};  // the last seq whose append() began
+  std::atomic<int64_t> released{0};    // published after release() returned
+  std::atomic<bool> done{false};
+  std::string appender_error;  // written by the appender only, read after join()
+  std::thread appender([&log, &started, &released, &done, &appender_error] {
+    for (int64_t seq = kLag + 1; seq <= kRecords; ++seq) {
+      started.store(seq);
+      const Status status = log->append(seq, bodyFor(seq));
+      if (!status.isOk()) {
+        appender_error = std::to_string(seq) + ": " + status.toString();
+        break;
+      }
+      log->release(seq - kLag);
+      released.store(seq - kLag);
+    }
+    done.store(true);
+  });
+  const std::string to = tmp_.path() + "/copy";
+  do {
+    Result<int64_t> copied = CommitLog::copyLog(dir_, to, options_);
+    const int64_t released_after = released.load();
+    const int64_t started_after = started.load();
+    if (!copied.isOk()) {
+      ADD_FAILURE() << copied.status().toString();
+      break;
+    }
+    const std::vector<std::string> copy_files = segmentFiles(to);
+    if (copy_files.empty()) {
+      ADD_FAILURE() << "the copy has no segment";
+      break;
+    }
+    // Records the copy lacks at its start were released (folded) before it returned, and it
+    // holds no record whose append had not begun.
+    const int64_t first = firstSeqOf(copy_files.front());
+    EXPECT_LE(first - 1, released_after);
+    EXPECT_LE(copied.value(), started_after);
+    EXPECT_EQ(seqsOnDisk(to), seqRange(first, copied.value()));
+    std::unique_ptr<CommitLog> copy = openLog(to, first - 1, true, options_);
+    if (copy == nullptr) break;
+    EXPECT_EQ(copy->lastSeq(), copied.value());
+    EXPECT_TRUE(readsBack(*copy, first, copied.value()));
+  } while (!done.load() && !HasFailure());
+  appender.join();
+  EXPECT_EQ(appender_error, "");
+  EXPECT_EQ(log->lastSeq(), kRecords);
 }
 
 }  // namespace
