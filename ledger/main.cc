@@ -238,6 +238,7 @@ void logSqliteStoreStats(const SqliteStore& store, Logger* logger) {
   const SqliteStoreStats stats = store.stats();
   logger->info("store_stats", {{"commits", stats.commits},
                                {"commit_ms", stats.commit_us / 1000},
+                               {"encode_ms", stats.encode_us / 1000},
                                {"log_bytes", stats.log_bytes},
                                {"log_segments_created", stats.log_segments_created},
                                {"log_segments_recycled", stats.log_segments_recycled},

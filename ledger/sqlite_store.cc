@@ -309,6 +309,7 @@ Status SqliteStore::commit(const StoreBatch& batch) {
   const auto started = std::chrono::steady_clock::now();
   TALLY_SQLITE_RETURN_IF_ERROR(checkUsable());
   const std::span<const uint8_t> body = encoder_.encode(batch);
+  commit_stats_.encode_us += elapsedUs(started);
   const uint64_t bytes = body.size();
   if (bytes > options_.batch_bytes_max) {
     return Status::resourceExhausted("store batch of " + std::to_string(bytes) +

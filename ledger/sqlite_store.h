@@ -93,6 +93,7 @@ struct SqliteStoreStats {
   // Commit path.
   uint64_t commits = 0;
   uint64_t commit_us = 0;  // wall time inside commit(), fsync included
+  uint64_t encode_us = 0;  // of which encoding the batch
   uint64_t log_bytes = 0;  // encoded batches appended to the log
   uint64_t log_segments_created = 0;
   uint64_t log_segments_recycled = 0;
