@@ -165,10 +165,35 @@ void overwrite(const std::string& path, uint64_t offset, const std::vector<uint8
   ASSERT_TRUE(file.good()) << path;
 }
 
+// The seqs of every record in `dir`'s segments, decoded from the files alone.
+std::vector<int64_t> seqsOnDisk(const std::string& dir) {
+  std::vector<int64_t> seqs;
+  for (const std::string& file : segmentFiles(dir)) {
+    for (const DiskRecord& record : scanSegment(file)) seqs.push_back(record.seq);
+  }
+  return seqs;
+}
+
+std::vector<int64_t> seqRange(int64_t first, int64_t last) {
+  std::vector<int64_t> seqs;
+  for (int64_t seq = first; seq <= last; ++seq) seqs.push_back(seq);
+  return seqs;
+}
+
 class CommitLogTest : public ::testing::Test {
  protected:
   std::unique_ptr<CommitLog> open(int64_t released_seq, bool require_segments = true) {
     return openLog(dir_, released_seq, require_segments, options_);
+  }
+  // The copy in `to` holds exactly first..last on disk and opens, from first, as a log that
+  // reads them back; returns it (nullptr when it does not open).
+  std::unique_ptr<CommitLog> expectCopy(const std::string& to, int64_t first, int64_t last) {
+    EXPECT_EQ(seqsOnDisk(to), seqRange(first, last));
+    std::unique_ptr<CommitLog> copy = openLog(to, first - 1, true, options_);
+    if (copy == nullptr) return nullptr;
+    EXPECT_EQ(copy->lastSeq(), last);
+    EXPECT_TRUE(readsBack(*copy, first, last));
+    return copy;
   }
   // Writes records 1..last into a new log in `dir`; *file is its last segment and *record the
   // last record in it, as read from disk.
@@ -674,21 +699,6 @@ int64_t firstSeqOf(const std::string& segment_path) {
   return std::stoll(fs::path(segment_path).stem().string());
 }
 
-// The seqs of every record in `dir`'s segments, decoded from the files alone.
-std::vector<int64_t> seqsOnDisk(const std::string& dir) {
-  std::vector<int64_t> seqs;
-  for (const std::string& file : segmentFiles(dir)) {
-    for (const DiskRecord& record : scanSegment(file)) seqs.push_back(record.seq);
-  }
-  return seqs;
-}
-
-std::vector<int64_t> seqRange(int64_t first, int64_t last) {
-  std::vector<int64_t> seqs;
-  for (int64_t seq = first; seq <= last; ++seq) seqs.push_back(seq);
-  return seqs;
-}
-
 TEST_F(CommitLogTest, CopyLogCopiesEveryRecordFromTheSourcesFirstSegmentOn) {
   constexpr int64_t kLast = 80;
   std::unique_ptr<CommitLog> log = open(0, /*require_segments=*/false);
@@ -716,11 +726,8 @@ TEST_F(CommitLogTest, CopyLogCopiesEveryRecordFromTheSourcesFirstSegmentOn) {
   const std::vector<std::string> copy_files = segmentFiles(to);
   ASSERT_FALSE(copy_files.empty());
   EXPECT_EQ(fs::path(copy_files.front()).filename(), CommitLog::segmentName(first));
-  EXPECT_EQ(seqsOnDisk(to), seqRange(first, kLast));
-  std::unique_ptr<CommitLog> copy = openLog(to, first - 1, true, options_);
+  std::unique_ptr<CommitLog> copy = expectCopy(to, first, kLast);
   ASSERT_NE(copy, nullptr);
-  EXPECT_EQ(copy->lastSeq(), kLast);
-  EXPECT_TRUE(readsBack(*copy, first, kLast));
   // The copy is a log that goes on.
   EXPECT_TRUE(appendRange(*copy, kLast + 1, kLast + 1));
   EXPECT_TRUE(readsBack(*log, 26, kLast));  // and the source still reads as before
@@ -781,13 +788,7 @@ TEST_F(CommitLogTest, CopyLogStartsOverFromTheSegmentAfterOneRecycledUnderIt) {
     const std::vector<std::string> copy_files = segmentFiles(to);
     ASSERT_FALSE(copy_files.empty());
     EXPECT_EQ(fs::path(copy_files.front()).filename(), CommitLog::segmentName(restart));
-    EXPECT_EQ(seqsOnDisk(to), seqRange(restart, kLast));
-    {
-      std::unique_ptr<CommitLog> copy = openLog(to, restart - 1, true, options_);
-      ASSERT_NE(copy, nullptr);
-      EXPECT_EQ(copy->lastSeq(), kLast);
-      EXPECT_TRUE(readsBack(*copy, restart, kLast));
-    }
+    EXPECT_NE(expectCopy(to, restart, kLast), nullptr);
     // Nothing before the restart is in the copy: not the recycled segment's records, and not
     // those of the segments before it either (the copy is contiguous).
     for (const int64_t released :
@@ -833,11 +834,7 @@ TEST_F(CommitLogTest, CopyLogGoesOnPastASegmentGoneBeforeItWasOpened) {
     Result<int64_t> copied = CommitLog::copyLog(from, to, options_);
     ASSERT_TRUE(copied.isOk()) << copied.status().toString();
     EXPECT_EQ(copied.value(), last);
-    EXPECT_EQ(seqsOnDisk(to), seqRange(first, last));
-    std::unique_ptr<CommitLog> copy = openLog(to, first - 1, true, options_);
-    ASSERT_NE(copy, nullptr);
-    EXPECT_EQ(copy->lastSeq(), last);
-    EXPECT_TRUE(readsBack(*copy, first, last));
+    EXPECT_NE(expectCopy(to, first, last), nullptr);
   }
 }
 
@@ -1015,11 +1012,7 @@ TEST_F(CommitLogTest, CopyLogReplacesWhatTheTargetDirectoryHeld) {
   const std::vector<std::string> copy_files = segmentFiles(to);
   ASSERT_FALSE(copy_files.empty());
   EXPECT_EQ(fs::path(copy_files.front()).filename(), CommitLog::segmentName(kFirst));
-  EXPECT_EQ(seqsOnDisk(to), seqRange(kFirst, kLast));
-  std::unique_ptr<CommitLog> copy = openLog(to, kFirst - 1, true, options_);
-  ASSERT_NE(copy, nullptr);
-  EXPECT_EQ(copy->lastSeq(), kLast);
-  EXPECT_TRUE(readsBack(*copy, kFirst, kLast));
+  EXPECT_NE(expectCopy(to, kFirst, kLast), nullptr);
 }
 
 TEST_F(CommitLogTest, CopyLogUnderALogAppendingAndRecyclingIsAContiguousRunAfterReleased) {
@@ -1065,11 +1058,7 @@ TEST_F(CommitLogTest, CopyLogUnderALogAppendingAndRecyclingIsAContiguousRunAfter
     const int64_t first = firstSeqOf(copy_files.front());
     EXPECT_LE(first - 1, released_after);
     EXPECT_LE(copied.value(), started_after);
-    EXPECT_EQ(seqsOnDisk(to), seqRange(first, copied.value()));
-    std::unique_ptr<CommitLog> copy = openLog(to, first - 1, true, options_);
-    if (copy == nullptr) break;
-    EXPECT_EQ(copy->lastSeq(), copied.value());
-    EXPECT_TRUE(readsBack(*copy, first, copied.value()));
+    if (expectCopy(to, first, copied.value()) == nullptr) break;
   } while (!done.load() && !HasFailure());
   appender.join();
   EXPECT_EQ(appender_error, "");
