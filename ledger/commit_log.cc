@@ -147,7 +147,16 @@ Status laterRecordExists(int fd, uint64_t offset, int64_t after_seq, uint64_t by
     } while (n < 0 && errno == EINTR);
     if (n < 0) return Status::ioError("read " + what + ": " + errnoText(errno));
     const auto got = static_cast<size_t>(n);
-    for (size_t i = 0; i + CommitLog::kRecordHeaderBytes <= got && i < kChunkBytes; ++i) {
+    // Headers starting in this chunk (the next one re-reads the last header's worth of bytes).
+    // Candidates start with the magic's first byte: memchr skips the rest (mostly zeros from
+    // the allocation, or older records' bodies) many bytes at a time.
+    const size_t starts = std::min(got, kChunkBytes);
+    const auto first_byte = static_cast<uint8_t>(CommitLog::kRecordMagic & 0xff);
+    for (size_t i = 0; i < starts; ++i) {
+      const void* found = std::memchr(chunk.data() + i, first_byte, starts - i);
+      if (found == nullptr) break;
+      i = static_cast<size_t>(static_cast<const uint8_t*>(found) - chunk.data());
+      if (i + CommitLog::kRecordHeaderBytes > got) break;
       uint32_t magic = 0;
       std::memcpy(&magic, chunk.data() + i, 4);
       if (magic != CommitLog::kRecordMagic) continue;
