@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <system_error>
 #include <utility>
@@ -20,9 +21,12 @@
 #include "ledger/commit_log.h"
 #include "ledger/restore.h"
 #include "ledger/sqlite_store.h"
+#include "ledger/sqlite_store_files.h"
 
 namespace tally::ledger {
 namespace {
+
+namespace files = store_files;
 
 // A busy source (WAL recovery by another connection) is retried this often, this far apart.
 constexpr int kBusyRetriesMax = 100;
@@ -140,19 +144,17 @@ Result<BackupSummary> verifyCopy(const std::string& dest_dir, uint64_t wall_now_
 Result<int64_t> foldedSeqOf(const std::string& path) {
   Result<Db> db = openDb(path, SQLITE_OPEN_READONLY);
   if (!db.isOk()) return db.status();
-  sqlite3_stmt* select = nullptr;
-  if (sqlite3_prepare_v2(db.value().get(), "SELECT value FROM meta WHERE key = 'folded_seq'", -1,
-                         &select, nullptr) != SQLITE_OK) {
+  sqlite3_stmt* get = nullptr;
+  if (sqlite3_prepare_v2(db.value().get(), files::kTablesStatementSql[files::kTablesGetMeta], -1,
+                         &get, nullptr) != SQLITE_OK) {
     return sqliteError(db.value().get(), "read folded_seq of " + path);
   }
-  int64_t folded = 0;
-  const int rc = sqlite3_step(select);
-  if (rc == SQLITE_ROW) folded = sqlite3_column_int64(select, 0);
-  sqlite3_finalize(select);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
-    return sqliteError(db.value().get(), "read folded_seq of " + path);
-  }
-  return folded;
+  std::optional<int64_t> folded;
+  const Status read = files::readMeta(db.value().get(), get, files::kMetaFoldedSeq, &folded);
+  sqlite3_finalize(get);
+  if (!read.isOk()) return read;
+  if (folded.value_or(0) < 0) return Status::corruption(path + ": negative folded_seq");
+  return folded.value_or(0);
 }
 
 // The log first, then the tables: the copied log then ends at or before what the ledger had
