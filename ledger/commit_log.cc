@@ -479,6 +479,14 @@ void CommitLog::release(int64_t seq) {
 }
 
 Status CommitLog::read(int64_t seq, std::vector<uint8_t>* body) const {
+  return read(seq, [body](size_t bytes) {
+    body->resize(bytes);
+    return std::span<uint8_t>(*body);
+  });
+}
+
+Status CommitLog::read(int64_t seq,
+                       const std::function<std::span<uint8_t>(size_t bytes)>& allocate) const {
   Entry entry;
   {
     std::lock_guard lock(mu_);
@@ -490,10 +498,12 @@ Status CommitLog::read(int64_t seq, std::vector<uint8_t>* body) const {
     }
     entry = index_[static_cast<size_t>(seq - index_first_seq_)];
   }
-  body->resize(entry.bytes);
+  const std::span<uint8_t> buffer = allocate(entry.bytes);
+  TALLY_ASSERT(buffer.size() >= entry.bytes);
+  const std::span<uint8_t> body = buffer.first(entry.bytes);
   bool complete = false;
   const std::string what = dir_ + "/" + segmentName(entry.segment->first_seq);
-  if (Status s = preadFully(entry.segment->fd, *body, entry.offset, what, &complete); !s.isOk()) {
+  if (Status s = preadFully(entry.segment->fd, body, entry.offset, what, &complete); !s.isOk()) {
     return s;
   }
   if (!complete) {

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -115,6 +116,10 @@ class CommitLog {
   // Copies the body of record `seq` into *body. The record must be appended and not released
   // (kFailedPrecondition otherwise). Safe on any thread, concurrently with append().
   [[nodiscard]] Status read(int64_t seq, std::vector<uint8_t>* body) const;
+  // The same, into the buffer `allocate(bytes)` returns (at least `bytes` long), so a caller
+  // reads a body straight into memory of its own kind.
+  [[nodiscard]] Status read(int64_t seq,
+                            const std::function<std::span<uint8_t>(size_t bytes)>& allocate) const;
 
   // Records appended and not released.
   uint64_t unreleasedRecords() const;

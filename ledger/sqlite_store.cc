@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <utility>
 
 #include "common/data_dir.h"
@@ -444,16 +445,18 @@ void SqliteStore::runFold() {
 // folded_seq. Fold thread only.
 Status SqliteStore::foldRange(int64_t after_seq, int64_t* last_seq) {
   BatchFolder folder;
-  std::vector<uint8_t> body;
   uint64_t total_bytes = 0;
   int64_t seq = after_seq;
   // Always at least one record; stops after the one that passes the byte budget.
   while (seq < *last_seq && total_bytes <= options_.fold_bytes_per_transaction_max) {
     ++seq;
-    TALLY_SQLITE_RETURN_IF_ERROR(log_->read(seq, &body));
+    kj::Array<kj::byte> body;
+    TALLY_SQLITE_RETURN_IF_ERROR(log_->read(seq, [&body](size_t bytes) {
+      body = kj::heapArray<kj::byte>(bytes);
+      return std::span<uint8_t>(body.begin(), body.size());
+    }));
     total_bytes += body.size();
-    if (Status status = folder.add(kj::heapArray<kj::byte>(body.data(), body.size()));
-        !status.isOk()) {
+    if (Status status = folder.add(kj::mv(body)); !status.isOk()) {
       return Status::corruption("fold: log seq " + std::to_string(seq) + ": " + status.message());
     }
   }
