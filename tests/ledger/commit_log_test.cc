@@ -195,14 +195,16 @@ class CommitLogTest : public ::testing::Test {
     EXPECT_TRUE(readsBack(*copy, first, last));
     return copy;
   }
-  // Writes records 1..last into a new log in `dir`; *file is its last segment and *record the
-  // last record in it, as read from disk.
+  // Writes records 1..last into a new log in `dir`, and closes it.
+  void writeRecords(const std::string& dir, int64_t last) {
+    std::unique_ptr<CommitLog> log = openLog(dir, 0, false, options_);
+    ASSERT_NE(log, nullptr);
+    ASSERT_TRUE(appendRange(*log, 1, last));
+  }
+  // writeRecords(); *file is the log's last segment and *record the last record in it, as read
+  // from disk.
   void writeLog(const std::string& dir, int64_t last, std::string* file, DiskRecord* record) {
-    {
-      std::unique_ptr<CommitLog> log = openLog(dir, 0, false, options_);
-      ASSERT_NE(log, nullptr);
-      ASSERT_TRUE(appendRange(*log, 1, last));
-    }
+    ASSERT_NO_FATAL_FAILURE(writeRecords(dir, last));
     *file = segmentFiles(dir).back();
     const std::vector<DiskRecord> records = scanSegment(*file);
     ASSERT_FALSE(records.empty());
@@ -299,11 +301,7 @@ TEST_F(CommitLogTest, RecordsOnDiskFollowTheDocumentedLayout) {
 
 TEST_F(CommitLogTest, ATornLastRecordEndsTheLogAndItsSeqIsAppendedAgain) {
   constexpr int64_t kLast = 20;
-  {
-    std::unique_ptr<CommitLog> log = open(0, /*require_segments=*/false);
-    ASSERT_NE(log, nullptr);
-    ASSERT_TRUE(appendRange(*log, 1, kLast));
-  }
+  ASSERT_NO_FATAL_FAILURE(writeRecords(dir_, kLast));
   const std::string file = segmentFiles(dir_).back();
   const std::vector<DiskRecord> records = scanSegment(file);
   ASSERT_FALSE(records.empty());
@@ -753,11 +751,7 @@ TEST_F(CommitLogTest, CopyLogStartsOverFromTheSegmentAfterOneRecycledUnderIt) {
     SCOPED_TRACE(recycled.name);
     const std::string from = tmp_.path() + "/from-" + std::to_string(i);
     const std::string to = tmp_.path() + "/to-" + std::to_string(i);
-    {
-      std::unique_ptr<CommitLog> log = openLog(from, 0, false, options_);
-      ASSERT_NE(log, nullptr);
-      ASSERT_TRUE(appendRange(*log, 1, kLast));
-    }
+    ASSERT_NO_FATAL_FAILURE(writeRecords(from, kLast));
     const std::vector<std::string> files = segmentFiles(from);
     ASSERT_GE(files.size(), recycled.segment + 3);  // the recycled one, the next, the current
     const std::vector<DiskRecord> records = scanSegment(files[recycled.segment]);
@@ -817,11 +811,7 @@ TEST_F(CommitLogTest, CopyLogGoesOnPastASegmentGoneBeforeItWasOpened) {
     SCOPED_TRACE(name);
     const std::string from = tmp_.path() + "/from-" + std::to_string(i);
     const std::string to = tmp_.path() + "/to-" + std::to_string(i);
-    {
-      std::unique_ptr<CommitLog> log = openLog(from, 0, false, options_);
-      ASSERT_NE(log, nullptr);
-      ASSERT_TRUE(appendRange(*log, 1, kLast));
-    }
+    ASSERT_NO_FATAL_FAILURE(writeRecords(from, kLast));
     const std::vector<std::string> files = segmentFiles(from);
     ASSERT_GE(files.size(), 3u);
     const size_t index = gone == Gone::kFirst ? 0 : gone == Gone::kMiddle ? 1 : files.size() - 1;
@@ -845,11 +835,7 @@ TEST_F(CommitLogTest, CopyLogEndsWhereTheLastSegmentWasRecycledUnderIt) {
   // damage open() refuses, and none of the newer records may go in under the wrong seq.
   options_.segment_bytes = 1024;
   constexpr int64_t kLast = 40;
-  {
-    std::unique_ptr<CommitLog> log = open(0, /*require_segments=*/false);
-    ASSERT_NE(log, nullptr);
-    ASSERT_TRUE(appendRange(*log, 1, kLast));
-  }
+  ASSERT_NO_FATAL_FAILURE(writeRecords(dir_, kLast));
   const std::vector<std::string> files = segmentFiles(dir_);
   ASSERT_GE(files.size(), 2u);
   const std::vector<DiskRecord> records = scanSegment(files.back());
