@@ -17,13 +17,14 @@
 // DIR/tables.db, in WAL mode with synchronous=FULL.
 //
 // Layout.
-//  * DIR/log/ holds the commit log. commit() appends the whole batch as ONE record (one packed
+//  * DIR/log/ holds the commit log. commit() appends the whole batch as ONE record (one flat
 //    Cap'n Proto blob, one pwrite, one fdatasync), so a batch costs one flush however many
 //    operations it carries, and writes only its own bytes.
 //  * DIR/tables.db holds `policies`, `accounts`, `reservations`, `gateways`, `shards`, `fences`,
 //    `period_snapshots`, `operators` and `audit_log` (one row per record, latest image),
 //    `meta.shard_sequence` and `meta.folded_seq`: every log record with seq <= folded_seq is in
-//    the tables. Schema version 6; older data dirs are migrated when opened (below).
+//    the tables. Schema version 7; older data dirs are migrated when opened (below). Version 6
+//    wrote the log's batches packed; they are read as they are.
 //  * A background fold thread reads log records after folded_seq, folds them into tables.db in
 //    transactions of at most fold_rows_per_transaction_max records that also raise folded_seq,
 //    and publishes each new folded_seq. It decodes only the latest image of each row in a
@@ -107,7 +108,7 @@ struct SqliteStoreStats {
 
 class SqliteStore final : public Store {
  public:
-  static constexpr int64_t kSchemaVersion = 6;
+  static constexpr int64_t kSchemaVersion = 7;
   static constexpr const char* kLogDirName = "log";
   static constexpr const char* kTablesFileName = "tables.db";
   // Where schema versions 5 and older kept the log (migrated by open()).

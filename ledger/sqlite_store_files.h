@@ -34,12 +34,13 @@
 
 namespace tally::ledger::store_files {
 
-inline constexpr int64_t kSchemaVersion = 6;
+inline constexpr int64_t kSchemaVersion = 7;
 // The versions this build migrates from, oldest first, each by its Migration's statements:
 // 2 lacked the shard tables (gateways, shards, fences) and meta.shard_sequence; 3 lacked
 // period_snapshots (accounting-period close); 4 lacked operators and audit_log; 5 kept the commit
-// log in ledger.db (SqliteStore moves it to DIR/log/; tables.db is unchanged). Opening an older
-// file runs every step from its version on, in one transaction, and bumps schema_version.
+// log in ledger.db (SqliteStore moves it to DIR/log/; tables.db is unchanged); 6 wrote the log's
+// batches packed (read as they are; tables.db is unchanged). Opening an older file runs every
+// step from its version on, in one transaction, and bumps schema_version.
 inline constexpr int64_t kOldestMigratedSchemaVersion = 2;
 struct Migration {
   int64_t from_version = 0;
@@ -90,11 +91,12 @@ inline constexpr std::array<const char*, 2> kTablesOperatorSchema = {
     "CREATE TABLE operators(name TEXT PRIMARY KEY, body BLOB NOT NULL) WITHOUT ROWID",
     "CREATE TABLE audit_log(seq INTEGER PRIMARY KEY, body BLOB NOT NULL)",
 };
-inline constexpr std::array<Migration, 4> kTablesMigrations = {
+inline constexpr std::array<Migration, 5> kTablesMigrations = {
     Migration{.from_version = 2, .statements = kTablesShardSchema},
     Migration{.from_version = 3, .statements = kTablesPeriodSchema},
     Migration{.from_version = 4, .statements = kTablesOperatorSchema},
     Migration{.from_version = 5},
+    Migration{.from_version = 6},
 };
 // ledger.db's log (versions 5 and older, read once to migrate it) is the same table in every
 // version: only schema_version moves.

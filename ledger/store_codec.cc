@@ -1,6 +1,8 @@
 #include "ledger/store_codec.h"
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -12,6 +14,7 @@
 
 #include <capnp/message.h>
 #include <capnp/serialize-packed.h>
+#include <capnp/serialize.h>
 #include <kj/exception.h>
 #include <kj/io.h>
 
@@ -64,28 +67,78 @@ capnp::ReaderOptions readerOptions(size_t blob_bytes) {
   return options;
 }
 
-// Unpacked words a message of this size or smaller is read into without allocating: a restart
-// decodes a million table rows, and one heap allocation each was measurable. Each thread (the
-// loop's restore, the fold thread) has its own; withRoot() is not re-entered while one is read.
-constexpr size_t kScratchWords = 1024;  // 8 KiB: every table row; most log batches allocate
+// Unpacked words a packed message of this size or smaller is read into without allocating: a
+// restart decodes a million table rows, and one heap allocation each was measurable. Each thread
+// (the loop's restore, the fold thread) has its own; withRoot() is not re-entered while one is
+// read.
+constexpr size_t kScratchWords = 1024;  // 8 KiB: every table row
 thread_local capnp::word scratch_words[kScratchWords];
 
-// Reads the packed message in `bytes` with limits sized from the blob, and hands its root to
-// `read`. This is the decode boundary: kj::Exception stops here. (Unpacking copies into aligned
-// memory, so SQLite's unaligned blob pointers are fine.) `read` copies what it keeps out of the
+// One blob's message, in either form (store_codec.h, kFlatMarkerBytes): a flat one is read in
+// place (copied first only when `bytes` is not word-aligned), a packed one is unpacked into
+// `scratch` or the heap. May throw kj::Exception (call it inside a decode boundary); a blob that
+// holds more than one message is refused. Non-movable: the readers point into its members.
+class BlobMessage {
+ public:
+  BlobMessage(std::span<const uint8_t> bytes, kj::ArrayPtr<capnp::word> scratch) {
+    if (bytes.empty()) KJ_FAIL_REQUIRE("empty blob");
+    if (!isFlat(bytes)) {
+      input_.emplace(kj::ArrayPtr<const kj::byte>(bytes.data(), bytes.size()));
+      packed_.emplace(*input_, readerOptions(bytes.size()), scratch);
+      if (size_t trailing = wire::packedTrailingBytes(*packed_, *input_); trailing != 0) {
+        KJ_FAIL_REQUIRE("message is followed by trailing bytes", trailing);
+      }
+      return;
+    }
+    const std::span<const uint8_t> flat = bytes.subspan(kFlatMarkerBytes);
+    if (flat.size() % sizeof(capnp::word) != 0) {
+      KJ_FAIL_REQUIRE("flat message is not whole words", flat.size());
+    }
+    const size_t words = flat.size() / sizeof(capnp::word);
+    const capnp::word* begin = reinterpret_cast<const capnp::word*>(flat.data());
+    if (reinterpret_cast<uintptr_t>(flat.data()) % alignof(capnp::word) != 0) {
+      aligned_ = kj::heapArray<capnp::word>(words);
+      std::memcpy(aligned_.begin(), flat.data(), flat.size());
+      begin = aligned_.begin();
+    }
+    flat_.emplace(kj::arrayPtr(begin, words), readerOptions(bytes.size()));
+    if (const capnp::word* end = flat_->getEnd(); end != begin + words) {
+      KJ_FAIL_REQUIRE("message is followed by trailing bytes",
+                      (begin + words - end) * sizeof(capnp::word));
+    }
+  }
+  BlobMessage(const BlobMessage&) = delete;
+  BlobMessage& operator=(const BlobMessage&) = delete;
+
+  capnp::MessageReader& reader() {
+    if (flat_.has_value()) return *flat_;
+    return *packed_;
+  }
+
+ private:
+  static bool isFlat(std::span<const uint8_t> bytes) {
+    // A packed message never starts with a zero byte: its first word, the segment table,
+    // holds the first segment's size, never zero, so its tag byte is not zero.
+    return bytes.size() >= kFlatMarkerBytes &&
+           std::all_of(bytes.begin(), bytes.begin() + kFlatMarkerBytes,
+                       [](uint8_t byte) { return byte == 0; });
+  }
+
+  std::optional<kj::ArrayInputStream> input_;
+  std::optional<capnp::PackedMessageReader> packed_;
+  kj::Array<capnp::word> aligned_;
+  std::optional<capnp::FlatArrayMessageReader> flat_;
+};
+
+// Reads the message in `bytes` with limits sized from the blob, and hands its root to `read`.
+// This is the decode boundary: kj::Exception stops here. `read` copies what it keeps out of the
 // message: the scratch words are reused by the next call.
 template <typename Root, typename T, typename F>
 Result<T> withRoot(std::span<const uint8_t> bytes, F&& read) {
   if (bytes.empty()) return Status::corruption("empty blob");
   try {
-    kj::ArrayInputStream input(kj::ArrayPtr<const kj::byte>(bytes.data(), bytes.size()));
-    capnp::PackedMessageReader message(input, readerOptions(bytes.size()),
-                                       kj::arrayPtr(scratch_words, kScratchWords));
-    if (size_t trailing = wire::packedTrailingBytes(message, input); trailing != 0) {
-      return Status::corruption("message is followed by " + std::to_string(trailing) +
-                                " trailing bytes");
-    }
-    Result<T> result = read(message.getRoot<Root>());
+    BlobMessage message(bytes, kj::arrayPtr(scratch_words, kScratchWords));
+    Result<T> result = read(message.reader().getRoot<Root>());
     if (!result.isOk()) return asCorruption(result.status());
     return result;
   } catch (const kj::Exception& exception) {
@@ -587,8 +640,11 @@ std::span<const uint8_t> BatchEncoder::encode(const StoreBatch& batch) {
     // Zeroes what it used of first_segment_ again when destroyed.
     capnp::MallocMessageBuilder message(first_segment_.asPtr());
     buildBatch(batch, message.initRoot<schema::StoreBatchV1>());
-    output_->reserve(capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word));
-    capnp::writePackedMessage(*output_, message);
+    output_->reserve(kFlatMarkerBytes +
+                     capnp::computeSerializedSizeInWords(message) * sizeof(capnp::word));
+    static constexpr std::array<kj::byte, kFlatMarkerBytes> kMarker{};
+    output_->write(kMarker.data(), kMarker.size());
+    capnp::writeMessage(*output_, message);
   }
   if (first_segment_.size() * sizeof(capnp::word) > kKeptBytesMax) first_segment_ = nullptr;
   return output_->bytes();
@@ -686,17 +742,14 @@ Result<Reservation> decodeReservationRecord(std::span<const uint8_t> bytes) {
 
 // --- BatchFolder ------------------------------------------------------------------------------
 
-// One added blob, unpacked; the readers in Index point into it. Non-movable: `input` reads
-// `bytes`, `reader` reads `input` (and may read its later segments lazily).
+// One added blob and its message; the readers in Index point into them. Non-movable.
 struct BatchFolder::Message {
-  explicit Message(Blob blob)
-      : bytes(kj::mv(blob)), input(bytes.asPtr()), reader(input, readerOptions(bytes.size())) {}
+  explicit Message(Blob blob) : bytes(kj::mv(blob)), message(blobBytes(bytes), nullptr) {}
   Message(const Message&) = delete;
   Message& operator=(const Message&) = delete;
 
   kj::Array<kj::byte> bytes;
-  kj::ArrayInputStream input;
-  capnp::PackedMessageReader reader;
+  BlobMessage message;
 };
 
 // The latest image of each row, as readers into the messages. nullopt: deleted.
@@ -729,12 +782,7 @@ Status BatchFolder::add(Blob blob) {
   if (blob.size() == 0) return Status::corruption("empty blob");
   try {
     auto message = std::make_unique<Message>(kj::mv(blob));
-    if (size_t trailing = wire::packedTrailingBytes(message->reader, message->input);
-        trailing != 0) {
-      return Status::corruption("message is followed by " + std::to_string(trailing) +
-                                " trailing bytes");
-    }
-    auto batch = message->reader.getRoot<schema::StoreBatchV1>();
+    auto batch = message->message.reader().getRoot<schema::StoreBatchV1>();
     Index& index = *index_;
     // Deletions first: an id compacted and then reused within the batch ends up present.
     for (capnp::Text::Reader id : batch.getDeletedReservations()) {

@@ -15,8 +15,11 @@
 
 // The byte encodings of the ledger's durable record (schemas/store.capnp): one StoreBatchV1 per
 // log row, one PolicyRecordV1 / AccountRecordV1 / ReservationRecordV1 / GatewayRecordV1 /
-// ShardRecordV1 per table row. Blobs are
-// the packed Cap'n Proto serialization (about half the bytes of unpacked for these records).
+// ShardRecordV1 per table row. Table rows are the packed Cap'n Proto serialization (about half
+// the bytes of unpacked for these records). A log batch is flat: kFlatMarkerBytes zero bytes,
+// then the standard (unpacked) serialization, which costs twice the bytes but neither packing
+// on the commit path nor unpacking in the fold; a packed message never starts with a zero byte,
+// so every decoder below reads either form (the log of schema version 6 held packed batches).
 //
 // Decoding is a trust boundary (the file may be damaged): every decode*() reads with explicit
 // ReaderOptions sized from the blob, catches kj::Exception, and reports any malformed input,
@@ -27,12 +30,15 @@ namespace tally::ledger {
 
 using Blob = kj::Array<kj::byte>;
 
+// The zero bytes a flat blob starts with: one word, so the message after them stays aligned.
+inline constexpr size_t kFlatMarkerBytes = 8;
+
 // Bytes of a blob, for binding to SQLite.
 inline std::span<const uint8_t> blobBytes(const Blob& blob) { return {blob.begin(), blob.size()}; }
 
 Blob encodeBatch(const StoreBatch& batch);
 
-// The packed StoreBatchV1 of a batch, into buffers it keeps from one batch to the next: once
+// The flat StoreBatchV1 of a batch, into buffers it keeps from one batch to the next: once
 // warm, a commit's encoding allocates nothing (a fresh message builder zeroes its first segment
 // and the blob is copied once more). A buffer that a huge batch grew past kKeptBytesMax is
 // released by the next encode(). Not thread-safe. encodeBatch() is a fresh encoder's bytes.
@@ -45,7 +51,7 @@ class BatchEncoder {
   BatchEncoder(const BatchEncoder&) = delete;
   BatchEncoder& operator=(const BatchEncoder&) = delete;
 
-  // The packed StoreBatchV1 of `batch`, valid until the next encode() or the encoder's
+  // The flat StoreBatchV1 of `batch`, valid until the next encode() or the encoder's
   // destruction.
   std::span<const uint8_t> encode(const StoreBatch& batch);
 
@@ -77,7 +83,8 @@ Result<PeriodSnapshot> decodePeriodSnapshotRecord(std::span<const uint8_t> bytes
 // row they touch, and the reservation ids whose last change deleted them. Superseded images are
 // only located (their keys are read, their bodies are not decoded), so a run that rewrites the
 // same rows many times costs one full decode per row: finish() decodes each latest image, the
-// read-back check of what the fold writes. Keeps every added blob, unpacked, until destroyed.
+// read-back check of what the fold writes. Keeps every added blob (a packed one unpacked) until
+// destroyed.
 // Not thread-safe; unusable after a failure.
 class BatchFolder {
  public:

@@ -19,10 +19,14 @@
 #include <map>
 #include <ostream>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
+#include <capnp/serialize-packed.h>
+#include <capnp/serialize.h>
 #include <gtest/gtest.h>
+#include <kj/io.h>
 #include <zlib.h>
 
 #include "core/limits.h"
@@ -138,6 +142,26 @@ PolicyRecord policyOfManyBudgets() {
                                            .burst = 100});
   }
   return record;
+}
+
+// The packed form of a flat log batch (encodeBatch): what builds of schema version 6 and older
+// wrote into the log.
+std::vector<uint8_t> packedOf(std::span<const uint8_t> flat) {
+  EXPECT_GT(flat.size(), kFlatMarkerBytes);
+  EXPECT_TRUE(std::all_of(flat.begin(), flat.begin() + kFlatMarkerBytes,
+                          [](uint8_t byte) { return byte == 0; }));
+  const std::span<const uint8_t> message = flat.subspan(kFlatMarkerBytes);
+  kj::Array<capnp::word> words = kj::heapArray<capnp::word>(message.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), message.data(), message.size());
+  capnp::FlatArrayMessageReader reader(words);
+  std::vector<kj::ArrayPtr<const capnp::word>> segments;
+  for (unsigned id = 0; reader.getSegment(id) != nullptr; ++id) {
+    segments.push_back(reader.getSegment(id));
+  }
+  kj::VectorOutputStream output;
+  capnp::writePackedMessage(output, kj::arrayPtr(segments.data(), segments.size()));
+  const kj::ArrayPtr<kj::byte> packed = output.getArray();
+  return std::vector<uint8_t>(packed.begin(), packed.end());
 }
 
 // What load() must return: the same semantics as the store, kept in plain maps.
@@ -421,13 +445,16 @@ TEST_F(StoreTest, ABatchOfSeveralSegmentsRoundTripsThroughTheLogTheFoldAndReopen
   ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
   ASSERT_EQ(decoded.value().policies.size(), 1u);
   EXPECT_TRUE(decoded.value().policies[0] == record);
-  // Bytes after the whole message are still refused.
-  std::vector<uint8_t> padded(blob.begin(), blob.end());
-  padded.insert(padded.end(), {0x01, 0x02, 0x03});
-  Result<StoreBatch> padded_decoded = decodeBatch(padded);
-  ASSERT_FALSE(padded_decoded.isOk());
-  EXPECT_NE(padded_decoded.status().message().find("trailing"), std::string::npos)
-      << padded_decoded.status().toString();
+  // Bytes after the whole message are still refused, in either form.
+  for (std::vector<uint8_t> padded :
+       {std::vector<uint8_t>(blob.begin(), blob.end()), packedOf(blobBytes(blob))}) {
+    padded.insert(padded.end(), {0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08});
+    Result<StoreBatch> padded_decoded = decodeBatch(padded);
+    ASSERT_FALSE(padded_decoded.isOk());
+    EXPECT_EQ(padded_decoded.status().code(), StatusCode::kCorruption);
+    EXPECT_NE(padded_decoded.status().message().find("trailing"), std::string::npos)
+        << padded_decoded.status().toString();
+  }
   {
     auto store = openOrDie(dataDir());
     ASSERT_NE(store, nullptr);
@@ -944,7 +971,8 @@ TEST_F(StoreTest, FoldThreadCatchesUpWhileCommitsContinue) {
 }
 
 TEST_F(StoreTest, FoldedLogRecordsAreRecycledAndTheLogStaysBounded) {
-  const SqliteStoreOptions options{.checkpoint_log_rows = 16, .log_segment_bytes = 64 << 10};
+  // About 15 records of ~8.6 KB to a segment.
+  const SqliteStoreOptions options{.checkpoint_log_rows = 16, .log_segment_bytes = 128 << 10};
   auto store = openOrDie(dataDir(), options);
   ASSERT_NE(store, nullptr);
   constexpr uint64_t kSteps = 3000;
@@ -952,7 +980,7 @@ TEST_F(StoreTest, FoldedLogRecordsAreRecycledAndTheLogStaysBounded) {
   uint64_t on_disk_max = 0;
   for (uint64_t n = 1; n <= kSteps; ++n) {
     StoreBatch batch = crashBatch(n);
-    for (uint64_t i = 0; i < 12; ++i) {  // about 4 KiB per batch
+    for (uint64_t i = 0; i < 12; ++i) {  // about 8 KiB per batch
       batch.reservations.push_back(makeReservation("bulk-" + std::to_string(i), n));
     }
     ASSERT_TRUE(store->commit(batch).isOk());
@@ -977,7 +1005,9 @@ TEST_F(StoreTest, FoldedLogRecordsAreRecycledAndTheLogStaysBounded) {
   // about two segments more, not what was ever written.
   EXPECT_GT(stats.log_segments_recycled, 50u);
   // The segments the unfolded records span, the current one and one waiting to be reused.
-  const uint64_t segments_for_pending = 4 + (pending_max * 4300) / (64 << 10);
+  const uint64_t record_bytes = written / stats.commits;
+  const uint64_t segments_for_pending =
+      4 + (pending_max * record_bytes) / options.log_segment_bytes;
   EXPECT_LE(stats.log_segments_created, segments_for_pending)
       << "new segments where folded ones could be reused";
   EXPECT_LT(on_disk_max, written / 4) << "the log's segments grow with what was written";
@@ -1111,7 +1141,7 @@ TEST_F(StoreTest, SchemaVersion1IsRefusedWithAClearMessage) {
   ASSERT_FALSE(store.isOk());
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   const std::string& message = store.status().message();
-  EXPECT_NE(message.find("ledger.db has schema_version 1; this build reads only 6"),
+  EXPECT_NE(message.find("ledger.db has schema_version 1; this build reads only 7"),
             std::string::npos)
       << message;
   EXPECT_NE(message.find("there is no migration"), std::string::npos) << message;
@@ -1206,13 +1236,97 @@ TEST_F(StoreTest, DataDirThatIsAFileIsRefused) {
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().toString();
 }
 
+// The log's batches are flat (store_codec.h): a zero word, then the unpacked message. The
+// packed form that schema version 6 wrote still decodes to the same batch, and the two differ
+// in their first byte.
+TEST_F(StoreTest, LogBatchesAreWrittenFlatAndBothFormsDecode) {
+  const std::vector<StoreBatch> batches = {
+      crashBatch(3), {.policies = {policyOfManyBudgets()}, .ledger_clock_ms = 7}};
+  for (const StoreBatch& batch : batches) {
+    const Blob flat = encodeBatch(batch);
+    const std::vector<uint8_t> packed = packedOf(blobBytes(flat));
+    ASSERT_NE(packed[0], 0) << "a packed message starts with a non-zero tag";
+    EXPECT_LT(packed.size(), flat.size());
+    for (std::span<const uint8_t> bytes : {blobBytes(flat), std::span<const uint8_t>(packed)}) {
+      Result<StoreBatch> decoded = decodeBatch(bytes);
+      ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+      EXPECT_TRUE(decoded.value() == batch);
+    }
+    // A flat body at an address that is not word-aligned (a caller's buffer) reads the same.
+    std::vector<uint8_t> shifted(flat.size() + 1);
+    std::memcpy(shifted.data() + 1, flat.begin(), flat.size());
+    Result<StoreBatch> decoded = decodeBatch(std::span<const uint8_t>(shifted).subspan(1));
+    ASSERT_TRUE(decoded.isOk()) << decoded.status().toString();
+    EXPECT_TRUE(decoded.value() == batch);
+  }
+}
+
+TEST_F(StoreTest, DamagedFlatBatchesAreCorruptionNotCrashes) {
+  const Blob flat = encodeBatch(crashBatch(3));
+  const std::span<const uint8_t> bytes = blobBytes(flat);
+  struct Case {
+    const char* name;
+    std::vector<uint8_t> body;
+    const char* says;
+  };
+  std::vector<uint8_t> zero_words(64, 0);
+  std::vector<uint8_t> huge_segment(bytes.begin(), bytes.end());
+  huge_segment[kFlatMarkerBytes + 4] = 0xff;  // the first segment's size, far past the end
+  huge_segment[kFlatMarkerBytes + 5] = 0xff;
+  const std::vector<Case> cases = {
+      {"only the marker", std::vector<uint8_t>(bytes.begin(), bytes.begin() + kFlatMarkerBytes),
+       "malformed"},
+      {"not whole words", std::vector<uint8_t>(bytes.begin(), bytes.end() - 3), "whole words"},
+      {"cut short by a word", std::vector<uint8_t>(bytes.begin(), bytes.end() - 8), "malformed"},
+      {"all zero", zero_words, "malformed"},
+      {"a segment past the end", huge_segment, "malformed"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Result<StoreBatch> decoded = decodeBatch(c.body);
+    ASSERT_FALSE(decoded.isOk());
+    EXPECT_EQ(decoded.status().code(), StatusCode::kCorruption);
+    EXPECT_NE(decoded.status().message().find(c.says), std::string::npos)
+        << decoded.status().toString();
+    BatchFolder folder;
+    EXPECT_EQ(folder.add(kj::heapArray<kj::byte>(c.body.data(), c.body.size())).code(),
+              StatusCode::kCorruption);
+  }
+}
+
+// The fold reads a run that mixes both forms (a schema version 6 log, then this build's
+// records) into the same net effect as the run written flat.
+TEST_F(StoreTest, TheFolderFoldsPackedAndFlatBatchesAlike) {
+  auto fold = [](bool first_packed) -> StoreBatch {
+    BatchFolder folder;
+    for (uint64_t n = 1; n <= 4; ++n) {
+      const Blob flat = encodeBatch(crashBatch(n));
+      if (first_packed && n <= 2) {
+        const std::vector<uint8_t> packed = packedOf(blobBytes(flat));
+        EXPECT_TRUE(folder.add(kj::heapArray<kj::byte>(packed.data(), packed.size())).isOk());
+      } else {
+        EXPECT_TRUE(folder.add(kj::heapArray<kj::byte>(flat.begin(), flat.size())).isOk());
+      }
+    }
+    Result<StoreBatch> net = folder.finish();
+    EXPECT_TRUE(net.isOk()) << net.status().toString();
+    return net.isOk() ? net.value() : StoreBatch{};
+  };
+  const StoreBatch flat = fold(false);
+  EXPECT_FALSE(flat.reservations.empty());
+  EXPECT_TRUE(fold(true) == flat);
+}
+
 TEST_F(StoreTest, CorruptLogBodyIsReportedWithItsSeq) {
   const std::vector<uint8_t> garbage(4096, 0xff);
-  Blob real = encodeBatch(crashBatch(2));
-  const std::vector<uint8_t> truncated(blobBytes(real).begin(), blobBytes(real).begin() + 64);
+  // Record 4's own body, whose segment table claims more words than the record holds.
+  Blob real = encodeBatch(crashBatch(4));
+  std::vector<uint8_t> overlong(blobBytes(real).begin(), blobBytes(real).end());
+  overlong[kFlatMarkerBytes + 6] = 0x01;  // the first segment's size in words, + 65,536
   int variant = 0;
   // Intact checksums over bodies that do not decode: found when the record is decoded.
-  for (const std::vector<uint8_t>* body : {&garbage, &truncated}) {
+  for (const std::vector<uint8_t>* body :
+       {&garbage, static_cast<const std::vector<uint8_t>*>(&overlong)}) {
     SCOPED_TRACE("variant " + std::to_string(variant));
     const std::string dir = tmp_.path() + "/corrupt-" + std::to_string(variant++);
     {
@@ -1333,16 +1447,16 @@ TEST_F(StoreTest, OtherSchemaVersionIsRefused) {
   }
   {
     const std::string path = tablesPath();
-    rawSql(path, "UPDATE meta SET value = 7 WHERE key = 'schema_version'", nullptr);
+    rawSql(path, "UPDATE meta SET value = 8 WHERE key = 'schema_version'", nullptr);
     Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
     ASSERT_FALSE(store.isOk());
     EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(
-        store.status().message().find(path + " has schema_version 7; this build reads only 6"),
+        store.status().message().find(path + " has schema_version 8; this build reads only 7"),
         std::string::npos)
         << store.status().toString();
     // Refusing changed nothing: with the version restored, the data is all there.
-    rawSql(path, "UPDATE meta SET value = 6 WHERE key = 'schema_version'", nullptr);
+    rawSql(path, "UPDATE meta SET value = 7 WHERE key = 'schema_version'", nullptr);
   }
   auto reopened = openOrDie(dataDir());
   ASSERT_NE(reopened, nullptr);
@@ -1603,8 +1717,40 @@ int64_t schemaVersionOf(const std::string& db_path) {
   return version;
 }
 
+// The bodies of the log's records after `folded`, packed as schema versions 6 and older wrote
+// them.
+void readPackedBodies(const std::string& log_dir, int64_t folded,
+                      std::vector<std::vector<uint8_t>>* bodies) {
+  Result<std::unique_ptr<CommitLog>> log = CommitLog::open(log_dir, folded, true);
+  ASSERT_TRUE(log.isOk()) << log.status().toString();
+  for (int64_t seq = folded + 1; seq <= log.value()->lastSeq(); ++seq) {
+    std::vector<uint8_t> flat;
+    ASSERT_TRUE(log.value()->read(seq, &flat).isOk());
+    bodies->push_back(packedOf(flat));
+  }
+}
+
+// Turns the (closed) store's data dir back into what schema version 6 wrote: tables.db at
+// version 6, and the log's records after folded_seq packed.
+void revertToSchemaVersion6(const std::string& data_dir) {
+  const std::string tables = data_dir + "/" + SqliteStore::kTablesFileName;
+  const int64_t folded = rawInt(tables, "SELECT value FROM meta WHERE key = 'folded_seq'");
+  const std::string log_dir = data_dir + "/" + SqliteStore::kLogDirName;
+  std::vector<std::vector<uint8_t>> bodies;
+  ASSERT_NO_FATAL_FAILURE(readPackedBodies(log_dir, folded, &bodies));
+  std::filesystem::remove_all(log_dir);
+  Result<std::unique_ptr<CommitLog>> log = CommitLog::open(log_dir, folded, false);
+  ASSERT_TRUE(log.isOk()) << log.status().toString();
+  ASSERT_TRUE(log.value()->ensureSegment().isOk());
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    ASSERT_TRUE(log.value()->append(folded + 1 + static_cast<int64_t>(i), bodies[i]).isOk());
+  }
+  execSql(tables, {"UPDATE meta SET value = 6 WHERE key = 'schema_version'"});
+}
+
 // Turns the (closed) store's data dir back into the layout of schema version `version` <= 5:
-// the log's records after folded_seq become rows of a new DIR/ledger.db, and DIR/log goes.
+// the log's records after folded_seq become rows (packed) of a new DIR/ledger.db, and DIR/log
+// goes.
 void revertToLegacyLog(const std::string& data_dir, int64_t version) {
   const std::string tables = data_dir + "/" + SqliteStore::kTablesFileName;
   const int64_t folded = rawInt(tables, "SELECT value FROM meta WHERE key = 'folded_seq'");
@@ -1616,14 +1762,7 @@ void revertToLegacyLog(const std::string& data_dir, int64_t version) {
       "INSERT INTO meta(key, value) VALUES('trimmed_seq', " + std::to_string(folded) + ")",
   };
   std::vector<std::vector<uint8_t>> bodies;
-  {
-    Result<std::unique_ptr<CommitLog>> log = CommitLog::open(log_dir, folded, true);
-    ASSERT_TRUE(log.isOk()) << log.status().toString();
-    for (int64_t seq = folded + 1; seq <= log.value()->lastSeq(); ++seq) {
-      bodies.emplace_back();
-      ASSERT_TRUE(log.value()->read(seq, &bodies.back()).isOk());
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(readPackedBodies(log_dir, folded, &bodies));
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open((data_dir + "/" + SqliteStore::kLegacyLogFileName).c_str(), &db),
             SQLITE_OK);
@@ -1817,6 +1956,53 @@ TEST_F(StoreTest, DataDirOfSchemaVersion3IsMigrated) {
             (std::vector<PeriodSnapshot>{makeSnapshot("counter", 9, 2)}));
   model.apply(StoreBatch{.ledger_clock_ms = 30});
   expectContents(contents, model);
+}
+
+// Schema version 6 kept the log in DIR/log/ as this build does, with its batches packed: they
+// are read, replayed and folded as they are, beside the flat records written after the upgrade.
+TEST_F(StoreTest, DataDirOfSchemaVersion6WithPackedBatchesIsMigrated) {
+  Model model;
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    for (uint64_t n = 1; n <= 4; ++n) {
+      ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+      model.apply(crashBatch(n));
+      if (n == 2) {
+        ASSERT_TRUE(store->checkpoint().isOk());  // 3 and 4 stay in the log
+      }
+    }
+  }
+  ASSERT_NO_FATAL_FAILURE(revertToSchemaVersion6(dataDir()));
+  ASSERT_EQ(schemaVersionOf(tablesPath()), 6);
+  {
+    Result<std::unique_ptr<CommitLog>> log = CommitLog::open(logPath(), 2, true);
+    ASSERT_TRUE(log.isOk()) << log.status().toString();
+    ASSERT_EQ(log.value()->lastSeq(), 4);
+    std::vector<uint8_t> body;
+    ASSERT_TRUE(log.value()->read(3, &body).isOk());
+    ASSERT_NE(body[0], 0) << "record 3 is packed";
+  }
+  {
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(schemaVersionOf(tablesPath()), SqliteStore::kSchemaVersion);
+    expectContents(loadOrDie(store.get()), model);
+    ASSERT_TRUE(store->commit(crashBatch(5)).isOk());  // flat, after the packed ones
+    model.apply(crashBatch(5));
+    expectContents(loadOrDie(store.get()), model);
+  }
+  {
+    // The packed and the flat records replayed from the log, then folded together.
+    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
+    ASSERT_NE(store, nullptr);
+    expectContents(loadOrDie(store.get()), model);
+    ASSERT_TRUE(store->checkpoint().isOk());
+    EXPECT_EQ(store->foldedSeq(), 5);
+  }
+  auto store = openOrDie(dataDir());
+  ASSERT_NE(store, nullptr);
+  expectContents(loadOrDie(store.get()), model);
 }
 
 // A migration cut short by a crash is finished by the next open: before the new log was renamed
