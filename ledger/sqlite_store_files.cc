@@ -367,8 +367,14 @@ Status writeReservations(const sqlite::Connection& tables, StoreBatch* net) {
     TALLY_SQLITE_RETURN_IF_ERROR(bindText(db, stmt, 1, id, op));
     TALLY_SQLITE_RETURN_IF_ERROR(stepDone(db, stmt, op));
   }
-  std::sort(net->reservations.begin(), net->reservations.end(), byId);
-  for (const Reservation& reservation : net->reservations) {
+  // In id order, by pointer: sorting the records themselves moved every field of each.
+  std::vector<const Reservation*> in_id_order;
+  in_id_order.reserve(net->reservations.size());
+  for (const Reservation& reservation : net->reservations) in_id_order.push_back(&reservation);
+  std::sort(in_id_order.begin(), in_id_order.end(),
+            [](const Reservation* a, const Reservation* b) { return byId(*a, *b); });
+  for (const Reservation* record : in_id_order) {
+    const Reservation& reservation = *record;
     const Blob blob = encodeReservationRecord(reservation);
     sqlite3_stmt* stmt = tables[kTablesUpsertReservation];
     ResetOnExit reset(stmt);

@@ -237,7 +237,8 @@ Status createOrCheckSchema(const sqlite::Connection& connection,
 // Writes `net`, the net effect of the log rows up to `last_seq` after tables.db's folded_seq
 // (deletions and upserts disjoint, see BatchFolder), into tables.db's tables and raises
 // folded_seq to last_seq and ledger_clock_ms, inside the caller's transaction on `tables`.
-// Sorts `net`'s reservations and deletions by id, so consecutive writes share B-tree pages.
+// Writes `net`'s reservations and deletions in id order (sorting its deletions), so that
+// consecutive writes share B-tree pages.
 Status writeFold(const sqlite::Connection& tables, StoreBatch* net, int64_t last_seq);
 
 // tables.db's contents, read inside the caller's read transaction.
