@@ -706,6 +706,21 @@ StoreBatch crashBatch(uint64_t n) {
   return batch;
 }
 
+// Commits crashBatch(1..last) into a new store in `dir`, folding them up to `checkpoint_after`
+// (the rest stays in the log), and applies them to *model.
+void commitCrashBatches(const std::string& dir, uint64_t last, uint64_t checkpoint_after,
+                        Model* model) {
+  auto store = openOrDie(dir, {.checkpoint_log_rows = 0});
+  ASSERT_NE(store, nullptr);
+  for (uint64_t n = 1; n <= last; ++n) {
+    ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
+    model->apply(crashBatch(n));
+    if (n == checkpoint_after) {
+      ASSERT_TRUE(store->checkpoint().isOk());
+    }
+  }
+}
+
 constexpr uint64_t kChildBatchesMax = 1'000'000;
 constexpr uint64_t kChildFailed = ~uint64_t{0};
 constexpr int kAckTimeoutMs = 30'000;
@@ -1962,17 +1977,7 @@ TEST_F(StoreTest, DataDirOfSchemaVersion3IsMigrated) {
 // are read, replayed and folded as they are, beside the flat records written after the upgrade.
 TEST_F(StoreTest, DataDirOfSchemaVersion6WithPackedBatchesIsMigrated) {
   Model model;
-  {
-    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
-    ASSERT_NE(store, nullptr);
-    for (uint64_t n = 1; n <= 4; ++n) {
-      ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
-      model.apply(crashBatch(n));
-      if (n == 2) {
-        ASSERT_TRUE(store->checkpoint().isOk());  // 3 and 4 stay in the log
-      }
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(commitCrashBatches(dataDir(), 4, 2, &model));  // 3 and 4 in the log
   ASSERT_NO_FATAL_FAILURE(revertToSchemaVersion6(dataDir()));
   ASSERT_EQ(schemaVersionOf(tablesPath()), 6);
   {
@@ -2009,17 +2014,7 @@ TEST_F(StoreTest, DataDirOfSchemaVersion6WithPackedBatchesIsMigrated) {
 // into place (a staging dir left behind), and after it (ledger.db left behind).
 TEST_F(StoreTest, AnInterruptedMigrationIsFinishedOnTheNextOpen) {
   Model model;
-  {
-    auto store = openOrDie(dataDir(), {.checkpoint_log_rows = 0});
-    ASSERT_NE(store, nullptr);
-    for (uint64_t n = 1; n <= 6; ++n) {
-      ASSERT_TRUE(store->commit(crashBatch(n)).isOk());
-      model.apply(crashBatch(n));
-      if (n == 3) {
-        ASSERT_TRUE(store->checkpoint().isOk());
-      }
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(commitCrashBatches(dataDir(), 6, 3, &model));
   ASSERT_NO_FATAL_FAILURE(revertToLegacyLog(dataDir(), 5));
   // Crashed while copying: a partial staging log.
   std::filesystem::create_directories(dataDir() + "/log.migrating");
