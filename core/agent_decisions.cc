@@ -79,25 +79,46 @@ ShadowDecision classifyShadow(const ReservationReply* reply, bool transport_fail
   return {.outcome = "error", .admit_locally = false};
 }
 
+AgedIds::AgedIds(const AgedIds& other) : entries_max_(other.entries_max_), since_(other.since_) {
+  for (const auto& [id, since_ms] : since_) by_age_.emplace(since_ms, std::string_view(id));
+}
+
+AgedIds& AgedIds::operator=(const AgedIds& other) {
+  if (this != &other) *this = AgedIds(other);
+  return *this;
+}
+
+AgedIds::Since::iterator AgedIds::insert(const std::string& id, uint64_t now_ms) {
+  auto it = since_.emplace(id, now_ms).first;
+  by_age_.emplace(now_ms, std::string_view(it->first));
+  return it;
+}
+
+void AgedIds::erase(Since::iterator it) {
+  by_age_.erase({it->second, std::string_view(it->first)});
+  since_.erase(it);
+}
+
 bool AgedIds::add(const std::string& id, uint64_t now_ms) {
   if (since_.contains(id)) return true;
   if (since_.size() >= entries_max_) return false;
-  since_.emplace(id, now_ms);
-  by_age_.emplace(now_ms, id);
+  insert(id, now_ms);
   return true;
 }
 
 void AgedIds::addEvictingOldest(const std::string& id, uint64_t now_ms) {
-  if (add(id, now_ms)) return;
-  if (!by_age_.empty()) remove(by_age_.begin()->second);
-  (void)add(id, now_ms);
+  if (entries_max_ == 0 || since_.contains(id)) return;
+  if (since_.size() >= entries_max_) {
+    // The oldest goes first, so the new id, even if older than every other, stays.
+    erase(since_.find(by_age_.begin()->second));
+  }
+  insert(id, now_ms);
 }
 
 bool AgedIds::remove(const std::string& id) {
   auto it = since_.find(id);
   if (it == since_.end()) return false;
-  by_age_.erase({it->second, id});
-  since_.erase(it);
+  erase(it);
   return true;
 }
 
@@ -110,7 +131,7 @@ uint64_t AgedIds::oldestAgeMs(uint64_t now_ms) const {
 std::vector<std::string> AgedIds::oldest(size_t max) const {
   std::vector<std::string> ids;
   for (auto it = by_age_.begin(); it != by_age_.end() && ids.size() < max; ++it) {
-    ids.push_back(it->second);
+    ids.emplace_back(it->second);
   }
   return ids;
 }

@@ -1,10 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -109,9 +111,17 @@ ReserveAnswerPlan planReserveAnswer(RolloutMode mode, LinkOutcome outcome,
                                     const ReservationReply* reply, bool shards_wanted);
 
 // A bounded set of ids, each with the time it entered; answers the count and the oldest age.
+// "Oldest" orders by (time, id). Each id is stored once: the age index holds views of the
+// hash map's keys (stable, the map being node-based). The agent asks it on every reserve and
+// adds to it on every send, so each operation takes as few lookups as it can.
 class AgedIds {
  public:
   explicit AgedIds(uint64_t entries_max) : entries_max_(entries_max) {}
+  // A copy's age index points into the copy's own map (moving keeps the nodes).
+  AgedIds(const AgedIds& other);
+  AgedIds& operator=(const AgedIds& other);
+  AgedIds(AgedIds&&) = default;
+  AgedIds& operator=(AgedIds&&) = default;
 
   // False (nothing changed) when full; true when added or already present.
   bool add(const std::string& id, uint64_t now_ms);
@@ -125,9 +135,19 @@ class AgedIds {
   std::vector<std::string> oldest(size_t max) const;
 
  private:
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view id) const { return std::hash<std::string_view>{}(id); }
+  };
+  using Since = std::unordered_map<std::string, uint64_t, Hash, std::equal_to<>>;
+
+  // Enters `id` at `now_ms`; the caller checked that it is absent and that there is room.
+  Since::iterator insert(const std::string& id, uint64_t now_ms);
+  void erase(Since::iterator it);
+
   uint64_t entries_max_;
-  std::unordered_map<std::string, uint64_t> since_;
-  std::set<std::pair<uint64_t, std::string>> by_age_;
+  Since since_;
+  std::set<std::pair<uint64_t, std::string_view>> by_age_;
 };
 
 // The USAGE_UNKNOWN gauge: the ledger's OK answer to a follow-up the agent carried (forwarded

@@ -1,5 +1,12 @@
 #include "core/agent_decisions.h"
 
+#include <algorithm>
+#include <map>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 // Where a reserve goes (the agent's routing rule), alone: no sockets, files or clocks.
@@ -136,6 +143,82 @@ TEST(AgedIdsTest, AddEvictingOldestKeepsTheNewestWhenFull) {
   ids.addEvictingOldest("b", 4);
   EXPECT_EQ(ids.size(), 2u) << "an id already there stays, nothing evicted";
   EXPECT_TRUE(ids.contains("c"));
+}
+
+// The same answers as a plain model (a map of id to time; oldest by time, then id) after every
+// step of random adds, evicting adds and removes, with times that repeat, advance and go back,
+// through copies and moves.
+TEST(AgedIdsTest, AnswersLikeAPlainModelOverRandomOperations) {
+  struct Model {
+    size_t entries_max;
+    std::map<std::string, uint64_t> since;
+    std::vector<std::pair<uint64_t, std::string>> byAge() const {
+      std::vector<std::pair<uint64_t, std::string>> entries;
+      for (const auto& [id, at] : since) entries.emplace_back(at, id);
+      std::sort(entries.begin(), entries.end());
+      return entries;
+    }
+    bool add(const std::string& id, uint64_t now_ms) {
+      if (since.contains(id)) return true;
+      if (since.size() >= entries_max) return false;
+      since[id] = now_ms;
+      return true;
+    }
+    void addEvictingOldest(const std::string& id, uint64_t now_ms) {
+      if (add(id, now_ms)) return;
+      if (!since.empty()) since.erase(byAge().front().second);
+      (void)add(id, now_ms);
+    }
+    std::vector<std::string> oldest(size_t max) const {
+      std::vector<std::string> ids;
+      for (const auto& [at, id] : byAge()) {
+        if (ids.size() == max) break;
+        ids.push_back(id);
+      }
+      return ids;
+    }
+    uint64_t oldestAgeMs(uint64_t now_ms) const {
+      if (since.empty()) return 0;
+      const uint64_t at = byAge().front().first;
+      return now_ms > at ? now_ms - at : 0;
+    }
+  };
+  std::mt19937_64 random(20261207);
+  for (size_t entries_max : {size_t{0}, size_t{1}, size_t{3}, size_t{16}}) {
+    SCOPED_TRACE("entries_max " + std::to_string(entries_max));
+    AgedIds ids(entries_max);
+    Model model{.entries_max = entries_max};
+    uint64_t now_ms = 1'000;
+    for (int step = 0; step < 4'000; ++step) {
+      const std::string id = "reservation-id-" + std::to_string(random() % 24);  // on the heap
+      switch (random() % 8) {
+        case 0:
+        case 1: EXPECT_EQ(ids.add(id, now_ms), model.add(id, now_ms)); break;
+        case 2:
+        case 3:
+          ids.addEvictingOldest(id, now_ms);
+          model.addEvictingOldest(id, now_ms);
+          break;
+        case 4: EXPECT_EQ(ids.remove(id), model.since.erase(id) == 1); break;
+        case 5: now_ms = now_ms + random() % 3 - (random() % 4 == 0 ? 2 : 0); break;
+        case 6: {
+          const AgedIds copy = ids;
+          ids = AgedIds(0);
+          ids = copy;
+          break;
+        }
+        default: {
+          AgedIds moved = std::move(ids);
+          ids = std::move(moved);
+          break;
+        }
+      }
+      ASSERT_EQ(ids.size(), model.since.size()) << "step " << step;
+      ASSERT_EQ(ids.contains(id), model.since.contains(id)) << "step " << step;
+      ASSERT_EQ(ids.oldest(5), model.oldest(5)) << "step " << step;
+      ASSERT_EQ(ids.oldestAgeMs(now_ms + 7), model.oldestAgeMs(now_ms + 7)) << "step " << step;
+    }
+  }
 }
 
 TEST(AgentDeadlinesTest, TheShutdownDeadlineAnswersOnce) {
