@@ -267,10 +267,10 @@ Status CommitLog::scan(int64_t released_seq, bool require_segments) {
       bool sound = false;
       if (Status s = readRecordAt(segment->fd, offset, expected, options_.record_bytes_max, path,
                                   &body, &sound);
-          !s.isOk() || !sound) {
-        if (!s.isOk()) return s;
-        break;
+          !s.isOk()) {
+        return s;
       }
+      if (!sound) break;
       const auto bytes = static_cast<uint32_t>(body.size());
       if (expected > released_seq) {
         // Records <= released_seq are not indexed; the first indexed one is released_seq + 1.
@@ -566,10 +566,10 @@ Result<int64_t> CommitLog::copyLog(const std::string& from_dir, const std::strin
       bool sound = false;
       if (Status s =
               readRecordAt(fd, offset, expected, options.record_bytes_max, path, &body, &sound);
-          !s.isOk() || !sound) {
-        if (!s.isOk()) return s;
-        break;
+          !s.isOk()) {
+        return s;
       }
+      if (!sound) break;
       if (Status s = copy->appendUnsynced(expected, body); !s.isOk()) return s;
       offset += kRecordHeaderBytes + body.size();
       ++expected;
