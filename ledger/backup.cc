@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <optional>
 #include <sstream>
 #include <system_error>
 #include <utility>
@@ -149,12 +148,11 @@ Result<int64_t> foldedSeqOf(const std::string& path) {
                          &get, nullptr) != SQLITE_OK) {
     return sqliteError(db.value().get(), "read folded_seq of " + path);
   }
-  std::optional<int64_t> folded;
-  const Status read = files::readMeta(db.value().get(), get, files::kMetaFoldedSeq, &folded);
+  int64_t folded = 0;
+  const Status read = files::readFoldedSeq(db.value().get(), get, path, &folded);
   sqlite3_finalize(get);
   if (!read.isOk()) return read;
-  if (folded.value_or(0) < 0) return Status::corruption(path + ": negative folded_seq");
-  return folded.value_or(0);
+  return folded;
 }
 
 // The log first, then the tables: the copied log then ends at or before what the ledger had

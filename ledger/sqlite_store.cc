@@ -160,12 +160,8 @@ Status SqliteStore::openTables(int64_t* folded_seq) {
   TALLY_SQLITE_RETURN_IF_ERROR(files::createOrCheckSchema(
       *tables_, files::kTablesSchema, "reservations", files::kTablesMigrations));
   TALLY_SQLITE_RETURN_IF_ERROR(tables_->prepare(files::kTablesStatementSql));
-  std::optional<int64_t> folded;
-  TALLY_SQLITE_RETURN_IF_ERROR(files::readMeta(tables_->db(), (*tables_)[files::kTablesGetMeta],
-                                               files::kMetaFoldedSeq, &folded));
-  if (folded.value_or(0) < 0) return Status::corruption(tables_path_ + ": negative folded_seq");
-  *folded_seq = folded.value_or(0);
-  return Status::ok();
+  return files::readFoldedSeq(tables_->db(), (*tables_)[files::kTablesGetMeta], tables_path_,
+                              folded_seq);
 }
 
 Status SqliteStore::openLog(int64_t folded_seq, bool require_segments) {

@@ -484,6 +484,14 @@ Status setMetaMax(sqlite3* db, sqlite3_stmt* set_max, const char* key, int64_t v
   return stepDone(db, set_max, op.c_str());
 }
 
+Status readFoldedSeq(sqlite3* db, sqlite3_stmt* get, const std::string& path, int64_t* folded_seq) {
+  std::optional<int64_t> folded;
+  TALLY_SQLITE_RETURN_IF_ERROR(readMeta(db, get, kMetaFoldedSeq, &folded));
+  if (folded.value_or(0) < 0) return Status::corruption(path + ": negative folded_seq");
+  *folded_seq = folded.value_or(0);
+  return Status::ok();
+}
+
 Status createOrCheckSchema(const sqlite::Connection& connection,
                            std::span<const char* const> schema, const char* marker_table,
                            std::span<const Migration> migrations) {

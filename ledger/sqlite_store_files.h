@@ -222,6 +222,9 @@ Status foldLogRow(int64_t seq, std::span<const uint8_t> body, uint64_t bytes_max
 // `get` and `set_max` are that file's GetMeta and SetMetaMax statements.
 Status readMeta(sqlite3* db, sqlite3_stmt* get, const char* key, std::optional<int64_t>* value);
 Status setMetaMax(sqlite3* db, sqlite3_stmt* set_max, const char* key, int64_t value);
+// tables.db's meta.folded_seq (0 when unset) with its GetMeta statement; kCorruption naming
+// `path` when it is negative.
+Status readFoldedSeq(sqlite3* db, sqlite3_stmt* get, const std::string& path, int64_t* folded_seq);
 
 // Creates `schema` and schema_version in a new file, or checks an existing file: it must hold
 // `marker_table` and schema_version kSchemaVersion (kFailedPrecondition otherwise, naming the
