@@ -107,12 +107,13 @@ bool AgedIds::add(const std::string& id, uint64_t now_ms) {
 }
 
 void AgedIds::addEvictingOldest(const std::string& id, uint64_t now_ms) {
-  if (entries_max_ == 0 || since_.contains(id)) return;
-  if (since_.size() >= entries_max_) {
-    // The oldest goes first, so the new id, even if older than every other, stays.
-    erase(since_.find(by_age_.begin()->second));
-  }
-  insert(id, now_ms);
+  if (entries_max_ == 0) return;
+  const auto [it, inserted] = since_.try_emplace(id, now_ms);
+  if (!inserted) return;
+  // The oldest of the others makes room (the new id is not in the age index yet, so it stays
+  // even when older than every other).
+  if (since_.size() > entries_max_) erase(since_.find(by_age_.begin()->second));
+  by_age_.emplace(now_ms, std::string_view(it->first));
 }
 
 bool AgedIds::remove(const std::string& id) {
