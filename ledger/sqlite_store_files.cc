@@ -484,12 +484,17 @@ Status setMetaMax(sqlite3* db, sqlite3_stmt* set_max, const char* key, int64_t v
   return stepDone(db, set_max, op.c_str());
 }
 
-Status readFoldedSeq(sqlite3* db, sqlite3_stmt* get, const std::string& path, int64_t* folded_seq) {
-  std::optional<int64_t> folded;
-  TALLY_SQLITE_RETURN_IF_ERROR(readMeta(db, get, kMetaFoldedSeq, &folded));
-  if (folded.value_or(0) < 0) return Status::corruption(path + ": negative folded_seq");
-  *folded_seq = folded.value_or(0);
+Status readCounter(sqlite3* db, sqlite3_stmt* get, const std::string& path, const char* key,
+                   int64_t* value) {
+  std::optional<int64_t> read;
+  TALLY_SQLITE_RETURN_IF_ERROR(readMeta(db, get, key, &read));
+  if (read.value_or(0) < 0) return Status::corruption(path + ": negative " + key);
+  *value = read.value_or(0);
   return Status::ok();
+}
+
+Status readFoldedSeq(sqlite3* db, sqlite3_stmt* get, const std::string& path, int64_t* folded_seq) {
+  return readCounter(db, get, path, kMetaFoldedSeq, folded_seq);
 }
 
 Status createOrCheckSchema(const sqlite::Connection& connection,
@@ -606,23 +611,15 @@ Status readTables(const sqlite::Connection& tables, uint64_t bytes_max, TablesIm
       [](const OperatorRecord& record) { return record.name; }, &image->operators));
   TALLY_SQLITE_RETURN_IF_ERROR(
       readAuditLog(db, tables[kTablesSelectAuditLog], bytes_max, &image->audit_log));
-  std::optional<int64_t> shard_sequence;
+  sqlite3_stmt* get = tables[kTablesGetMeta];
+  int64_t shard_sequence = 0;
   TALLY_SQLITE_RETURN_IF_ERROR(
-      readMeta(db, tables[kTablesGetMeta], kMetaShardSequence, &shard_sequence));
-  if (shard_sequence.value_or(0) < 0) {
-    return Status::corruption(tables.path() + ": negative shard_sequence");
-  }
-  image->shard_sequence = static_cast<uint64_t>(shard_sequence.value_or(0));
-  std::optional<int64_t> clock_ms;
-  TALLY_SQLITE_RETURN_IF_ERROR(readMeta(db, tables[kTablesGetMeta], kMetaLedgerClockMs, &clock_ms));
-  std::optional<int64_t> folded_seq;
-  TALLY_SQLITE_RETURN_IF_ERROR(readMeta(db, tables[kTablesGetMeta], kMetaFoldedSeq, &folded_seq));
-  if (clock_ms.value_or(0) < 0 || folded_seq.value_or(0) < 0) {
-    return Status::corruption(tables.path() + ": negative ledger_clock_ms or folded_seq");
-  }
-  image->ledger_clock_ms = static_cast<uint64_t>(clock_ms.value_or(0));
-  image->folded_seq = folded_seq.value_or(0);
-  return Status::ok();
+      readCounter(db, get, tables.path(), kMetaShardSequence, &shard_sequence));
+  image->shard_sequence = static_cast<uint64_t>(shard_sequence);
+  int64_t clock_ms = 0;
+  TALLY_SQLITE_RETURN_IF_ERROR(readCounter(db, get, tables.path(), kMetaLedgerClockMs, &clock_ms));
+  image->ledger_clock_ms = static_cast<uint64_t>(clock_ms);
+  return readFoldedSeq(db, get, tables.path(), &image->folded_seq);
 }
 
 StoreContents mergeContents(TablesImage image, LogFold fold) {

@@ -225,6 +225,10 @@ Status setMetaMax(sqlite3* db, sqlite3_stmt* set_max, const char* key, int64_t v
 // tables.db's meta.folded_seq (0 when unset) with its GetMeta statement; kCorruption naming
 // `path` when it is negative.
 Status readFoldedSeq(sqlite3* db, sqlite3_stmt* get, const std::string& path, int64_t* folded_seq);
+// Meta `key` of the file at `path` (0 when absent): a counter, so a negative one is kCorruption
+// naming it.
+Status readCounter(sqlite3* db, sqlite3_stmt* get, const std::string& path, const char* key,
+                   int64_t* value);
 
 // Creates `schema` and schema_version in a new file, or checks an existing file: it must hold
 // `marker_table` and schema_version kSchemaVersion (kFailedPrecondition otherwise, naming the

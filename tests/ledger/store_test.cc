@@ -1491,6 +1491,39 @@ TEST_F(StoreTest, ForeignDatabaseIsRefused) {
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition) << store.status().toString();
 }
 
+TEST_F(StoreTest, NegativeCountersInTablesDbAreCorruptionNamingThem) {
+  {
+    auto store = openOrDie(dataDir());
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->commit(crashBatch(1)).isOk());
+    ASSERT_TRUE(store->checkpoint().isOk());  // tables.db's meta holds all three
+  }
+  const std::string path = tablesPath();
+  for (const char* key : {"folded_seq", "ledger_clock_ms", "shard_sequence"}) {
+    SCOPED_TRACE(key);
+    const std::string where = std::string(" WHERE key = '") + key + "'";
+    const int64_t kept = rawInt(path, "SELECT value FROM meta" + where);
+    rawSql(path, "UPDATE meta SET value = -1" + where, nullptr);
+    // folded_seq is read when the store opens, the others when it loads.
+    Status status = Status::ok();
+    Result<std::unique_ptr<SqliteStore>> store = SqliteStore::open(dataDir());
+    if (!store.isOk()) {
+      status = store.status();
+    } else {
+      status = store.value()->load().status();
+    }
+    EXPECT_EQ(status.code(), StatusCode::kCorruption) << status.toString();
+    EXPECT_NE(status.message().find(path + ": negative " + key), std::string::npos)
+        << status.toString();
+    rawSql(path, "UPDATE meta SET value = " + std::to_string(kept) + where, nullptr);
+  }
+  auto reopened = openOrDie(dataDir());
+  ASSERT_NE(reopened, nullptr);
+  Model model;
+  model.apply(crashBatch(1));
+  expectContents(loadOrDie(reopened.get()), model);
+}
+
 TEST_F(StoreTest, NotADatabaseIsCorruption) {
   std::filesystem::create_directories(dataDir());
   std::FILE* f = std::fopen(dbPath().c_str(), "w");
