@@ -245,9 +245,25 @@ TEST_F(PartitionedAgentTest, OnlyTheDownPartitionsSubjectsFallBackToItsShardsAnd
     ASSERT_EQ(reserved.reply.code, ReplyCode::kOk) << describe(reserved);
     ASSERT_EQ(callOrFail(StartRequest{pending, "op-" + pending}).reply.code, ReplyCode::kOk);
 
+    // The gauge reads 2 as soon as the link is down, but the agent turns to the partition's
+    // shards only once its link is PARTITIONED, after a second failure; until then a reserve
+    // waits for the link and may go to the dying ledger's socket (outcome unknown). So the wait
+    // is for that transition, a new "to=PARTITIONED" in the agent's log (the other partition's
+    // link is healthy).
+    const auto partitioned_transitions = [&] {
+      const std::string log = agent_.log();
+      size_t count = 0;
+      for (size_t at = log.find("to=PARTITIONED"); at != std::string::npos;
+           at = log.find("to=PARTITIONED", at + 1)) {
+        ++count;
+      }
+      return count;
+    };
+    const size_t partitioned_before = partitioned_transitions();
     ledgers_[down]->kill9();
     ASSERT_TRUE(waitFor([&] {
-      return partitionMetric(down, "tally_agent_ledger_health") == 2;  // PARTITIONED / gone
+      return partitionMetric(down, "tally_agent_ledger_health") == 2 &&  // PARTITIONED / gone
+             partitioned_transitions() > partitioned_before;
     })) << agent_.log();
     EXPECT_EQ(partitionMetric(up, "tally_agent_ledger_health"), 0);  // HEALTHY
     EXPECT_NE(agentHealth(), "HEALTHY");
