@@ -250,15 +250,7 @@ TEST_F(PartitionedAgentTest, OnlyTheDownPartitionsSubjectsFallBackToItsShardsAnd
     // waits for the link and may go to the dying ledger's socket (outcome unknown). So the wait
     // is for that transition, a new "to=PARTITIONED" in the agent's log (the other partition's
     // link is healthy).
-    const auto partitioned_transitions = [&] {
-      const std::string log = agent_.log();
-      size_t count = 0;
-      for (size_t at = log.find("to=PARTITIONED"); at != std::string::npos;
-           at = log.find("to=PARTITIONED", at + 1)) {
-        ++count;
-      }
-      return count;
-    };
+    const auto partitioned_transitions = [&] { return countOf(agent_.log(), "to=PARTITIONED"); };
     const size_t partitioned_before = partitioned_transitions();
     ledgers_[down]->kill9();
     ASSERT_TRUE(waitFor([&] {

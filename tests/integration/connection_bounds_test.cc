@@ -82,12 +82,6 @@ uint64_t msSince(Clock::time_point start) {
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count());
 }
 
-size_t count(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
 std::vector<uint8_t> requestFrame(uint64_t request_id, const wire::RequestBody& body) {
   Result<std::vector<uint8_t>> frame =
       wire::encodeRequestFrame(wire::Request{.request_id = request_id, .body = body});
@@ -301,7 +295,7 @@ std::string logWith(const ReadLog& read_log, const std::string& event, size_t n,
                     uint64_t timeout_ms) {
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   std::string log = read_log();
-  while (count(log, event) < n && Clock::now() < deadline) {
+  while (countOf(log, event) < n && Clock::now() < deadline) {
     pollfd none{.fd = -1, .events = 0};
     (void)::poll(&none, 1, 20);  // between reads of the log file
     log = read_log();
@@ -400,7 +394,7 @@ TEST_F(LedgerConnectionBoundsTest, FiftyClientsThatNeverReadCostBoundedMemoryAnd
   std::vector<uint64_t> sent;
   ASSERT_NO_FATAL_FAILURE(sendUntilPaused(
       hogs.fds(), burstOf(wire::HealthRequest{}, 256),
-      [this] { return count(ledger_.log(), "event=connection_paused"); }, &sent));
+      [this] { return countOf(ledger_.log(), "event=connection_paused"); }, &sent));
   const uint64_t resident_after = residentBytes(ledger_.pid());
   const uint64_t grown = resident_after > resident_before ? resident_after - resident_before : 0;
   const uint64_t bound = kHogs * kBytesPerPausedConnectionMax;
@@ -423,7 +417,7 @@ TEST_F(LedgerConnectionBoundsTest, FiftyClientsThatNeverReadCostBoundedMemoryAnd
   EXPECT_TRUE(waitAllHungUp(hogs.fds(), kStallTimeoutMs * 2 + 10'000));
   const std::string log =
       logWith([this] { return ledger_.log(); }, "event=connection_stalled", kHogs, 5'000);
-  EXPECT_EQ(count(log, "event=connection_stalled"), static_cast<size_t>(kHogs)) << log;
+  EXPECT_EQ(countOf(log, "event=connection_stalled"), static_cast<size_t>(kHogs)) << log;
   EXPECT_NE(log.find("stall_timeout_ms"), std::string::npos);
   TALLY_ASSIGN_OR_FAIL(wire::HealthReply reply, health(*client_));
   EXPECT_EQ(reply.status, "ok");
@@ -457,7 +451,7 @@ TEST_F(LedgerConnectionBoundsTest, AFloodOfConnectionsIsRefusedPastTheBoundWhile
   ASSERT_NO_FATAL_FAILURE(expectHealthAnswered(admitted.front()));
   ASSERT_NO_FATAL_FAILURE(expectHealthAnswered(admitted.back()));
   const std::string log = ledger_.log();
-  const size_t lines = count(log, "event=connection_refused");
+  const size_t lines = countOf(log, "event=connection_refused");
   EXPECT_GE(lines, 1u);
   EXPECT_LT(lines, 100u) << "refusals are logged at most once a second";
   EXPECT_NE(log.find("reason=connections_max"), std::string::npos);
@@ -534,7 +528,7 @@ TEST_F(AgentConnectionBoundsTest, FiftyGatewaysThatNeverReadCostBoundedMemoryAnd
   std::vector<uint64_t> sent;
   ASSERT_NO_FATAL_FAILURE(sendUntilPaused(
       hogs.fds(), burstOf(wire::HealthRequest{}, 256),
-      [this] { return count(agents_[0]->log(), "event=connection_paused"); }, &sent));
+      [this] { return countOf(agents_[0]->log(), "event=connection_paused"); }, &sent));
   const uint64_t resident_after = residentBytes(pid);
   const uint64_t grown = resident_after > resident_before ? resident_after - resident_before : 0;
   const uint64_t bound = kHogs * kBytesPerPausedConnectionMax;
@@ -554,7 +548,7 @@ TEST_F(AgentConnectionBoundsTest, FiftyGatewaysThatNeverReadCostBoundedMemoryAnd
   EXPECT_TRUE(waitAllHungUp(hogs.fds(), kStallTimeoutMs * 2 + 10'000));
   const std::string log =
       logWith([this] { return agents_[0]->log(); }, "event=connection_stalled", kHogs, 5'000);
-  EXPECT_EQ(count(log, "event=connection_stalled"), static_cast<size_t>(kHogs)) << log;
+  EXPECT_EQ(countOf(log, "event=connection_stalled"), static_cast<size_t>(kHogs)) << log;
   TALLY_ASSIGN_OR_FAIL(AgentAnswer answer,
                        callAgent(*gateway_, makeReserve({.id = "after-stall", .units = 1})));
   EXPECT_TRUE(isOk(answer)) << describe(answer);
@@ -586,8 +580,8 @@ TEST_F(AgentConnectionBoundsTest, AFloodOfConnectionsIsRefusedPastTheBoundWhileO
   ASSERT_NO_FATAL_FAILURE(expectHealthAnswered(admitted.front()));
   ASSERT_NO_FATAL_FAILURE(expectHealthAnswered(admitted.back()));
   const std::string log = agents_[0]->log();
-  EXPECT_GE(count(log, "event=connection_refused"), 1u);
-  EXPECT_LT(count(log, "event=connection_refused"), 100u);
+  EXPECT_GE(countOf(log, "event=connection_refused"), 1u);
+  EXPECT_LT(countOf(log, "event=connection_refused"), 100u);
   EXPECT_NE(log.find("reason=connections_max"), std::string::npos);
 }
 

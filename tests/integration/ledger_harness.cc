@@ -316,6 +316,14 @@ void waitUntilWallMs(uint64_t wall_ms) {
   }
 }
 
+size_t countOf(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
 bool pollUntil(const std::function<bool()>& done, uint64_t timeout_ms, uint64_t interval_ms) {
   const uint64_t deadline = wallNowMs() + timeout_ms;
   while (wallNowMs() < deadline) {

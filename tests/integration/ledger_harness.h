@@ -130,6 +130,8 @@ void pauseMs(uint64_t ms);
 // Bounded polling on an observable condition: true as soon as `done()` is, false if it is still
 // false after `timeout_ms` (asked once more at the end).
 bool pollUntil(const std::function<bool()>& done, uint64_t timeout_ms, uint64_t interval_ms = 20);
+// How many times `needle` occurs in `text` (overlaps counted): events in a daemon's log.
+size_t countOf(const std::string& text, const std::string& needle);
 // The PRNG seed: TALLY_TEST_SEED if set, else fresh; printed so a failure can be replayed.
 uint64_t testSeed(const char* test_name);
 

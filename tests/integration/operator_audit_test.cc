@@ -17,14 +17,6 @@ namespace {
 
 class OperatorAuditTest : public TlsLinkFixture {};
 
-size_t countOf(const std::string& text, const std::string& needle) {
-  size_t count = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
-    ++count;
-  }
-  return count;
-}
-
 TEST_F(OperatorAuditTest, ARoleBoundsAnOperatorAndEveryPrivilegedActionIsLogged) {
   ASSERT_NO_FATAL_FAILURE(startLedger());
   ASSERT_NO_FATAL_FAILURE(publishPolicy());  // audit log entry 1: admin, policy publish, ok
