@@ -222,13 +222,12 @@ Status foldLogRow(int64_t seq, std::span<const uint8_t> body, uint64_t bytes_max
 // `get` and `set_max` are that file's GetMeta and SetMetaMax statements.
 Status readMeta(sqlite3* db, sqlite3_stmt* get, const char* key, std::optional<int64_t>* value);
 Status setMetaMax(sqlite3* db, sqlite3_stmt* set_max, const char* key, int64_t value);
-// tables.db's meta.folded_seq (0 when unset) with its GetMeta statement; kCorruption naming
-// `path` when it is negative.
-Status readFoldedSeq(sqlite3* db, sqlite3_stmt* get, const std::string& path, int64_t* folded_seq);
 // Meta `key` of the file at `path` (0 when absent): a counter, so a negative one is kCorruption
 // naming it.
 Status readCounter(sqlite3* db, sqlite3_stmt* get, const std::string& path, const char* key,
                    int64_t* value);
+// readCounter of tables.db's folded_seq, with tables.db's GetMeta statement.
+Status readFoldedSeq(sqlite3* db, sqlite3_stmt* get, const std::string& path, int64_t* folded_seq);
 
 // Creates `schema` and schema_version in a new file, or checks an existing file: it must hold
 // `marker_table` and schema_version kSchemaVersion (kFailedPrecondition otherwise, naming the
