@@ -120,19 +120,12 @@ run_tally() {
   done
 }
 
-# ratios FILE...: the targets' ratios of one round's RESULT lines (cycles/s; medians when a
-# configuration ran more than once).
+# ratios FILE...: the targets' ratios of the medians summarize.sh gives for these RESULT lines
+# (its table: the configuration, then the runs, then the median cycles/s).
 ratios() {
-  grep -h '^RESULT ' "$@" | awk '
-    function med(list,   n, a, i, j, t) {
-      n = split(list, a, " ")
-      for (i = 2; i <= n; i++) { t = a[i] + 0; for (j = i - 1; j >= 1 && a[j] + 0 > t; j--) a[j + 1] = a[j]; a[j + 1] = t }
-      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
-    { delete kv
-      for (i = 2; i <= NF; i++) { split($i, p, "="); kv[p[1]] = p[2] }
-      g = kv["label"]; sub(/-run[0-9]+$/, "", g); cps[g] = cps[g] " " kv["cps"] }
-    function ratio(a, b) { return (a in cps) && (b in cps) && med(cps[b]) > 0 ? sprintf("%.2fx", med(cps[a]) / med(cps[b])) : "-" }
+  bash "$PEERS_DIR"/driver/summarize.sh "$@" | awk '
+    NR > 2 { cps[$1] = $3 }
+    function ratio(a, b) { return (a in cps) && (b in cps) && cps[b] > 0 ? sprintf("%.2fx", cps[a] / cps[b]) : "-" }
     END {
       for (S = 1000; S >= 1; S = (S == 1000 ? 1 : 0)) {
         printf "  S=%-5d tally/Redis everysec %s (target 3x)  tally/PL-pgSQL %s (target 20x)  PostgreSQL store/PL-pgSQL %s (target 5x)\n",
