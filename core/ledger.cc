@@ -239,6 +239,32 @@ Ledger::Record* Ledger::popDue(DeadlineQueue* queue) {
   return record;
 }
 
+void Ledger::compactDeadlines() {
+  const size_t kept_max = 2 * reservations_.size() + kDeadlinesKeptMin;
+  const auto waits_in = [this](const Deadline& deadline,
+                               std::initializer_list<ReservationState> states) {
+    const Record* record = reservations_.resolve(deadline.handle);
+    if (record == nullptr) return false;  // closed and archived or compacted: popDue skips it
+    const ReservationState state = record->reservation.state;
+#ifdef TALLY_TEST_FAULTS
+    if (faults_.expire_started && state == ReservationState::kStarted) return true;
+#endif
+    return std::find(states.begin(), states.end(), state) != states.end();
+  };
+  // Every reservation in these states has an entry of its own, pushed when it entered the state
+  // (or by enqueueDeadlines() at restore), so what is dropped is only ever skipped when popped.
+  if (expiry_queue_.size() > kept_max) {
+    expiry_queue_.keepOnly([&waits_in](const Deadline& deadline) {
+      return waits_in(deadline, {ReservationState::kReserved, ReservationState::kExpiring});
+    });
+  }
+  if (hard_limit_queue_.size() > kept_max) {
+    hard_limit_queue_.keepOnly([&waits_in](const Deadline& deadline) {
+      return waits_in(deadline, {ReservationState::kUsageUnknown});
+    });
+  }
+}
+
 Status Ledger::restoreReservation(Reservation reservation) {
   if (!validId(reservation.reservation_id, limits::kReservationIdBytesMax)) {
     return Status::corruption("stored reservation has an invalid id");
@@ -568,6 +594,7 @@ TickOutcome Ledger::tick(uint64_t now_ms, uint64_t items_max) {
       ++outcome.closed_by_hard_limit;
     }
   }
+  compactDeadlines();
   outcome.compacted = archiveClosed(now_ms, items_max);
   outcome.compacted += receipts_.compact(now_ms, items_max, &deleted_);
   const ShardRegistry::TickOutcome shards = shards_.tick(now_ms, items_max);

@@ -257,6 +257,10 @@ class Ledger {
   // their final image was taken); receipts in the archive and the bytes they hold.
   size_t liveReservationCount() const { return reservations_.size(); }
   size_t receiptCount() const { return receipts_.size(); }
+  // Entries in the two deadline queues (expiry, hard limit), stale ones included: at most twice
+  // the live table plus kDeadlinesKeptMin each after a tick (compactDeadlines()).
+  size_t deadlinesQueued() const { return expiry_queue_.size() + hard_limit_queue_.size(); }
+  static constexpr size_t kDeadlinesKeptMin = 4096;
   uint64_t receiptBytes() const { return receipts_.bytes(); }
   // Reservations kept, by state (O(live reservations)).
   std::array<uint64_t, kReservationStateCount> reservationCountsByState() const;
@@ -311,7 +315,18 @@ class Ledger {
     std::string reservation_id;
     bool operator>(const Deadline& other) const { return at_ms > other.at_ms; }
   };
-  using DeadlineQueue = std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>>;
+  // Earliest first. An entry stays until it falls due, whatever became of its reservation since
+  // (started, closed, compacted), so keepOnly() drops the stale ones in one pass
+  // (compactDeadlines()).
+  class DeadlineQueue
+      : public std::priority_queue<Deadline, std::vector<Deadline>, std::greater<>> {
+   public:
+    template <typename Keep>
+    void keepOnly(const Keep& keep) {
+      std::erase_if(c, [&keep](const Deadline& deadline) { return !keep(deadline); });
+      std::make_heap(c.begin(), c.end(), comp);
+    }
+  };
 
   using Record = ReservationTable::Record;
   // The CapacityHolder of one central reservation: its Account (through accounts_), its
@@ -341,6 +356,11 @@ class Ledger {
   void pushDeadline(DeadlineQueue* queue, uint64_t at_ms, const Record& record);
   // Pops the top entry; returns the reservation it names now, or null.
   Record* popDue(DeadlineQueue* queue);
+  // Drops the entries whose reservation no longer waits for that deadline from a queue that
+  // holds more than twice the live table (and kDeadlinesKeptMin): a stale entry would otherwise
+  // stay until it falls due, hold_ttl_ms (up to 7 days) after its reserve, so the queues would
+  // grow with rate × hold TTL instead of with the live reservations.
+  void compactDeadlines();
   // Moves closed reservations whose final image has been taken into the receipt archive (or
   // compacts them, past retention); returns the reservations compacted.
   uint64_t archiveClosed(uint64_t now_ms, uint64_t items_max);

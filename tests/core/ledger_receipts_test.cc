@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "core/ledger.h"
@@ -77,6 +78,52 @@ TEST(LedgerReceiptsTest, SustainedCyclesKeepTheLiveTableEmptyAndTheReceiptsToThe
   EXPECT_EQ(repeat.receipt.state, ReservationState::kSettled);
   EXPECT_EQ(ledger.query({.reservation_id = "r-0"}).code, ReplyCode::kNotFound);
   EXPECT_TRUE(ledger.audit(kT0 + 10 * kRetentionMs).conserved);
+}
+
+TEST(LedgerReceiptsTest, SustainedCyclesKeepTheDeadlineQueuesToTheLiveReservations) {
+  // Every reserve queues its expiry, due hold_ttl_ms (30 s here) later. The cycles settle at
+  // once, so the entries go stale; without compaction 2 s of cycles would leave 20,000 of them.
+  constexpr int kCyclesPerMs = 10;
+  constexpr uint64_t kRunMs = 2'000;
+  Ledger ledger({.retention_ms = 500});
+  ASSERT_EQ(ledger.publishPolicy(policy(), kT0).code, ReplyCode::kOk);
+  // Two that must still fall due after every compaction: a hold nobody starts, and a started
+  // one whose outcome became unknown (closed by the hard execution limit, 60 s).
+  ASSERT_EQ(ledger.reserve(reserveOf("held"), kT0).code, ReplyCode::kOk);
+  ASSERT_EQ(ledger.reserve(reserveOf("unknown"), kT0).code, ReplyCode::kOk);
+  ASSERT_EQ(ledger.start({.reservation_id = "unknown", .operation_id = "op"}, kT0).code,
+            ReplyCode::kOk);
+  ASSERT_EQ(ledger.markUnknown({.reservation_id = "unknown", .operation_id = "op"}, kT0).code,
+            ReplyCode::kOk);
+  uint64_t n = 0;
+  size_t queued_peak = 0;
+  for (uint64_t ms = 1; ms <= kRunMs; ++ms) {
+    const uint64_t now = kT0 + ms;
+    for (int i = 0; i < kCyclesPerMs; ++i)
+      ASSERT_NO_FATAL_FAILURE(cycle(&ledger, "r-" + std::to_string(n++), now));
+    (void)ledger.takeChangedRows();
+    (void)ledger.tick(now);
+    (void)ledger.takeChangedRows();
+    const size_t kept_max = 2 * (2 * ledger.liveReservationCount() + Ledger::kDeadlinesKeptMin);
+    ASSERT_LE(ledger.deadlinesQueued(), kept_max) << "at ms " << ms;
+    queued_peak = std::max(queued_peak, ledger.deadlinesQueued());
+  }
+  EXPECT_GT(n, 2 * queued_peak);  // the bound is well below what the cycles queued
+  // The two still fall due at their own times.
+  const uint64_t expiry_ms = kT0 + 30'000;
+  (void)ledger.tick(expiry_ms - 1);
+  EXPECT_EQ(ledger.query({.reservation_id = "held"}).receipt.state, ReservationState::kReserved);
+  (void)ledger.tick(expiry_ms);
+  EXPECT_EQ(ledger.query({.reservation_id = "held"}).receipt.state, ReservationState::kExpired);
+  const uint64_t hard_limit_ms = kT0 + 60'000;
+  (void)ledger.tick(hard_limit_ms - 1);
+  EXPECT_EQ(ledger.query({.reservation_id = "unknown"}).receipt.state,
+            ReservationState::kUsageUnknown);
+  (void)ledger.tick(hard_limit_ms);
+  const ReservationReply closed = ledger.query({.reservation_id = "unknown"});
+  EXPECT_EQ(closed.receipt.state, ReservationState::kSettled);
+  EXPECT_TRUE(closed.receipt.closed_by_hard_limit);
+  EXPECT_TRUE(ledger.audit(hard_limit_ms).conserved);
 }
 
 TEST(LedgerReceiptsTest, NewReservationsAreRefusedWhileTheReceiptBudgetIsFullRepeatsStillAnswer) {
