@@ -43,6 +43,15 @@ void cycle(Ledger* ledger, const std::string& id, uint64_t now_ms) {
       ReplyCode::kOk);
 }
 
+// `cycles` cycles (ids r-*n, r-*n+1, ...), then a tick between two takes, as the shell does.
+void cyclesThenTick(Ledger* ledger, int cycles, uint64_t now_ms, uint64_t* n) {
+  for (int i = 0; i < cycles; ++i)
+    ASSERT_NO_FATAL_FAILURE(cycle(ledger, "r-" + std::to_string((*n)++), now_ms));
+  (void)ledger->takeChangedRows();
+  (void)ledger->tick(now_ms);
+  (void)ledger->takeChangedRows();
+}
+
 TEST(LedgerReceiptsTest, SustainedCyclesKeepTheLiveTableEmptyAndTheReceiptsToTheWindow) {
   constexpr uint64_t kRetentionMs = 500;
   constexpr int kCyclesPerMs = 10;
@@ -54,11 +63,7 @@ TEST(LedgerReceiptsTest, SustainedCyclesKeepTheLiveTableEmptyAndTheReceiptsToThe
   uint64_t bytes_peak = 0;
   for (uint64_t ms = 1; ms <= 10 * kRetentionMs; ++ms) {
     const uint64_t now = kT0 + ms;
-    for (int i = 0; i < kCyclesPerMs; ++i)
-      ASSERT_NO_FATAL_FAILURE(cycle(&ledger, "r-" + std::to_string(n++), now));
-    (void)ledger.takeChangedRows();
-    (void)ledger.tick(now);
-    (void)ledger.takeChangedRows();
+    ASSERT_NO_FATAL_FAILURE(cyclesThenTick(&ledger, kCyclesPerMs, now, &n));
     ASSERT_LE(ledger.liveReservationCount(),
               uint64_t{kCyclesPerMs});  // only the last ms's, not yet archived
     ASSERT_LE(ledger.receiptCount(), kCyclesPerMs * (kRetentionMs + kRetentionMs / 16 + 1));
@@ -99,11 +104,7 @@ TEST(LedgerReceiptsTest, SustainedCyclesKeepTheDeadlineQueuesToTheLiveReservatio
   size_t queued_peak = 0;
   for (uint64_t ms = 1; ms <= kRunMs; ++ms) {
     const uint64_t now = kT0 + ms;
-    for (int i = 0; i < kCyclesPerMs; ++i)
-      ASSERT_NO_FATAL_FAILURE(cycle(&ledger, "r-" + std::to_string(n++), now));
-    (void)ledger.takeChangedRows();
-    (void)ledger.tick(now);
-    (void)ledger.takeChangedRows();
+    ASSERT_NO_FATAL_FAILURE(cyclesThenTick(&ledger, kCyclesPerMs, now, &n));
     const size_t kept_max = 2 * (2 * ledger.liveReservationCount() + Ledger::kDeadlinesKeptMin);
     ASSERT_LE(ledger.deadlinesQueued(), kept_max) << "at ms " << ms;
     queued_peak = std::max(queued_peak, ledger.deadlinesQueued());
