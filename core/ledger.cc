@@ -239,28 +239,33 @@ Ledger::Record* Ledger::popDue(DeadlineQueue* queue) {
   return record;
 }
 
+Ledger::DeadlineQueue* Ledger::queueWaitedIn(ReservationState state) {
+  switch (state) {
+    case ReservationState::kReserved:
+    case ReservationState::kExpiring: return &expiry_queue_;
+    case ReservationState::kUsageUnknown: return &hard_limit_queue_;
+    default: return nullptr;
+  }
+}
+
 void Ledger::compactDeadlines() {
   const size_t kept_max = 2 * reservations_.size() + kDeadlinesKeptMin;
-  const auto waits_in = [this](const Deadline& deadline,
-                               std::initializer_list<ReservationState> states) {
-    const Record* record = reservations_.resolve(deadline.handle);
-    if (record == nullptr) return false;  // closed and archived or compacted: popDue skips it
-    const ReservationState state = record->reservation.state;
+  // Every reservation waiting in a queue has an entry of its own there, pushed when it entered
+  // its state (or by enqueueDeadlines() at restore), so what is dropped is only ever skipped
+  // when popped.
+  for (DeadlineQueue* queue : {&expiry_queue_, &hard_limit_queue_}) {
+    if (queue->size() <= kept_max) continue;
+    queue->keepOnly([this, queue](const Deadline& deadline) {
+      const Record* record = reservations_.resolve(deadline.handle);
+      if (record == nullptr) return false;  // closed and archived or compacted: popDue skips it
+      const ReservationState state = record->reservation.state;
 #ifdef TALLY_TEST_FAULTS
-    if (faults_.expire_started && state == ReservationState::kStarted) return true;
+      if (faults_.expire_started && state == ReservationState::kStarted &&
+          queue == &expiry_queue_) {
+        return true;
+      }
 #endif
-    return std::find(states.begin(), states.end(), state) != states.end();
-  };
-  // Every reservation in these states has an entry of its own, pushed when it entered the state
-  // (or by enqueueDeadlines() at restore), so what is dropped is only ever skipped when popped.
-  if (expiry_queue_.size() > kept_max) {
-    expiry_queue_.keepOnly([&waits_in](const Deadline& deadline) {
-      return waits_in(deadline, {ReservationState::kReserved, ReservationState::kExpiring});
-    });
-  }
-  if (hard_limit_queue_.size() > kept_max) {
-    hard_limit_queue_.keepOnly([&waits_in](const Deadline& deadline) {
-      return waits_in(deadline, {ReservationState::kUsageUnknown});
+      return queueWaitedIn(state) == queue;
     });
   }
 }

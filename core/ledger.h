@@ -257,11 +257,11 @@ class Ledger {
   // their final image was taken); receipts in the archive and the bytes they hold.
   size_t liveReservationCount() const { return reservations_.size(); }
   size_t receiptCount() const { return receipts_.size(); }
+  uint64_t receiptBytes() const { return receipts_.bytes(); }
   // Entries in the two deadline queues (expiry, hard limit), stale ones included: at most twice
   // the live table plus kDeadlinesKeptMin each after a tick (compactDeadlines()).
   size_t deadlinesQueued() const { return expiry_queue_.size() + hard_limit_queue_.size(); }
   static constexpr size_t kDeadlinesKeptMin = 4096;
-  uint64_t receiptBytes() const { return receipts_.bytes(); }
   // Reservations kept, by state (O(live reservations)).
   std::array<uint64_t, kReservationStateCount> reservationCountsByState() const;
   // Calls fn(const Reservation&) for every reservation kept, terminal ones included until
@@ -361,6 +361,8 @@ class Ledger {
   // stay until it falls due, hold_ttl_ms (up to 7 days) after its reserve, so the queues would
   // grow with rate × hold TTL instead of with the live reservations.
   void compactDeadlines();
+  // The queue a reservation in `state` waits in (the tick acts on it only from there), or null.
+  DeadlineQueue* queueWaitedIn(ReservationState state);
   // Moves closed reservations whose final image has been taken into the receipt archive (or
   // compacts them, past retention); returns the reservations compacted.
   uint64_t archiveClosed(uint64_t now_ms, uint64_t items_max);
