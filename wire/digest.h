@@ -8,7 +8,7 @@
 #include "core/status.h"
 #include "core/types.h"
 
-// The canonical request digest (SPEC §5): sha256 (libsodium) over capnp::canonicalize() of a
+// The canonical request digest (SPEC §5): sha256 (OpenSSL) over capnp::canonicalize() of a
 // schema::CanonicalReserve holding exactly the identifying fields of a reserve request. The hashed
 // bytes are the canonical single segment as Cap'n Proto defines it (root pointer first, no
 // segment table, trailing zero data words and null pointers dropped, text in field order), so a
