@@ -36,9 +36,10 @@ Status readDigest(capnp::Data::Reader data, const char* name, Digest* out) {
 
 // Runs `read` on the message in `frame`. Cap'n Proto reads words in place, so a frame at a
 // word-aligned address (a FrameDecoder frame is its own heap allocation) is read where it is;
-// one at any other offset of a buffer is copied into word-aligned memory first.
-template <typename T, typename F>
-Result<T> withMessage(std::span<const uint8_t> frame, F&& read) {
+// one at any other offset of a buffer is copied into word-aligned memory first. R is what `read`
+// returns: a Result<T>, or a Status when it reads into a caller's object.
+template <typename R, typename F>
+R withMessage(std::span<const uint8_t> frame, F&& read) {
   if (frame.empty() || frame.size() % sizeof(capnp::word) != 0) {
     return Status::corruption("message of " + std::to_string(frame.size()) +
                               " bytes is not a positive whole number of 8-byte words");
@@ -59,7 +60,7 @@ Result<T> withMessage(std::span<const uint8_t> frame, F&& read) {
   capnp::ReaderOptions options = decodeReaderOptions();
   options.traversalLimitInWords = std::min<uint64_t>(
       options.traversalLimitInWords, kDecodeTraversalWordsPerMessageWord * words.size() + 64);
-  return catchDecodeErrors([&]() -> Result<T> {
+  return catchDecodeErrors([&]() -> R {
     capnp::FlatArrayMessageReader message(words, options);
     if (message.getEnd() != words.end()) {
       return Status::corruption(
@@ -131,8 +132,12 @@ Result<Policy> readPolicy(schema::PolicyV1::Reader reader) {
   return policy;
 }
 
-Result<Reservation> readReservation(schema::LimitReservationV1::Reader reader) {
-  Reservation out;
+// Into *out, every field (a reused object keeps its strings' buffers): decoding in place, not
+// moving the result through each layer, is most of what reading a reply costs (a Reservation's
+// eight strings move field by field; docs/PERFORMANCE.md).
+Status readReservation(schema::LimitReservationV1::Reader reader, Reservation* reservation) {
+  *reservation = Reservation{};
+  Reservation& out = *reservation;
   TALLY_WIRE_RETURN_IF_ERROR(readText(reader.getReservationId(), limits::kReservationIdBytesMax,
                                       "reservationId", &out.reservation_id));
   TALLY_WIRE_RETURN_IF_ERROR(
@@ -169,6 +174,12 @@ Result<Reservation> readReservation(schema::LimitReservationV1::Reader reader) {
   TALLY_WIRE_RETURN_IF_ERROR(readText(reader.getGatewayName(), limits::kGatewayNameBytesMax,
                                       "gatewayName", &out.gateway_name));
   out.retry_after_ms = reader.getRetryAfterMs();
+  return Status::ok();
+}
+
+Result<Reservation> readReservation(schema::LimitReservationV1::Reader reader) {
+  Reservation out;
+  TALLY_WIRE_RETURN_IF_ERROR(readReservation(reader, &out));
   return out;
 }
 
@@ -334,19 +345,23 @@ Result<Request> readRequest(schema::Request::Reader reader) {
 
 // --- Replies ----------------------------------------------------------------------------------
 
+Status readReservationReply(schema::ReservationReply::Reader reader, ReservationReply* out) {
+  TALLY_WIRE_RETURN_IF_ERROR(readEnum(reader.getCode(), "code", &out->code));
+  out->duplicate = reader.getDuplicate();
+  out->refunded_units = reader.getRefundedUnits();
+  if (reader.hasReceipt()) {
+    TALLY_WIRE_RETURN_IF_ERROR(
+        withContext(readReservation(reader.getReceipt(), &out->receipt), "receipt"));
+    TALLY_WIRE_RETURN_IF_ERROR(withContext(checkReceiptUnits(out->receipt), "receipt"));
+  } else {
+    out->receipt = Reservation{};
+  }
+  return readText(reader.getMessage(), kMessageBytesMax, "message", &out->message);
+}
+
 Result<ReservationReply> readReservationReply(schema::ReservationReply::Reader reader) {
   ReservationReply out;
-  TALLY_WIRE_RETURN_IF_ERROR(readEnum(reader.getCode(), "code", &out.code));
-  out.duplicate = reader.getDuplicate();
-  out.refunded_units = reader.getRefundedUnits();
-  if (reader.hasReceipt()) {
-    Result<Reservation> receipt = readReservation(reader.getReceipt());
-    if (!receipt.isOk()) return withContext(receipt.status(), "receipt");
-    TALLY_WIRE_RETURN_IF_ERROR(withContext(checkReceiptUnits(receipt.value()), "receipt"));
-    out.receipt = std::move(receipt).value();
-  }
-  TALLY_WIRE_RETURN_IF_ERROR(
-      readText(reader.getMessage(), kMessageBytesMax, "message", &out.message));
+  TALLY_WIRE_RETURN_IF_ERROR(readReservationReply(reader, &out));
   return out;
 }
 
@@ -478,10 +493,25 @@ Result<ResponseBody> readResponseBody(schema::Response::Reader reader) {
   return ResponseBody(UnknownMessage{.which = static_cast<uint16_t>(reader.which())});
 }
 
-Result<Response> readResponse(schema::Response::Reader reader) {
+// A reservation reply, nearly every answer, is read into *out's body in place (into the one it
+// already holds, if any); the rest, rare, are read whole and moved there.
+Status readResponse(schema::Response::Reader reader, Response* out) {
+  out->request_id = reader.getRequestId();
+  if (reader.which() == schema::Response::RESERVATION) {
+    auto* reply = std::get_if<ReservationReply>(&out->body);
+    if (reply == nullptr) reply = &out->body.emplace<ReservationReply>();
+    return readReservationReply(reader.getReservation(), reply);
+  }
   Result<ResponseBody> body = readResponseBody(reader);
   if (!body.isOk()) return body.status();
-  return Response{.request_id = reader.getRequestId(), .body = std::move(body).value()};
+  out->body = std::move(body).value();
+  return Status::ok();
+}
+
+Result<Response> readResponse(schema::Response::Reader reader) {
+  Response out;
+  TALLY_WIRE_RETURN_IF_ERROR(readResponse(reader, &out));
+  return out;
 }
 
 }  // namespace
@@ -497,8 +527,8 @@ capnp::ReaderOptions decodeReaderOptions() {
 
 DecodedRequest decodeRequest(std::span<const uint8_t> frame) {
   std::optional<uint64_t> request_id;
-  Result<RequestBody> body =
-      withMessage<RequestBody>(frame, [&](capnp::MessageReader& message) -> Result<RequestBody> {
+  Result<RequestBody> body = withMessage<Result<RequestBody>>(
+      frame, [&](capnp::MessageReader& message) -> Result<RequestBody> {
         auto root = message.getRoot<schema::Request>();
         request_id = root.getRequestId();
         return readRequestBody(root);
@@ -507,8 +537,14 @@ DecodedRequest decodeRequest(std::span<const uint8_t> frame) {
 }
 
 Result<Response> decodeResponse(std::span<const uint8_t> frame) {
-  return withMessage<Response>(frame, [](capnp::MessageReader& message) {
-    return readResponse(message.getRoot<schema::Response>());
+  Response out;
+  TALLY_WIRE_RETURN_IF_ERROR(decodeResponse(frame, &out));
+  return out;
+}
+
+Status decodeResponse(std::span<const uint8_t> frame, Response* out) {
+  return withMessage<Status>(frame, [out](capnp::MessageReader& message) {
+    return readResponse(message.getRoot<schema::Response>(), out);
   });
 }
 

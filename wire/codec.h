@@ -105,6 +105,10 @@ struct DecodedRequest {
 
 DecodedRequest decodeRequest(std::span<const uint8_t> frame);
 Result<Response> decodeResponse(std::span<const uint8_t> frame);
+// The same, into *out, reusing what it holds: a caller decoding answer after answer into one
+// Response reads each reservation reply in place (its strings' buffers kept), without the moves
+// the Result form costs. On an error *out holds a partly read value.
+Status decodeResponse(std::span<const uint8_t> frame, Response* out);
 
 // Framed (length-prefixed) encodings; kResourceExhausted if above frame_bytes_max.
 Result<std::vector<uint8_t>> encodeRequestFrame(

@@ -427,6 +427,66 @@ TEST(CodecResponse, EveryReplyCodeRoundTrips) {
   }
 }
 
+// A client decodes answer after answer into one Response: each must read exactly as a fresh
+// decode does, whatever the object held before (a longer receipt, no receipt, another kind).
+TEST(CodecResponse, DecodingIntoOneResponseGivesWhatAFreshDecodeGives) {
+  Reservation long_receipt = sampleReservation();
+  long_receipt.reservation_id = std::string(100, 'r');  // past any small-string buffer
+  long_receipt.subject = std::string(100, 's');
+  long_receipt.region = "eu-west";
+  long_receipt.gateway_name = "gw-long-enough-to-allocate";
+  long_receipt.request_fields_known = true;
+  long_receipt.priority = 3;
+  Reservation short_receipt = sampleReservation();
+  short_receipt.state = ReservationState::kReserved;
+  short_receipt.closed_by_hard_limit = false;
+  short_receipt.overdraft_breach = false;
+  const std::vector<Response> answers = {
+      {.request_id = 1,
+       .body = ReservationReply{.code = ReplyCode::kOk,
+                                .duplicate = true,
+                                .refunded_units = 5,
+                                .receipt = long_receipt,
+                                .message = "first"}},
+      {.request_id = 2, .body = ReservationReply{.code = ReplyCode::kOk, .receipt = short_receipt}},
+      {.request_id = 3, .body = ReservationReply{.code = ReplyCode::kNotFound, .message = "gone"}},
+      {.request_id = 4, .body = ErrorReply{.code = ErrorCode::kUnavailable, .message = "later"}},
+      {.request_id = 5, .body = ReservationReply{.code = ReplyCode::kOk, .receipt = long_receipt}},
+  };
+  Response reused;
+  for (const Response& answer : answers) {
+    Result<std::vector<uint8_t>> bytes = encodeResponseFrame(answer);
+    ASSERT_TRUE(bytes.isOk());
+    FrameDecoder decoder;
+    std::vector<Frame> frames;
+    ASSERT_TRUE(decoder.feed(bytes.value(), &frames).isOk());
+    ASSERT_EQ(frames.size(), 1u);
+    const Status decoded = decodeResponse(frames.at(0), &reused);
+    ASSERT_TRUE(decoded.isOk()) << decoded.toString();
+    Result<Response> fresh = decodeResponse(frames.at(0));
+    ASSERT_TRUE(fresh.isOk());
+    EXPECT_EQ(reused.request_id, answer.request_id);
+    ASSERT_EQ(reused.body.index(), answer.body.index()) << answer.request_id;
+    if (const auto* sent = std::get_if<ReservationReply>(&answer.body)) {
+      expectSame(bodyAs<ReservationReply>(reused), *sent);
+      expectSame(bodyAs<ReservationReply>(reused), bodyAs<ReservationReply>(fresh.value()));
+    } else {
+      EXPECT_EQ(bodyAs<ErrorReply>(reused).message, "later");
+    }
+  }
+  // A reply without a receipt at all (our encoder always writes one; another client's need not)
+  // leaves no trace of the receipt before it.
+  capnp::MallocMessageBuilder bare;
+  auto reply = bare.initRoot<schema::Response>();
+  reply.setRequestId(6);
+  reply.initReservation().setCode(schema::ReplyCode::NOT_FOUND);
+  ASSERT_TRUE(decodeResponse(payloadOf(bare), &reused).isOk());
+  EXPECT_EQ(reused.request_id, 6u);
+  EXPECT_EQ(bodyAs<ReservationReply>(reused).code, ReplyCode::kNotFound);
+  EXPECT_EQ(bodyAs<ReservationReply>(reused).receipt, Reservation{});
+  EXPECT_EQ(bodyAs<ReservationReply>(reused).message, "");
+}
+
 // --- Round trips: value types -----------------------------------------------------------------
 
 TEST(CodecValues, BudgetAndPolicyRoundTrip) {
