@@ -120,10 +120,13 @@ Status Connection::send(wire::RequestBody body, uint64_t tag) {
     return Status::resourceExhausted("write queue full");
   }
   const uint64_t request_id = next_request_id_++;
-  Result<std::vector<uint8_t>> frame =
-      wire::encodeRequestFrame(wire::Request{.request_id = request_id, .body = std::move(body)});
-  if (!frame.isOk()) return frame.status();
-  stream_->write(std::move(frame).value());
+  // Straight into the stream's output, which the prepare handle flushes once per loop turn.
+  if (Status encoded = wire::encodeRequestFrameInto(
+          wire::Request{.request_id = request_id, .body = std::move(body)}, stream_->output(),
+          tally::limits::kFrameBytesMaxDefault, &scratch_);
+      !encoded.isOk()) {
+    return encoded;
+  }
   pending_.emplace(request_id, tag);
   return Status::ok();
 }
@@ -135,17 +138,16 @@ void Connection::onPrepare(uv_prepare_t* prepare) {
 
 void Connection::onFrame(net::FramedStream*, wire::Frame&& frame) {
   if (closing_) return;
-  Result<wire::Response> response = wire::decodeResponse(frame);
-  if (!response.isOk()) {
-    fail(response.status());
+  if (Status decoded = wire::decodeResponse(frame, &response_); !decoded.isOk()) {
+    fail(decoded);
     return;
   }
-  auto it = pending_.find(response.value().request_id);
+  auto it = pending_.find(response_.request_id);
   if (it == pending_.end()) {
     // The server answers a request it could not read under id 0, then closes.
-    const auto* error = std::get_if<wire::ErrorReply>(&response.value().body);
+    const auto* error = std::get_if<wire::ErrorReply>(&response_.body);
     fail(Status::corruption(
-        "response to unknown request id " + std::to_string(response.value().request_id) +
+        "response to unknown request id " + std::to_string(response_.request_id) +
         (error != nullptr
              ? std::string(": ") + wire::errorCodeName(error->code) + " " + error->message
              : std::string())));
@@ -153,7 +155,7 @@ void Connection::onFrame(net::FramedStream*, wire::Frame&& frame) {
   }
   const uint64_t tag = it->second;
   pending_.erase(it);
-  listener_->onResponse(this, tag, std::move(response).value());
+  listener_->onResponse(this, tag, response_);
 }
 
 void Connection::onBadFrame(net::FramedStream*, const Status& status) { fail(status); }

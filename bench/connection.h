@@ -24,8 +24,9 @@ class Connection;
 // it may send() on any connection, including this one.
 class ConnectionListener {
  public:
-  // The response to the request sent with `tag`.
-  virtual void onResponse(Connection* connection, uint64_t tag, wire::Response&& response) = 0;
+  // The response to the request sent with `tag`. The connection decodes every response into the
+  // same object (reservation replies in place): copy what must outlive the call.
+  virtual void onResponse(Connection* connection, uint64_t tag, const wire::Response& response) = 0;
   // The connection failed (peer closed, bad bytes, write error): the requests sent with
   // `lost_tags` will never be answered. The connection is closing; send() refuses from now on.
   virtual void onFailed(Connection* connection, const Status& status,
@@ -102,6 +103,8 @@ class Connection final : private net::StreamHandler {
 
   uint64_t next_request_id_ = 1;
   std::unordered_map<uint64_t, uint64_t> pending_;  // request id -> tag
+  wire::Response response_;                         // the one each frame is decoded into
+  wire::EncodeScratch scratch_;                     // each request's first segment
 };
 
 }  // namespace tally::bench

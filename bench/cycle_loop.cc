@@ -222,44 +222,45 @@ void CycleLoop::sendStage(uint64_t slot, uint64_t now_ns) {
 
 std::string CycleLoop::checkReply(const Cycle& cycle, const wire::Response& response,
                                   std::string* detail) const {
-  const std::string where = cycle.id + " " + seriesName(cycle.stage) + ": ";
+  // Built only for a reply that fails a check: most replies pass every one.
+  const auto where = [&] { return cycle.id + " " + seriesName(cycle.stage) + ": "; };
   if (const auto* error = std::get_if<wire::ErrorReply>(&response.body)) {
-    *detail = where + wire::errorCodeName(error->code) + " " + error->message;
+    *detail = where() + wire::errorCodeName(error->code) + " " + error->message;
     return std::string("ERROR_") + wire::errorCodeName(error->code);
   }
   const auto* reply = std::get_if<ReservationReply>(&response.body);
   if (reply == nullptr) {
-    *detail = where + "not a reservation reply";
+    *detail = where() + "not a reservation reply";
     return "UNEXPECTED_REPLY";
   }
   if (reply->code != ReplyCode::kOk) {
-    *detail = where + replyCodeName(reply->code) +
+    *detail = where() + replyCodeName(reply->code) +
               " limiting=" + limitingDimensionName(reply->receipt.limiting_dimension) + " " +
               reply->message;
     return replyCodeName(reply->code);
   }
   if (reply->duplicate) {
-    *detail = where + "answered as a duplicate";
+    *detail = where() + "answered as a duplicate";
     return "DUPLICATE";
   }
   if (reply->receipt.state != expectedState(cycle.stage, cycle.params)) {
-    *detail = where + "state " + reservationStateName(reply->receipt.state);
+    *detail = where() + "state " + reservationStateName(reply->receipt.state);
     return reservationStateName(reply->receipt.state);
   }
   if (cycle.stage == kSettleStage && reply->receipt.debt_units != 0) {
     // Over-use is taken from a bucket that never runs low: debt would freeze admission.
-    *detail = where + "recorded debt " + std::to_string(reply->receipt.debt_units);
+    *detail = where() + "recorded debt " + std::to_string(reply->receipt.debt_units);
     return "DEBT";
   }
   if (cycle.stage == kSettleStage && reply->refunded_units != cycle.params.refund()) {
-    *detail = where + "refunded " + std::to_string(reply->refunded_units) + ", expected " +
+    *detail = where() + "refunded " + std::to_string(reply->refunded_units) + ", expected " +
               std::to_string(cycle.params.refund());
     return "REFUND_MISMATCH";
   }
   return {};
 }
 
-void CycleLoop::onResponse(Connection*, uint64_t tag, wire::Response&& response) {
+void CycleLoop::onResponse(Connection*, uint64_t tag, const wire::Response& response) {
   TALLY_ASSERT(tag < cycles_.size());
   const uint64_t now = uv_hrtime();
   Cycle& cycle = cycles_[tag];

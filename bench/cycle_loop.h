@@ -87,7 +87,7 @@ class CycleLoop : public ConnectionListener {
   [[nodiscard]] Status run();
   CycleLoopResult& result() { return result_; }
 
-  void onResponse(Connection* connection, uint64_t tag, wire::Response&& response) override;
+  void onResponse(Connection* connection, uint64_t tag, const wire::Response& response) override;
   void onFailed(Connection* connection, const Status& status,
                 const std::vector<uint64_t>& lost_tags) override;
 

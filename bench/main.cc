@@ -30,7 +30,7 @@ constexpr int kExitSetup = 3;
 // Listens while connecting and between phases: nothing is in flight then.
 class IdleListener : public ConnectionListener {
  public:
-  void onResponse(Connection*, uint64_t, wire::Response&&) override {}
+  void onResponse(Connection*, uint64_t, const wire::Response&) override {}
   void onFailed(Connection*, const Status&, const std::vector<uint64_t>&) override {}
 };
 

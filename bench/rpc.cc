@@ -46,9 +46,9 @@ Result<std::vector<wire::Response>> Rpc::callAll(std::vector<wire::RequestBody> 
   return out;
 }
 
-void Rpc::onResponse(Connection*, uint64_t tag, wire::Response&& response) {
+void Rpc::onResponse(Connection*, uint64_t tag, const wire::Response& response) {
   if (tag >= answers_.size() || answers_[tag].has_value()) return;  // a late answer: ignore
-  answers_[tag] = std::move(response);
+  answers_[tag] = response;
   ++answered_;
 }
 

@@ -32,7 +32,7 @@ class Rpc : public ConnectionListener {
   Result<std::vector<wire::Response>> callAll(std::vector<wire::RequestBody> bodies,
                                               uint64_t window, uint64_t timeout_ms);
 
-  void onResponse(Connection* connection, uint64_t tag, wire::Response&& response) override;
+  void onResponse(Connection* connection, uint64_t tag, const wire::Response& response) override;
   void onFailed(Connection* connection, const Status& status,
                 const std::vector<uint64_t>& lost_tags) override;
 
