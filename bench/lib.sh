@@ -54,8 +54,9 @@ field() { grep '^RESULT ' "$1" | tr ' ' '\n' | awk -F= -v k="$2" '$1 == k {print
 # closed_loop_run RESULT SHAPE: one tally-bench run of SHAPE (several flags, D and W seconds)
 # against the ledger start_ledger started, its output in RESULT; then stops that ledger. Sets
 # RUN_COLUMNS to "cycles/s p50_us p99_us user+sys us_per_cycle" (the ledger's CPU over the whole
-# run, per cycle of the run); says so on stderr when the run did not verify. Not in a subshell:
-# stop_ledger must wait for its own child.
+# run, per cycle of the run), and RUN_DRIVER_US to tally-bench's own CPU per cycle of the window
+# (µs); says so on stderr when the run did not verify. Not in a subshell: stop_ledger must wait
+# for its own child.
 closed_loop_run() {
   local result="$1" shape="$2" user sys cps cycles
   # shellcheck disable=SC2086  # the shape is several flags
@@ -67,5 +68,6 @@ closed_loop_run() {
   cycles=$(awk -v c="$cps" -v d="$D" -v w="$W" 'BEGIN {printf "%d", c * (d + w)}')
   RUN_COLUMNS="$cps $(field "$result" cycle_p50) $(field "$result" cycle_p99) $user+$sys"
   RUN_COLUMNS+=" $(awk -v u="$user" -v s="$sys" -v n="$cycles" 'BEGIN {if (n > 0) printf "%.1f", (u + s) * 1e6 / n}')"
+  RUN_DRIVER_US=$(awk -v d="$(field "$result" driver_cpu)" -v c="$cps" 'BEGIN {if (c > 0) printf "%.1f", d * 1e6 / c}')
   grep -q 'verify=PASS' "$result" || echo "verify did not pass: $result" >&2
 }
