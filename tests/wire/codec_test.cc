@@ -166,14 +166,19 @@ Request requestRoundTrip(const Request& request) {
   return Request{.request_id = *decoded.request_id, .body = std::move(decoded.body).value()};
 }
 
-Response responseRoundTrip(const Response& response) {
+// The one frame a response's encoding reassembles into, as a client's FrameDecoder gives it.
+Frame responseFrameOf(const Response& response) {
   Result<std::vector<uint8_t>> bytes = encodeResponseFrame(response);
   EXPECT_TRUE(bytes.isOk());
   FrameDecoder decoder;
   std::vector<Frame> frames;
   EXPECT_TRUE(decoder.feed(bytes.value(), &frames).isOk());
   EXPECT_EQ(frames.size(), 1u);
-  Result<Response> decoded = decodeResponse(frames.at(0));
+  return frames.empty() ? Frame{} : std::move(frames.front());
+}
+
+Response responseRoundTrip(const Response& response) {
+  Result<Response> decoded = decodeResponse(responseFrameOf(response));
   EXPECT_TRUE(decoded.isOk()) << decoded.status().toString();
   EXPECT_EQ(decoded.value().request_id, response.request_id);
   return std::move(decoded).value();
@@ -455,15 +460,10 @@ TEST(CodecResponse, DecodingIntoOneResponseGivesWhatAFreshDecodeGives) {
   };
   Response reused;
   for (const Response& answer : answers) {
-    Result<std::vector<uint8_t>> bytes = encodeResponseFrame(answer);
-    ASSERT_TRUE(bytes.isOk());
-    FrameDecoder decoder;
-    std::vector<Frame> frames;
-    ASSERT_TRUE(decoder.feed(bytes.value(), &frames).isOk());
-    ASSERT_EQ(frames.size(), 1u);
-    const Status decoded = decodeResponse(frames.at(0), &reused);
+    const Frame frame = responseFrameOf(answer);
+    const Status decoded = decodeResponse(frame, &reused);
     ASSERT_TRUE(decoded.isOk()) << decoded.toString();
-    Result<Response> fresh = decodeResponse(frames.at(0));
+    Result<Response> fresh = decodeResponse(frame);
     ASSERT_TRUE(fresh.isOk());
     EXPECT_EQ(reused.request_id, answer.request_id);
     ASSERT_EQ(reused.body.index(), answer.body.index()) << answer.request_id;
