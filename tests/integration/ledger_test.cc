@@ -800,16 +800,21 @@ TEST_F(LedgerServiceTest, HoldAndHardLimitDeadlinesSurviveAKill) {
       << describe(audit);
 }
 
-// docs/LEDGER.md "Restart time": the ledger runs with glibc's huge-page malloc, by re-executing
-// itself once under its own name; an operator's GLIBC_TUNABLES, even empty, is left alone.
-TEST_F(LedgerServiceTest, RunsWithHugePageMallocUnderItsOwnNameUnlessTheOperatorSetTheTunables) {
+// docs/LEDGER.md "Restart time and the allocator": a release build's ledger runs on jemalloc and
+// leaves GLIBC_TUNABLES alone; a build on glibc's malloc runs with its huge-page malloc, by
+// re-executing itself once under its own name, unless the operator set GLIBC_TUNABLES (even
+// empty). Either way, on the allocator this build links.
+TEST_F(LedgerServiceTest, RunsOnTheAllocatorOfItsBuildUnderItsOwnName) {
+  constexpr bool kOnJemalloc = TALLY_DAEMONS_ON_JEMALLOC == 1;
   {
     ScopedTunables unset(std::nullopt);
     ASSERT_NO_FATAL_FAILURE(startLedger());
   }
   std::string environment = procFile(ledger_.pid(), "environ");
-  EXPECT_NE(environment.find(std::string("GLIBC_TUNABLES=glibc.malloc.hugetlb=1") + '\0'),
-            std::string::npos);
+  EXPECT_EQ(procFile(ledger_.pid(), "maps").find("libjemalloc") != std::string::npos, kOnJemalloc);
+  EXPECT_EQ(environment.find(std::string("GLIBC_TUNABLES=glibc.malloc.hugetlb=1") + '\0') !=
+                std::string::npos,
+            !kOnJemalloc);
   EXPECT_EQ(procFile(ledger_.pid(), "comm"), "tally-ledger\n");
   TALLY_ASSIGN_OR_FAIL(wire::HealthReply serving, health(*client_));
   EXPECT_EQ(ledger_.terminate(), 0);
