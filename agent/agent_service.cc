@@ -157,7 +157,7 @@ void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) 
   const uint64_t now_ms = wallClockMs();
   const uint64_t started_us = monotonicClockUs();  // the latency histogram only
   Respond measured = [this, op, started_us,
-                      respond = std::move(respond)](wire::ResponseBody answer) {
+                      respond = std::move(respond)](wire::ResponseBody&& answer) {
     metrics_->countRequest(op, outcomeLabel(answer), monotonicClockUs() - started_us);
     if (const auto* reply = std::get_if<ReservationReply>(&answer)) {
       if (op == Op::kReserve && (reply->code == ReplyCode::kRejected ||
@@ -215,7 +215,7 @@ void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) 
 
 // --- effects -------------------------------------------------------------------------------------
 
-void AgentService::reply(uint64_t token, wire::ResponseBody body) {
+void AgentService::reply(uint64_t token, wire::ResponseBody&& body) {
   held_.erase(token);
   auto it = responders_.find(token);
   TALLY_ASSERT(it != responders_.end());
@@ -225,11 +225,12 @@ void AgentService::reply(uint64_t token, wire::ResponseBody body) {
 }
 
 void AgentService::send(uint64_t call, wire::RequestBody body) {
-  link_->call(std::move(body),
-              [this, call](central::LinkResult result) { onLinkResult(call, std::move(result)); });
+  link_->call(std::move(body), [this, call](central::LinkResult&& result) {
+    onLinkResult(call, std::move(result));
+  });
 }
 
-void AgentService::onLinkResult(uint64_t call, central::LinkResult result) {
+void AgentService::onLinkResult(uint64_t call, central::LinkResult&& result) {
   AgentLedgerAnswer answer;
   if (result.status.isOk()) {
     answer.outcome = LinkOutcome::kAnswered;
@@ -251,7 +252,7 @@ void AgentService::onLinkResult(uint64_t call, central::LinkResult result) {
   perform(&result.response.body);
 }
 
-void AgentService::perform(const wire::ResponseBody* answer) {
+void AgentService::perform(wire::ResponseBody* answer) {
   for (AgentCoreEffects effects = core_.takeEffects(); !effects.empty();
        effects = core_.takeEffects()) {
     for (AgentCoreEffect& effect : effects) {
@@ -275,7 +276,7 @@ void AgentService::perform(const wire::ResponseBody* answer) {
               reply(value.token, std::move(value.reply));
             } else if constexpr (std::is_same_v<T, AgentReplyLedgerAnswer>) {
               TALLY_ASSERT(answer != nullptr);
-              reply(value.token, *answer);
+              reply(value.token, std::move(*std::exchange(answer, nullptr)));
             } else if constexpr (std::is_same_v<T, AgentPersist>) {
               // Group commit: one transaction, one fsync; the core then says who hears QUEUED.
               const Status status = store_->appendBatch(value.entries);

@@ -133,12 +133,12 @@ class AgentService {
   };
 
   AgentLinkState linkState() const;
-  // Carries out the core's effects. `answer`: the ledger answer being fed (for
-  // AgentReplyLedgerAnswer).
-  void perform(const wire::ResponseBody* answer = nullptr);
-  void reply(uint64_t token, wire::ResponseBody body);
+  // Carries out the core's effects. `answer`: the ledger answer being fed, moved to the
+  // requester an AgentReplyLedgerAnswer names (the core names at most one).
+  void perform(wire::ResponseBody* answer = nullptr);
+  void reply(uint64_t token, wire::ResponseBody&& body);
   void send(uint64_t call, wire::RequestBody body);
-  void onLinkResult(uint64_t call, central::LinkResult result);
+  void onLinkResult(uint64_t call, central::LinkResult&& result);
   void note(const ShardNote& note);
 
   static void onCheck(uv_check_t* check);

@@ -238,7 +238,7 @@ void GatewayServer::onFrame(net::FramedStream* stream, wire::Frame&& frame) {
   const uint64_t connection_id = connection->id();
   handler_(
       std::move(decoded.body).value(),
-      [this, connection_id, request_id, answered = false](wire::ResponseBody body) mutable {
+      [this, connection_id, request_id, answered = false](wire::ResponseBody&& body) mutable {
         TALLY_ASSERT(!answered);
         answered = true;
         answer(connection_id, request_id, std::move(body));
@@ -295,7 +295,7 @@ void GatewayServer::onClosed(net::FramedStream* stream) {
   maybeFinishStop();
 }
 
-void GatewayServer::answer(uint64_t connection_id, uint64_t request_id, wire::ResponseBody body) {
+void GatewayServer::answer(uint64_t connection_id, uint64_t request_id, wire::ResponseBody&& body) {
   TALLY_ASSERT(in_flight_ > 0);
   --in_flight_;
   auto* connection = static_cast<Connection*>(connections_.find(connection_id));

@@ -514,7 +514,7 @@ void HttpServer::dispatch(Connection* c) {
   handler_(
       std::move(body),
       [this, connection_id, sequence, call = std::move(call), close,
-       answered = false](wire::ResponseBody answer_body) mutable {
+       answered = false](wire::ResponseBody&& answer_body) mutable {
         TALLY_ASSERT(!answered);
         answered = true;
         std::string bytes = renderHttpResponse(httpReplyFor(call, answer_body), close);

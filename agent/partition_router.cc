@@ -12,7 +12,7 @@
 namespace tally::agent {
 namespace {
 
-LedgerReply ledgerReplyOf(wire::ResponseBody body) {
+LedgerReply ledgerReplyOf(wire::ResponseBody&& body) {
   return std::visit(
       [](auto&& value) -> LedgerReply {
         using T = std::decay_t<decltype(value)>;
@@ -117,7 +117,7 @@ Status PartitionRouter::record(const std::string& reservation_id, uint32_t parti
 
 Respond PartitionRouter::forgettingWhenFinal(std::string reservation_id, Respond respond) {
   return [this, reservation_id = std::move(reservation_id),
-          respond = std::move(respond)](wire::ResponseBody answer) {
+          respond = std::move(respond)](wire::ResponseBody&& answer) {
     if (const auto* reply = std::get_if<ReservationReply>(&answer);
         reply != nullptr && partitionRecordDone(*reply)) {
       if (Status s = records_->forget(reservation_id); !s.isOk()) {
@@ -145,7 +145,7 @@ void PartitionRouter::toEvery(const wire::RequestBody& body, const Alive& alive,
     // A service may answer at once (health): the gather outlives every call.
     services_[i](
         body,
-        [gather, i](wire::ResponseBody answer) {
+        [gather, i](wire::ResponseBody&& answer) {
           gather->answers[i] = ledgerReplyOf(std::move(answer));
           if (--gather->waiting == 0) gather->done(std::move(gather->answers));
         },

@@ -430,7 +430,7 @@ void LedgerLink::protocolError(const std::string& error) {
 
 // --- Requests ---------------------------------------------------------------------------------
 
-void LedgerLink::call(wire::RequestBody body, std::function<void(LinkResult)> done) {
+void LedgerLink::call(wire::RequestBody body, std::function<void(LinkResult&&)> done) {
   TALLY_ASSERT(state_ != State::kIdle && state_ != State::kStopped);
   TALLY_ASSERT(done != nullptr);
   ++stats_.calls;
@@ -476,12 +476,13 @@ void LedgerLink::flush() {
 }
 
 bool LedgerLink::onFrame(Connection* connection, const wire::Frame& frame) {
-  Result<wire::Response> decoded = wire::decodeResponse(frame);
-  if (!decoded.isOk()) {
-    protocolError("undecodable response: " + decoded.status().toString());
+  // Read where the caller gets it: a reservation reply is never moved on its way.
+  LinkResult result{.status = Status::ok()};
+  wire::Response& response = result.response;
+  if (const Status decoded = wire::decodeResponse(frame, &response); !decoded.isOk()) {
+    protocolError("undecodable response: " + decoded.toString());
     return false;
   }
-  wire::Response& response = decoded.value();
   const uint64_t id = response.request_id;
   if (id == 0 || id >= next_request_id_) {
     // Id 0: the ledger could not read one of our envelopes, so our framing is suspect too.
@@ -515,8 +516,8 @@ bool LedgerLink::onFrame(Connection* connection, const wire::Frame& frame) {
   ++stats_.answered;
   monitor_.onSuccess(latency_us, nowMs());
   noteHealth();
-  pending.done(LinkResult{
-      .status = Status::ok(), .response = std::move(response), .latency_us = latency_us});
+  result.latency_us = latency_us;
+  pending.done(std::move(result));
   // The callback may have stopped the link (closing this connection).
   return connection == connection_.get() && state_ == State::kConnected;
 }
@@ -539,7 +540,7 @@ void LedgerLink::armDeadlineTimer() {
 void LedgerLink::onDeadlineTimer(uv_timer_t* timer) {
   auto* link = static_cast<LedgerLink*>(timer->data);
   const uint64_t now_ms = link->nowMs();
-  std::vector<std::function<void(LinkResult)>> expired;
+  std::vector<std::function<void(LinkResult &&)>> expired;
   while (!link->pending_.empty() && link->pending_.begin()->second.deadline_ms <= now_ms) {
     const uint64_t sent_ms =
         link->pending_.begin()->second.deadline_ms - link->options_.request_timeout_ms;
@@ -581,7 +582,7 @@ void LedgerLink::noteHealth() {
 
 // --- Deferred results -------------------------------------------------------------------------
 
-void LedgerLink::defer(std::function<void(LinkResult)> done, LinkResult result) {
+void LedgerLink::defer(std::function<void(LinkResult&&)> done, LinkResult result) {
   deferred_.emplace_back(std::move(done), std::move(result));
   if (state_ == State::kStopping) return;  // delivered by maybeFinishStop()
   if (uv_is_active(reinterpret_cast<uv_handle_t*>(&idle_)) == 0) {

@@ -110,7 +110,7 @@ class LedgerLink {
   // adds its callback.
   void stop(std::function<void()> on_closed);
 
-  void call(wire::RequestBody body, std::function<void(LinkResult)> done);
+  void call(wire::RequestBody body, std::function<void(LinkResult&&)> done);
 
   bool connected() const { return state_ == State::kConnected; }
   LinkHealth health() const { return monitor_.state(); }
@@ -139,7 +139,7 @@ class LedgerLink {
   };
 
   struct Pending {
-    std::function<void(LinkResult)> done;
+    std::function<void(LinkResult&&)> done;
     uint64_t deadline_ms = 0;  // loop time
     uint64_t sent_ns = 0;      // uv_hrtime at call()
   };
@@ -176,7 +176,7 @@ class LedgerLink {
   void noteHealth();
 
   // Delivers `result` to `done` on a later loop iteration (for results known inside call()).
-  void defer(std::function<void(LinkResult)> done, LinkResult result);
+  void defer(std::function<void(LinkResult&&)> done, LinkResult result);
   static void onIdle(uv_idle_t* idle);
   void drainDeferred();
   void maybeFinishStop();
@@ -217,7 +217,7 @@ class LedgerLink {
   // always has the earliest deadline.
   std::map<uint64_t, Pending> pending_;
   wire::EncodeScratch scratch_;  // first segment of every request's encoding
-  std::deque<std::pair<std::function<void(LinkResult)>, LinkResult>> deferred_;
+  std::deque<std::pair<std::function<void(LinkResult&&)>, LinkResult>> deferred_;
 
   std::function<void(LinkHealth, LinkHealth)> on_health_change_;
   std::function<void()> on_connected_;
