@@ -152,7 +152,7 @@ GaugeSnapshot AgentService::gauges() const {
   return snapshot;
 }
 
-void AgentService::handle(wire::RequestBody body, Respond respond, Alive alive) {
+void AgentService::handle(wire::RequestBody&& body, Respond respond, Alive alive) {
   const Op op = opFor(body);
   const uint64_t now_ms = wallClockMs();
   const uint64_t started_us = monotonicClockUs();  // the latency histogram only
@@ -224,7 +224,7 @@ void AgentService::reply(uint64_t token, wire::ResponseBody&& body) {
   respond(std::move(body));
 }
 
-void AgentService::send(uint64_t call, wire::RequestBody body) {
+void AgentService::send(uint64_t call, wire::RequestBody&& body) {
   link_->call(std::move(body), [this, call](central::LinkResult&& result) {
     onLinkResult(call, std::move(result));
   });

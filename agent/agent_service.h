@@ -110,7 +110,7 @@ class AgentService {
   // Restores the outbox from the store and starts the timers.
   [[nodiscard]] Status start(std::vector<OutboxEntry> restored, uint64_t boot_epoch);
   // `alive` (optional) says whether the requester can still hear the answer.
-  void handle(wire::RequestBody body, Respond respond, Alive alive = nullptr);
+  void handle(wire::RequestBody&& body, Respond respond, Alive alive = nullptr);
 
   // Arms the shutdown deadline (now + timeout_ms): at it, every requester still waiting is
   // answered (see above) and the outbox closes. Call once, before drain().
@@ -137,7 +137,7 @@ class AgentService {
   // requester an AgentReplyLedgerAnswer names (the core names at most one).
   void perform(wire::ResponseBody* answer = nullptr);
   void reply(uint64_t token, wire::ResponseBody&& body);
-  void send(uint64_t call, wire::RequestBody body);
+  void send(uint64_t call, wire::RequestBody&& body);
   void onLinkResult(uint64_t call, central::LinkResult&& result);
   void note(const ShardNote& note);
 

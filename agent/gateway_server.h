@@ -65,7 +65,8 @@ using Respond = std::function<void(wire::ResponseBody&& body)>;
 // handler drop a request whose requester is gone before doing anything for it. Callable until
 // the server is destroyed, on the loop thread.
 using Alive = std::function<bool()>;
-using RequestHandler = std::function<void(wire::RequestBody body, Respond respond, Alive alive)>;
+// The request, too, is handed on by rvalue reference, down to the ledger link's encoder.
+using RequestHandler = std::function<void(wire::RequestBody&& body, Respond respond, Alive alive)>;
 
 // Pure: whether a peer with these credentials may talk to the agent.
 bool peerAllowed(uint32_t uid, uint32_t gid, const std::vector<uint32_t>& allowed_uids,

@@ -479,7 +479,7 @@ struct Daemon {
                    .stall_timeout_ms = config.connection_stall_timeout_ms,
                    .buffered_bytes_max = config.buffered_bytes_max,
                    .drain_timeout_ms = config.drain_timeout_ms + kGatewayDrainGraceMs},
-               [this](wire::RequestBody body, Respond respond, Alive alive) {
+               [this](wire::RequestBody&& body, Respond respond, Alive alive) {
                  router.handle(std::move(body), std::move(respond), std::move(alive));
                }),
         http_server(
@@ -495,7 +495,7 @@ struct Daemon {
                               .idle_timeout_ms = config.http_idle_timeout_ms,
                               .linger_ms = config.http_linger_ms,
                               .drain_timeout_ms = config.drain_timeout_ms + kGatewayDrainGraceMs},
-            [this](wire::RequestBody body, Respond respond, Alive alive) {
+            [this](wire::RequestBody&& body, Respond respond, Alive alive) {
               router.handle(std::move(body), std::move(respond), std::move(alive));
             }),
         metrics_server(loop, logger, config.metrics_host, config.metrics_port,
@@ -528,7 +528,7 @@ struct Daemon {
     std::vector<RequestHandler> each;
     for (const std::unique_ptr<Partition>& partition : partitions) {
       each.push_back(
-          [service = &partition->service](wire::RequestBody body, Respond respond, Alive alive) {
+          [service = &partition->service](wire::RequestBody&& body, Respond respond, Alive alive) {
             service->handle(std::move(body), std::move(respond), std::move(alive));
           });
     }

@@ -40,7 +40,7 @@ PartitionRouter::PartitionRouter(std::vector<RequestHandler> services,
   TALLY_ASSERT(services_.size() == 1 || records_ != nullptr);
 }
 
-void PartitionRouter::handle(wire::RequestBody body, Respond respond, Alive alive) {
+void PartitionRouter::handle(wire::RequestBody&& body, Respond respond, Alive alive) {
   if (services_.size() == 1) {
     services_.front()(std::move(body), std::move(respond), std::move(alive));
     return;
@@ -95,7 +95,7 @@ void PartitionRouter::handle(wire::RequestBody body, Respond respond, Alive aliv
   }
 }
 
-void PartitionRouter::toPartition(uint32_t partition, wire::RequestBody body, Respond respond,
+void PartitionRouter::toPartition(uint32_t partition, wire::RequestBody&& body, Respond respond,
                                   Alive alive) {
   TALLY_ASSERT(partition < services_.size());
   std::string id(reservationIdOf(body));
@@ -144,7 +144,7 @@ void PartitionRouter::toEvery(const wire::RequestBody& body, const Alive& alive,
   for (size_t i = 0; i < services_.size(); ++i) {
     // A service may answer at once (health): the gather outlives every call.
     services_[i](
-        body,
+        wire::RequestBody(body),  // each partition gets its own copy
         [gather, i](wire::ResponseBody&& answer) {
           gather->answers[i] = ledgerReplyOf(std::move(answer));
           if (--gather->waiting == 0) gather->done(std::move(gather->answers));
@@ -153,7 +153,7 @@ void PartitionRouter::toEvery(const wire::RequestBody& body, const Alive& alive,
   }
 }
 
-void PartitionRouter::unrecorded(wire::RequestBody body, Respond respond, Alive alive) {
+void PartitionRouter::unrecorded(wire::RequestBody&& body, Respond respond, Alive alive) {
   std::string id(reservationIdOf(body));
   logger_->debug("reservation_partition_unrecorded", {{"reservation_id", id}});
   const wire::RequestBody query = QueryRequest{.reservation_id = id};

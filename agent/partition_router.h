@@ -56,16 +56,16 @@ class PartitionRouter {
   PartitionRouter& operator=(const PartitionRouter&) = delete;
 
   // The gateway servers' RequestHandler.
-  void handle(wire::RequestBody body, Respond respond, Alive alive);
+  void handle(wire::RequestBody&& body, Respond respond, Alive alive);
 
   uint32_t partitions() const { return static_cast<uint32_t>(services_.size()); }
 
  private:
-  void toPartition(uint32_t partition, wire::RequestBody body, Respond respond, Alive alive);
+  void toPartition(uint32_t partition, wire::RequestBody&& body, Respond respond, Alive alive);
   // Every partition; `merged` gets answers[i] from partition i once all have answered.
   void toEvery(const wire::RequestBody& body, const Alive& alive,
                std::function<void(std::vector<LedgerReply> answers)> merged);
-  void unrecorded(wire::RequestBody body, Respond respond, Alive alive);
+  void unrecorded(wire::RequestBody&& body, Respond respond, Alive alive);
   // Durably, before the reserve is handed over; every trim_every records, the oldest dropped.
   Status record(const std::string& reservation_id, uint32_t partition);
   // Wraps `respond` to forget the reservation's record once an answer shows it final.

@@ -430,7 +430,7 @@ void LedgerLink::protocolError(const std::string& error) {
 
 // --- Requests ---------------------------------------------------------------------------------
 
-void LedgerLink::call(wire::RequestBody body, std::function<void(LinkResult&&)> done) {
+void LedgerLink::call(wire::RequestBody&& body, std::function<void(LinkResult&&)> done) {
   TALLY_ASSERT(state_ != State::kIdle && state_ != State::kStopped);
   TALLY_ASSERT(done != nullptr);
   ++stats_.calls;

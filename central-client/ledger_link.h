@@ -110,7 +110,7 @@ class LedgerLink {
   // adds its callback.
   void stop(std::function<void()> on_closed);
 
-  void call(wire::RequestBody body, std::function<void(LinkResult&&)> done);
+  void call(wire::RequestBody&& body, std::function<void(LinkResult&&)> done);
 
   bool connected() const { return state_ == State::kConnected; }
   LinkHealth health() const { return monitor_.state(); }
