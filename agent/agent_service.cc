@@ -158,7 +158,7 @@ void AgentService::handle(wire::RequestBody&& body, Respond respond, Alive alive
   const uint64_t started_us = monotonicClockUs();  // the latency histogram only
   Respond measured = [this, op, started_us,
                       respond = std::move(respond)](wire::ResponseBody&& answer) {
-    metrics_->countRequest(op, outcomeLabel(answer), monotonicClockUs() - started_us);
+    metrics_->countRequest(op, outcomeName(answer), monotonicClockUs() - started_us);
     if (const auto* reply = std::get_if<ReservationReply>(&answer)) {
       if (op == Op::kReserve && (reply->code == ReplyCode::kRejected ||
                                  reply->receipt.state == ReservationState::kRejected)) {
@@ -234,7 +234,7 @@ void AgentService::onLinkResult(uint64_t call, central::LinkResult&& result) {
   AgentLedgerAnswer answer;
   if (result.status.isOk()) {
     answer.outcome = LinkOutcome::kAnswered;
-    answer.label = outcomeLabel(result.response.body);
+    answer.label = outcomeName(result.response.body);
     if (const auto* reply = std::get_if<ReservationReply>(&result.response.body)) {
       answer.reservation = *reply;
     } else if (auto* policy = std::get_if<wire::PolicyAnswer>(&result.response.body)) {

@@ -47,6 +47,20 @@ class PartitionSamples {
 
 using Sample = std::pair<std::string, std::string>;  // labels, value
 
+// The ops in the order of their names: the order of the requests counter's samples.
+const std::array<size_t, kOpCount>& opsByName() {
+  static const std::array<size_t, kOpCount> order = [] {
+    std::array<size_t, kOpCount> ops{};
+    for (size_t i = 0; i < ops.size(); ++i) ops[i] = i;
+    std::sort(ops.begin(), ops.end(), [](size_t a, size_t b) {
+      return std::string_view(opName(static_cast<Op>(a))) <
+             std::string_view(opName(static_cast<Op>(b)));
+    });
+    return ops;
+  }();
+  return order;
+}
+
 }  // namespace
 
 const char* opName(Op op) {
@@ -81,8 +95,11 @@ Op opFor(const wire::RequestBody& body) {
       body);
 }
 
-void AgentMetrics::countRequest(Op op, const std::string& outcome, uint64_t duration_us) {
-  ++requests_[{opName(op), outcome}];
+void AgentMetrics::countRequest(Op op, std::string_view outcome, uint64_t duration_us) {
+  std::map<std::string, uint64_t, std::less<>>& by_outcome = requests_[static_cast<size_t>(op)];
+  auto it = by_outcome.find(outcome);
+  if (it == by_outcome.end()) it = by_outcome.emplace(std::string(outcome), 0).first;
+  ++it->second;
   Histogram& histogram = durations_[static_cast<size_t>(op)];
   if (histogram.count == 0) histogram.bounds = kBucketsUs;
   histogram.observe(duration_us);
@@ -96,9 +113,11 @@ void AgentMetrics::countShadowDecision(const std::string& outcome, LimitingDimen
   ++shadow_[{outcome, limitingDimensionName(dimension)}];
 }
 
-uint64_t AgentMetrics::requests(Op op, const std::string& outcome) const {
-  auto it = requests_.find({opName(op), outcome});
-  return it == requests_.end() ? 0 : it->second;
+uint64_t AgentMetrics::requests(Op op, std::string_view outcome) const {
+  const std::map<std::string, uint64_t, std::less<>>& by_outcome =
+      requests_[static_cast<size_t>(op)];
+  auto it = by_outcome.find(outcome);
+  return it == by_outcome.end() ? 0 : it->second;
 }
 
 uint64_t AgentMetrics::shadowDecisions(const std::string& outcome,
@@ -160,9 +179,12 @@ std::string AgentMetrics::render(std::span<const GaugeSnapshot> gauges) const {
   std::string out;
   header(&out, "tally_agent_requests_total", "counter",
          "Gateway requests by operation and outcome.");
-  for (const auto& [key, value] : requests_) {
-    sample(&out, "tally_agent_requests_total",
-           "op=\"" + key.first + "\",outcome=\"" + key.second + "\"", std::to_string(value));
+  for (size_t op : opsByName()) {
+    for (const auto& [outcome, value] : requests_[op]) {
+      sample(&out, "tally_agent_requests_total",
+             std::string("op=\"") + opName(static_cast<Op>(op)) + "\",outcome=\"" + outcome + "\"",
+             std::to_string(value));
+    }
   }
   header(&out, "tally_agent_rejections_total", "counter",
          "Reservations rejected, by limiting dimension.");

@@ -37,6 +37,7 @@ Op opFor(const wire::RequestBody& body);
 
 // The outcome label of one answer (net/prometheus.h, shared with tally-ledger).
 using net::outcomeLabel;
+using net::outcomeName;
 
 // One fairly scheduled route (core/fair_scheduler.h, docs/AGENT.md "Fair scheduling").
 struct FairRouteGauges {
@@ -78,7 +79,7 @@ class AgentMetrics {
   // Upper bounds of the request-duration histogram buckets, in microseconds.
   static constexpr std::array<uint64_t, 15> kBucketsUs = net::kLatencyBucketsUs;
 
-  void countRequest(Op op, const std::string& outcome, uint64_t duration_us);
+  void countRequest(Op op, std::string_view outcome, uint64_t duration_us);
   void countRejection(LimitingDimension dimension);
   void countShadowDecision(const std::string& outcome, LimitingDimension dimension);
   // Emergency shards: admissions ("admitted", "no-shard"), reports by the ledger's answer
@@ -94,7 +95,7 @@ class AgentMetrics {
     return it == shard_events_.end() ? 0 : it->second;
   }
 
-  uint64_t requests(Op op, const std::string& outcome) const;
+  uint64_t requests(Op op, std::string_view outcome) const;
   uint64_t shadowDecisions(const std::string& outcome, LimitingDimension dimension) const;
 
   std::string render(const GaugeSnapshot& gauges) const;
@@ -110,9 +111,9 @@ class AgentMetrics {
 
   using Histogram = net::PromHistogram<kBucketsUs.size()>;
 
-  std::map<std::pair<std::string, std::string>, uint64_t> requests_;  // (op, outcome)
-  std::map<std::string, uint64_t> rejections_;                        // dimension
-  std::map<std::pair<std::string, std::string>, uint64_t> shadow_;    // (outcome, dimension)
+  std::array<std::map<std::string, uint64_t, std::less<>>, kOpCount> requests_;  // by op, outcome
+  std::map<std::string, uint64_t> rejections_;                                   // dimension
+  std::map<std::pair<std::string, std::string>, uint64_t> shadow_;  // (outcome, dimension)
   std::array<Histogram, kOpCount> durations_{};
   std::map<std::string, uint64_t> shard_admissions_;
   std::map<std::string, uint64_t> shard_reports_;

@@ -44,17 +44,17 @@ constexpr const char* kOpNames[] = {"unknown",
                                     "audit_log"};
 static_assert(std::size(kOpNames) == std::variant_size_v<wire::RequestBody>);
 
-std::string outcomeOf(const wire::ResponseBody& response) {
+std::string_view outcomeOf(const wire::ResponseBody& response) {
   if (const auto* shard = std::get_if<ShardReply>(&response)) {
-    return net::promLower(replyCodeName(shard->code));
+    return net::replyCodeOutcome(shard->code);
   }
   if (const auto* gateway = std::get_if<GatewayReply>(&response)) {
-    return net::promLower(replyCodeName(gateway->code));
+    return net::replyCodeOutcome(gateway->code);
   }
   if (const auto* operators = std::get_if<OperatorReply>(&response)) {
-    return net::promLower(replyCodeName(operators->code));
+    return net::replyCodeOutcome(operators->code);
   }
-  return net::outcomeLabel(response);
+  return net::outcomeName(response);
 }
 
 std::string count(uint64_t value) { return std::to_string(value); }
@@ -106,9 +106,9 @@ LedgerGauges ledgerGauges(const Ledger& ledger, uint64_t now_ms) {
 void LedgerMetrics::countRequest(const wire::RequestBody& request,
                                  const wire::ResponseBody& response) {
   std::map<std::string, uint64_t, std::less<>>& by_outcome = requests_[request.index()];
-  std::string outcome = outcomeOf(response);
+  const std::string_view outcome = outcomeOf(response);
   auto it = by_outcome.find(outcome);
-  if (it == by_outcome.end()) it = by_outcome.emplace(std::move(outcome), 0).first;
+  if (it == by_outcome.end()) it = by_outcome.emplace(std::string(outcome), 0).first;
   ++it->second;
   if (const auto* reply = std::get_if<ReservationReply>(&response)) {
     if (std::holds_alternative<ReserveRequest>(request) &&

@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <type_traits>
 #include <variant>
 
 namespace tally::net {
@@ -28,20 +29,46 @@ std::string promSeconds(uint64_t us) {
   return buffer;
 }
 
-std::string outcomeLabel(const wire::ResponseBody& body) {
+namespace {
+
+// Every value of the code's uint8_t, so that a code from the wire outside the enum gets the
+// name its *Name function gives it, not a read past the table.
+template <typename Code, typename Label>
+std::array<std::string, 256> labelsOf(Label label) {
+  static_assert(std::is_same_v<std::underlying_type_t<Code>, uint8_t>);
+  std::array<std::string, 256> labels;
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = label(static_cast<Code>(i));
+  return labels;
+}
+
+std::string_view errorOutcome(wire::ErrorCode code) {
+  static const std::array<std::string, 256> labels = labelsOf<wire::ErrorCode>(
+      [](wire::ErrorCode c) { return std::string("error_") + wire::errorCodeName(c); });
+  return labels[static_cast<uint8_t>(code)];
+}
+
+}  // namespace
+
+std::string_view replyCodeOutcome(ReplyCode code) {
+  static const std::array<std::string, 256> labels =
+      labelsOf<ReplyCode>([](ReplyCode c) { return promLower(replyCodeName(c)); });
+  return labels[static_cast<uint8_t>(code)];
+}
+
+std::string_view outcomeName(const wire::ResponseBody& body) {
   if (const auto* reply = std::get_if<ReservationReply>(&body)) {
     if (reply->code == ReplyCode::kOk && reply->receipt.state == ReservationState::kRejected) {
       return "rejected";
     }
-    return promLower(replyCodeName(reply->code));
+    return replyCodeOutcome(reply->code);
   }
-  if (const auto* error = std::get_if<wire::ErrorReply>(&body)) {
-    return std::string("error_") + wire::errorCodeName(error->code);
-  }
+  if (const auto* error = std::get_if<wire::ErrorReply>(&body)) return errorOutcome(error->code);
   if (const auto* policy = std::get_if<wire::PolicyAnswer>(&body)) {
-    return promLower(replyCodeName(policy->reply.code));
+    return replyCodeOutcome(policy->reply.code);
   }
   return "ok";
 }
+
+std::string outcomeLabel(const wire::ResponseBody& body) { return std::string(outcomeName(body)); }
 
 }  // namespace tally::net

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "wire/codec.h"
 
@@ -62,7 +63,11 @@ struct PromHistogram {
 };
 
 // The outcome label of one answer: the reply code ("ok", "rejected", "queued", …) or
-// "error_<code>" for an ErrorReply.
+// "error_<code>" for an ErrorReply. outcomeName is the same text without building a string
+// (both daemons count every answer by it); it stays valid for the life of the process.
+std::string_view outcomeName(const wire::ResponseBody& body);
 std::string outcomeLabel(const wire::ResponseBody& body);
+// A reply code's label ("ok", "not_found", …; "unknown" for a value outside the enum).
+std::string_view replyCodeOutcome(ReplyCode code);
 
 }  // namespace tally::net

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,44 @@ TEST(AgentMetrics, OutcomeLabels) {
   EXPECT_EQ(outcomeLabel(wire::ErrorReply{.code = wire::ErrorCode::kUnavailable}),
             "error_unavailable");
   EXPECT_EQ(opFor(wire::RequestBody{SettleRequest{}}), Op::kSettle);
+  // An OK whose receipt is REJECTED (an admission refused) counts as rejected.
+  ReservationReply refused{.code = ReplyCode::kOk};
+  refused.receipt.state = ReservationState::kRejected;
+  EXPECT_EQ(outcomeName(refused), "rejected");
+  EXPECT_EQ(outcomeName(ReservationReply{.code = ReplyCode::kNotFound}), "not_found");
+  EXPECT_EQ(outcomeName(wire::ErrorReply{.code = wire::ErrorCode::kMalformedFrame}),
+            "error_malformedFrame");
+  EXPECT_EQ(outcomeName(wire::HealthReply{}), "ok");
+  // Codes outside the enums (a newer peer's) get their names' fallbacks, not a read past a table.
+  EXPECT_EQ(outcomeName(ReservationReply{.code = static_cast<ReplyCode>(200)}), "unknown");
+  EXPECT_EQ(outcomeName(wire::ErrorReply{.code = static_cast<wire::ErrorCode>(255)}),
+            "error_invalid");
+}
+
+// The requests counter's samples come by op name, then outcome, whatever the order of the
+// answers: the text a scrape sees does not depend on traffic.
+TEST(AgentMetrics, RequestSamplesAreOrderedByOpThenOutcome) {
+  AgentMetrics metrics;
+  metrics.countRequest(Op::kStart, "ok", 10);
+  metrics.countRequest(Op::kReserve, "rejected", 10);
+  metrics.countRequest(Op::kSettle, "ok", 10);
+  metrics.countRequest(Op::kReserve, "ok", 10);
+  metrics.countRequest(Op::kReserve, "ok", 10);
+  metrics.countRequest(Op::kHealth, "ok", 10);
+  EXPECT_EQ(metrics.requests(Op::kReserve, "ok"), 2u);
+  EXPECT_EQ(metrics.requests(Op::kReserve, "queued"), 0u);
+  EXPECT_EQ(metrics.requests(Op::kSettle, "rejected"), 0u);
+  const std::string text = metrics.render(GaugeSnapshot{});
+  std::vector<size_t> at;
+  for (const char* line : {"tally_agent_requests_total{op=\"health\",outcome=\"ok\"} 1\n",
+                           "tally_agent_requests_total{op=\"reserve\",outcome=\"ok\"} 2\n",
+                           "tally_agent_requests_total{op=\"reserve\",outcome=\"rejected\"} 1\n",
+                           "tally_agent_requests_total{op=\"settle\",outcome=\"ok\"} 1\n",
+                           "tally_agent_requests_total{op=\"start\",outcome=\"ok\"} 1\n"}) {
+    at.push_back(text.find(line));
+    ASSERT_NE(at.back(), std::string::npos) << line << text;
+  }
+  EXPECT_TRUE(std::is_sorted(at.begin(), at.end())) << text;
 }
 
 TEST(HttpResponse, MetricsAndNotFound) {
