@@ -136,7 +136,10 @@ Result<Policy> readPolicy(schema::PolicyV1::Reader reader) {
 // moving the result through each layer, is most of what reading a reply costs (a Reservation's
 // eight strings move field by field; docs/PERFORMANCE.md).
 Status readReservation(schema::LimitReservationV1::Reader reader, Reservation* reservation) {
-  *reservation = Reservation{};
+  // Every field is read below but this one, which is not on the wire: the strings keep their
+  // buffers when `reservation` is reused (tally-bench decodes every answer into one).
+  // CodecResponse.DecodingIntoOneResponseGivesWhatAFreshDecodeGives checks that nothing is left.
+  reservation->late_receipt_applied = false;
   Reservation& out = *reservation;
   TALLY_WIRE_RETURN_IF_ERROR(readText(reader.getReservationId(), limits::kReservationIdBytesMax,
                                       "reservationId", &out.reservation_id));
@@ -350,9 +353,12 @@ Status readReservationReply(schema::ReservationReply::Reader reader, Reservation
   out->duplicate = reader.getDuplicate();
   out->refunded_units = reader.getRefundedUnits();
   if (reader.hasReceipt()) {
-    TALLY_WIRE_RETURN_IF_ERROR(
-        withContext(readReservation(reader.getReceipt(), &out->receipt), "receipt"));
-    TALLY_WIRE_RETURN_IF_ERROR(withContext(checkReceiptUnits(out->receipt), "receipt"));
+    if (Status s = readReservation(reader.getReceipt(), &out->receipt); !s.isOk()) {
+      return withContext(std::move(s), "receipt");
+    }
+    if (Status s = checkReceiptUnits(out->receipt); !s.isOk()) {
+      return withContext(std::move(s), "receipt");
+    }
   } else {
     out->receipt = Reservation{};
   }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <capnp/blob.h>
@@ -37,9 +38,9 @@ auto catchDecodeErrors(F&& read) -> decltype(read()) {
 }
 
 // Prefixes the field path of an invalid-argument status ("receipts[3]" + "." + "state: …").
-inline Status withContext(const Status& status, const std::string& context) {
+inline Status withContext(Status status, std::string_view context) {
   if (status.code() != StatusCode::kInvalidArgument) return status;
-  return Status::invalidArgument(context + "." + status.message());
+  return Status::invalidArgument(std::string(context) + "." + status.message());
 }
 
 inline Status readText(capnp::Text::Reader text, uint64_t bytes_max, const char* field,

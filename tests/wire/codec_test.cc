@@ -474,6 +474,10 @@ TEST(CodecResponse, DecodingIntoOneResponseGivesWhatAFreshDecodeGives) {
       EXPECT_EQ(bodyAs<ErrorReply>(reused).message, "later");
     }
   }
+  // Nor of a field that is not on the wire: the in-memory flag of a late operation receipt.
+  std::get<ReservationReply>(reused.body).receipt.late_receipt_applied = true;
+  ASSERT_TRUE(decodeResponse(responseFrameOf(answers[1]), &reused).isOk());
+  EXPECT_EQ(bodyAs<ReservationReply>(reused).receipt, short_receipt);
   // A reply without a receipt at all (our encoder always writes one; another client's need not)
   // leaves no trace of the receipt before it.
   capnp::MallocMessageBuilder bare;
