@@ -47,18 +47,14 @@ class PartitionSamples {
 
 using Sample = std::pair<std::string, std::string>;  // labels, value
 
-// The ops in the order of their names: the order of the requests counter's samples.
-const std::array<size_t, kOpCount>& opsByName() {
-  static const std::array<size_t, kOpCount> order = [] {
-    std::array<size_t, kOpCount> ops{};
-    for (size_t i = 0; i < ops.size(); ++i) ops[i] = i;
-    std::sort(ops.begin(), ops.end(), [](size_t a, size_t b) {
-      return std::string_view(opName(static_cast<Op>(a))) <
-             std::string_view(opName(static_cast<Op>(b)));
-    });
-    return ops;
+// Each Op's name, by its index: the requests counter's op label.
+const std::array<const char*, kOpCount>& opNames() {
+  static const std::array<const char*, kOpCount> names = [] {
+    std::array<const char*, kOpCount> all{};
+    for (size_t i = 0; i < all.size(); ++i) all[i] = opName(static_cast<Op>(i));
+    return all;
   }();
-  return order;
+  return names;
 }
 
 }  // namespace
@@ -96,10 +92,7 @@ Op opFor(const wire::RequestBody& body) {
 }
 
 void AgentMetrics::countRequest(Op op, std::string_view outcome, uint64_t duration_us) {
-  std::map<std::string, uint64_t, std::less<>>& by_outcome = requests_[static_cast<size_t>(op)];
-  auto it = by_outcome.find(outcome);
-  if (it == by_outcome.end()) it = by_outcome.emplace(std::string(outcome), 0).first;
-  ++it->second;
+  requests_.add(static_cast<size_t>(op), outcome);
   Histogram& histogram = durations_[static_cast<size_t>(op)];
   if (histogram.count == 0) histogram.bounds = kBucketsUs;
   histogram.observe(duration_us);
@@ -114,10 +107,7 @@ void AgentMetrics::countShadowDecision(const std::string& outcome, LimitingDimen
 }
 
 uint64_t AgentMetrics::requests(Op op, std::string_view outcome) const {
-  const std::map<std::string, uint64_t, std::less<>>& by_outcome =
-      requests_[static_cast<size_t>(op)];
-  auto it = by_outcome.find(outcome);
-  return it == by_outcome.end() ? 0 : it->second;
+  return requests_.get(static_cast<size_t>(op), outcome);
 }
 
 uint64_t AgentMetrics::shadowDecisions(const std::string& outcome,
@@ -179,13 +169,7 @@ std::string AgentMetrics::render(std::span<const GaugeSnapshot> gauges) const {
   std::string out;
   header(&out, "tally_agent_requests_total", "counter",
          "Gateway requests by operation and outcome.");
-  for (size_t op : opsByName()) {
-    for (const auto& [outcome, value] : requests_[op]) {
-      sample(&out, "tally_agent_requests_total",
-             std::string("op=\"") + opName(static_cast<Op>(op)) + "\",outcome=\"" + outcome + "\"",
-             std::to_string(value));
-    }
-  }
+  requests_.render(&out, "tally_agent_requests_total", opNames());
   header(&out, "tally_agent_rejections_total", "counter",
          "Reservations rejected, by limiting dimension.");
   for (const auto& [dimension, value] : rejections_) {

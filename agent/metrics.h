@@ -111,8 +111,8 @@ class AgentMetrics {
 
   using Histogram = net::PromHistogram<kBucketsUs.size()>;
 
-  std::array<std::map<std::string, uint64_t, std::less<>>, kOpCount> requests_;  // by op, outcome
-  std::map<std::string, uint64_t> rejections_;                                   // dimension
+  net::RequestCounts<kOpCount> requests_;                           // by Op, then outcome
+  std::map<std::string, uint64_t> rejections_;                      // dimension
   std::map<std::pair<std::string, std::string>, uint64_t> shadow_;  // (outcome, dimension)
   std::array<Histogram, kOpCount> durations_{};
   std::map<std::string, uint64_t> shard_admissions_;

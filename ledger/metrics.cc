@@ -15,34 +15,34 @@ using net::promSample;
 namespace {
 
 // By the index of wire::RequestBody's alternatives.
-constexpr const char* kOpNames[] = {"unknown",
-                                    "reserve",
-                                    "start",
-                                    "settle",
-                                    "release",
-                                    "query",
-                                    "mark_unknown",
-                                    "report_operation",
-                                    "audit",
-                                    "health",
-                                    "publish_policy",
-                                    "rollback_policy",
-                                    "show_policy",
-                                    "enroll_gateway",
-                                    "list_gateways",
-                                    "set_gateway_enabled",
-                                    "shard_issue",
-                                    "shard_report",
-                                    "shard_status",
-                                    "list_shards",
-                                    "revoke_shards",
-                                    "write_off_shard",
-                                    "extend",
-                                    "enroll_operator",
-                                    "set_operator_enabled",
-                                    "list_operators",
-                                    "audit_log"};
-static_assert(std::size(kOpNames) == std::variant_size_v<wire::RequestBody>);
+constexpr auto kOpNames = std::to_array<const char*>({"unknown",
+                                                      "reserve",
+                                                      "start",
+                                                      "settle",
+                                                      "release",
+                                                      "query",
+                                                      "mark_unknown",
+                                                      "report_operation",
+                                                      "audit",
+                                                      "health",
+                                                      "publish_policy",
+                                                      "rollback_policy",
+                                                      "show_policy",
+                                                      "enroll_gateway",
+                                                      "list_gateways",
+                                                      "set_gateway_enabled",
+                                                      "shard_issue",
+                                                      "shard_report",
+                                                      "shard_status",
+                                                      "list_shards",
+                                                      "revoke_shards",
+                                                      "write_off_shard",
+                                                      "extend",
+                                                      "enroll_operator",
+                                                      "set_operator_enabled",
+                                                      "list_operators",
+                                                      "audit_log"});
+static_assert(kOpNames.size() == std::variant_size_v<wire::RequestBody>);
 
 std::string_view outcomeOf(const wire::ResponseBody& response) {
   if (const auto* shard = std::get_if<ShardReply>(&response)) {
@@ -58,19 +58,6 @@ std::string_view outcomeOf(const wire::ResponseBody& response) {
 }
 
 std::string count(uint64_t value) { return std::to_string(value); }
-
-// Indexes of kOpNames in the order of their names: the samples' order.
-const std::array<size_t, std::size(kOpNames)>& opsByName() {
-  static const std::array<size_t, std::size(kOpNames)> order = [] {
-    std::array<size_t, std::size(kOpNames)> indexes{};
-    for (size_t i = 0; i < indexes.size(); ++i) indexes[i] = i;
-    std::sort(indexes.begin(), indexes.end(), [](size_t a, size_t b) {
-      return std::string_view(kOpNames[a]) < std::string_view(kOpNames[b]);
-    });
-    return indexes;
-  }();
-  return order;
-}
 
 }  // namespace
 
@@ -105,11 +92,7 @@ LedgerGauges ledgerGauges(const Ledger& ledger, uint64_t now_ms) {
 
 void LedgerMetrics::countRequest(const wire::RequestBody& request,
                                  const wire::ResponseBody& response) {
-  std::map<std::string, uint64_t, std::less<>>& by_outcome = requests_[request.index()];
-  const std::string_view outcome = outcomeOf(response);
-  auto it = by_outcome.find(outcome);
-  if (it == by_outcome.end()) it = by_outcome.emplace(std::string(outcome), 0).first;
-  ++it->second;
+  requests_.add(request.index(), outcomeOf(response));
   if (const auto* reply = std::get_if<ReservationReply>(&response)) {
     if (std::holds_alternative<ReserveRequest>(request) &&
         reply->receipt.state == ReservationState::kRejected && !reply->duplicate) {
@@ -132,9 +115,7 @@ void LedgerMetrics::observeAudit(const Audited& audited) {
 
 uint64_t LedgerMetrics::requests(const std::string& op, const std::string& outcome) const {
   for (size_t i = 0; i < std::size(kOpNames); ++i) {
-    if (op != kOpNames[i]) continue;
-    auto it = requests_[i].find(outcome);
-    return it == requests_[i].end() ? 0 : it->second;
+    if (op == kOpNames[i]) return requests_.get(i, outcome);
   }
   return 0;
 }
@@ -147,13 +128,7 @@ uint64_t LedgerMetrics::rejections(LimitingDimension dimension) const {
 std::string LedgerMetrics::render(const LedgerGauges& g) const {
   std::string out;
   promHeader(&out, "tally_ledger_requests_total", "counter", "Requests by operation and outcome.");
-  for (size_t op : opsByName()) {
-    for (const auto& [outcome, value] : requests_[op]) {
-      promSample(&out, "tally_ledger_requests_total",
-                 std::string("op=\"") + kOpNames[op] + "\",outcome=\"" + outcome + "\"",
-                 count(value));
-    }
-  }
+  requests_.render(&out, "tally_ledger_requests_total", kOpNames);
   promHeader(&out, "tally_ledger_rejections_total", "counter",
              "Reservations rejected (first answers, not duplicates), by limiting dimension.");
   for (const auto& [dimension, value] : rejections_) {

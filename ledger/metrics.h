@@ -65,10 +65,8 @@ class LedgerMetrics {
   std::string render(const LedgerGauges& gauges) const;
 
  private:
-  // By the request kind's index in wire::RequestBody (kOpNames), then outcome: one array index
-  // and a search among a few outcomes per answer.
-  std::array<std::map<std::string, uint64_t, std::less<>>, std::variant_size_v<wire::RequestBody>>
-      requests_;
+  // By the request kind's index in wire::RequestBody (kOpNames), then outcome.
+  net::RequestCounts<std::variant_size_v<wire::RequestBody>> requests_;
   std::map<std::string, uint64_t> rejections_;  // dimension
   net::PromHistogram<kBatchBuckets.size()> batch_requests_{.bounds = kBatchBuckets};
   net::PromHistogram<net::kLatencyBucketsUs.size()> commit_latency_{.bounds =

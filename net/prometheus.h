@@ -1,7 +1,10 @@
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -60,6 +63,44 @@ struct PromHistogram {
     promSample(out, name + "_sum", labels, show(sum));
     promSample(out, name + "_count", labels, std::to_string(count));
   }
+};
+
+// Requests counted by (op, outcome) over a fixed set of N ops, each op an index into the
+// names given to render(): a count costs an array index and a search among a few outcomes,
+// never a string built per request. Rendered by op name, then outcome, whatever the order of
+// the answers.
+template <size_t N>
+class RequestCounts {
+ public:
+  void add(size_t op, std::string_view outcome) {
+    std::map<std::string, uint64_t, std::less<>>& by_outcome = counts_[op];
+    auto it = by_outcome.find(outcome);
+    if (it == by_outcome.end()) it = by_outcome.emplace(std::string(outcome), 0).first;
+    ++it->second;
+  }
+  uint64_t get(size_t op, std::string_view outcome) const {
+    auto it = counts_[op].find(outcome);
+    return it == counts_[op].end() ? 0 : it->second;
+  }
+  // One sample of `name` per (op, outcome) counted, labelled op="…",outcome="…".
+  void render(std::string* out, const std::string& name,
+              const std::array<const char*, N>& op_names) const {
+    std::array<size_t, N> by_name{};
+    for (size_t i = 0; i < N; ++i) by_name[i] = i;
+    std::sort(by_name.begin(), by_name.end(), [&](size_t a, size_t b) {
+      return std::string_view(op_names[a]) < std::string_view(op_names[b]);
+    });
+    for (size_t op : by_name) {
+      for (const auto& [outcome, value] : counts_[op]) {
+        promSample(out, name,
+                   std::string("op=\"") + op_names[op] + "\",outcome=\"" + outcome + "\"",
+                   std::to_string(value));
+      }
+    }
+  }
+
+ private:
+  std::array<std::map<std::string, uint64_t, std::less<>>, N> counts_;
 };
 
 // The outcome label of one answer: the reply code ("ok", "rejected", "queued", …) or
