@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instructions of tally-ledger under callgrind: LABEL 0 = start/health/stop only; LABEL SECONDS =
-# tally-bench -K 64 -S 1000 for SECONDS. Output /tmp/cgl/LABEL.out (docs/PERFORMANCE.md,
+# tally-bench -K 64 -S 1000 (S=N: -S N) for SECONDS. Output /tmp/cgl/LABEL.out (docs/PERFORMANCE.md,
 # "Instructions per cycle in the ledger"). Needs valgrind and a release build.
 # Usage: bench/ledger_callgrind.sh idle 0 && bench/ledger_callgrind.sh k64 20
 # $1 = label, $2 = bench duration seconds (0: no bench, just start/stop)
@@ -19,7 +19,7 @@ GLIBC_TUNABLES=glibc.malloc.hugetlb=1 valgrind --tool=callgrind --callgrind-out-
 pid=$!
 read -r -t 120 w port _ < $d.ready
 if [[ "$2" != 0 ]]; then
-  build/release/bin/tally-bench --ledger 127.0.0.1:$port -K 64 -S 1000 -d $2 -w 2 --prefix cg > /tmp/cgl/$1.bench 2>&1 || true
+  build/release/bin/tally-bench --ledger 127.0.0.1:$port -K 64 -S "${S:-1000}" -d $2 -w 2 --prefix cg > /tmp/cgl/$1.bench 2>&1 || true
 else
   build/release/bin/tallyctl --insecure --ledger 127.0.0.1:$port --timeout-ms 60000 health > /tmp/cgl/$1.bench 2>&1 || true
 fi
