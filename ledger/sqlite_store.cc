@@ -37,6 +37,49 @@ constexpr int64_t kBusyTimeoutMs = 5000;
 constexpr int64_t kLegacyLogCacheKib = 16 * 1024;  // migrating an old ledger.db
 constexpr int64_t kTablesCacheKib = 64 * 1024;     // the fold's upserts into tables.db
 constexpr int64_t kReaderCacheKib = 8 * 1024;      // load(): one scan of tables.db
+// A steady fold's lists take a few MiB (~5,000 reservations of 384 bytes at K=64); one grown
+// past this by a large fold (a restart's backlog) is not kept.
+constexpr size_t kFoldNetKeptBytesMax = size_t{16} << 20;
+
+template <typename T>
+size_t capacityBytes(const std::vector<T>& list) {
+  return list.capacity() * sizeof(T);
+}
+
+// A fold's buffers, one per record it reads, are kept across folds up to this many bytes.
+constexpr size_t kFoldBuffersKeptBytesMax = size_t{16} << 20;
+
+// `bytes` of the `index`th buffer of `buffers` (word-aligned, so that a flat record is read in
+// place), grown when the record is larger than what the buffer held before.
+std::span<uint8_t> foldBuffer(std::vector<std::vector<uint64_t>>* buffers, size_t index,
+                              size_t bytes) {
+  if (index >= buffers->size()) buffers->resize(index + 1);
+  std::vector<uint64_t>& buffer = (*buffers)[index];
+  const size_t words = (bytes + sizeof(uint64_t) - 1) / sizeof(uint64_t);
+  if (buffer.size() < words) buffer.resize(words);
+  return {reinterpret_cast<uint8_t*>(buffer.data()), bytes};
+}
+
+// Keeps the first buffers up to kFoldBuffersKeptBytesMax in all; the rest are freed.
+void trimFoldBuffers(std::vector<std::vector<uint64_t>>* buffers) {
+  size_t kept_bytes = 0;
+  size_t kept = 0;
+  for (; kept < buffers->size(); ++kept) {
+    kept_bytes += capacityBytes((*buffers)[kept]);
+    if (kept_bytes > kFoldBuffersKeptBytesMax) break;
+  }
+  buffers->resize(kept);
+}
+
+// What `batch`'s lists hold allocated (their elements' own heap memory aside).
+size_t listBytes(const StoreBatch& batch) {
+  return capacityBytes(batch.policies) + capacityBytes(batch.accounts) +
+         capacityBytes(batch.reservations) + capacityBytes(batch.deleted_reservations) +
+         capacityBytes(batch.gateways) + capacityBytes(batch.shards) + capacityBytes(batch.fences) +
+         capacityBytes(batch.deleted_shards) + capacityBytes(batch.period_snapshots) +
+         capacityBytes(batch.deleted_period_snapshots) + capacityBytes(batch.operators) +
+         capacityBytes(batch.audit_log);
+}
 
 // Both files' own pragmas (sqlite::FilePragmas::extra).
 constexpr const char* kFilePragmas[] = {
@@ -440,16 +483,33 @@ void SqliteStore::runFold() {
 // pass fold_bytes_per_transaction_max; *last_seq is then lowered), then publishes the new
 // folded_seq. Fold thread only.
 Status SqliteStore::foldRange(int64_t after_seq, int64_t* last_seq) {
-  BatchFolder folder;
+  const Status written = writeFoldOf(after_seq, last_seq);
+  // The rows go now; the lists and the buffers stay for the next fold, unless a large fold grew
+  // them past what is kept.
+  fold_net_.clear();
+  if (listBytes(fold_net_) > kFoldNetKeptBytesMax) fold_net_ = StoreBatch{};
+  trimFoldBuffers(&fold_buffers_);
+  TALLY_SQLITE_RETURN_IF_ERROR(written);
+  // Durable in tables.db: the commit path may release these records from here on.
+  std::lock_guard lock(mu_);
+  folded_seq_ = *last_seq;
+  return Status::ok();
+}
+
+Status SqliteStore::writeFoldOf(int64_t after_seq, int64_t* last_seq) {
+  BatchFolder folder;  // before the buffers it reads from are reused
   uint64_t total_bytes = 0;
   int64_t seq = after_seq;
+  size_t records = 0;
   // Always at least one record; stops after the one that passes the byte budget.
   while (seq < *last_seq && total_bytes <= options_.fold_bytes_per_transaction_max) {
     ++seq;
     kj::Array<kj::byte> body;
-    TALLY_SQLITE_RETURN_IF_ERROR(log_->read(seq, [&body](size_t bytes) {
-      body = kj::heapArray<kj::byte>(bytes);
-      return std::span<uint8_t>(body.begin(), body.size());
+    TALLY_SQLITE_RETURN_IF_ERROR(log_->read(seq, [&](size_t bytes) {
+      const std::span<uint8_t> buffer = foldBuffer(&fold_buffers_, records++, bytes);
+      // Not owned: the folder only reads it, and is gone before the buffer is reused.
+      body = kj::Array<kj::byte>(buffer.data(), buffer.size(), kj::NullArrayDisposer::instance);
+      return buffer;
     }));
     total_bytes += body.size();
     if (Status status = folder.add(kj::mv(body)); !status.isOk()) {
@@ -457,18 +517,13 @@ Status SqliteStore::foldRange(int64_t after_seq, int64_t* last_seq) {
     }
   }
   *last_seq = seq;
-  Result<StoreBatch> net = folder.finish();
-  if (!net.isOk()) {
+  if (Status status = folder.finishInto(&fold_net_); !status.isOk()) {
     return Status::corruption("fold: log seqs " + std::to_string(after_seq + 1) + ".." +
-                              std::to_string(*last_seq) + ": " + net.status().message());
+                              std::to_string(*last_seq) + ": " + status.message());
   }
-  TALLY_SQLITE_RETURN_IF_ERROR(
-      inTransaction(*fold_tables_, files::kTablesBegin, files::kTablesCommit, "fold: write tables",
-                    [&] { return files::writeFold(*fold_tables_, &net.value(), *last_seq); }));
-  // Durable in tables.db: the commit path may release these records from here on.
-  std::lock_guard lock(mu_);
-  folded_seq_ = *last_seq;
-  return Status::ok();
+  return inTransaction(*fold_tables_, files::kTablesBegin, files::kTablesCommit,
+                       "fold: write tables",
+                       [&] { return files::writeFold(*fold_tables_, &fold_net_, *last_seq); });
 }
 
 }  // namespace tally::ledger

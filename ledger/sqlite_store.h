@@ -173,6 +173,8 @@ class SqliteStore final : public Store {
   void runFold();
   bool foldDue() const;  // under mu_
   Status foldRange(int64_t after_seq, int64_t* last_seq);
+  // foldRange's reading and writing, with the buffers and lists it leaves to foldRange.
+  Status writeFoldOf(int64_t after_seq, int64_t* last_seq);
 
   const std::string data_dir_;
   const std::string log_path_;
@@ -192,6 +194,14 @@ class SqliteStore final : public Store {
 
   // Fold thread only, between its start and its join.
   std::unique_ptr<sqlite::Connection> fold_tables_;  // tables.db: writes folds
+  // Each fold's net effect, reused: its lists, megabytes in a busy fold, allocated afresh each
+  // time were given back and faulted in again every fold (docs/PERFORMANCE.md). Kept up to
+  // kFoldNetKeptBytesMax of capacity.
+  StoreBatch fold_net_;
+  // The records each fold reads, one buffer per record, reused likewise: freed together, a
+  // fold's buffers made one free range large enough for jemalloc to give back at once, so every
+  // fold faulted them in again. Kept up to kFoldBuffersKeptBytesMax.
+  std::vector<std::vector<uint64_t>> fold_buffers_;
 
   // Shared, under mu_.
   mutable std::mutex mu_;

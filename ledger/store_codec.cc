@@ -854,8 +854,15 @@ Status BatchFolder::add(Blob blob) {
 }
 
 Result<StoreBatch> BatchFolder::finish() const {
-  const Index& index = *index_;
   StoreBatch batch;
+  if (Status status = finishInto(&batch); !status.isOk()) return status;
+  return batch;
+}
+
+Status BatchFolder::finishInto(StoreBatch* out) const {
+  const Index& index = *index_;
+  StoreBatch& batch = *out;
+  batch.clear();
   try {
     batch.policies.reserve(index.policies.size());
     for (const auto& [generation, reader] : index.policies) {
@@ -933,7 +940,7 @@ Result<StoreBatch> BatchFolder::finish() const {
   batch.audit_log_kept_from = index.audit_log_kept_from;
   batch.ledger_clock_ms = index.ledger_clock_ms;
   batch.shard_sequence = index.shard_sequence;
-  return batch;
+  return Status::ok();
 }
 
 }  // namespace tally::ledger

@@ -98,6 +98,9 @@ class BatchFolder {
   // The net effect as one batch: `deleted_reservations` and `reservations` are disjoint, so it
   // applies like any other batch. kCorruption if a latest image does not decode.
   Result<StoreBatch> finish() const;
+  // The same into *batch, cleared first (StoreBatch::clear: its lists keep their capacity).
+  // On an error *batch holds part of the net effect.
+  Status finishInto(StoreBatch* batch) const;
   size_t batches() const { return messages_.size(); }
 
  private:

@@ -1332,6 +1332,30 @@ TEST_F(StoreTest, TheFolderFoldsPackedAndFlatBatchesAlike) {
   EXPECT_TRUE(fold(true) == flat);
 }
 
+// The fold thread reuses one batch for every fold: finishInto clears what the last fold left and
+// keeps the lists' capacity.
+TEST_F(StoreTest, FinishingIntoAReusedBatchGivesWhatAFreshFinishGives) {
+  auto folderOf = [](uint64_t first, uint64_t last) {
+    auto folder = std::make_unique<BatchFolder>();
+    for (uint64_t n = first; n <= last; ++n) {
+      const Blob blob = encodeBatch(crashBatch(n));
+      EXPECT_TRUE(folder->add(kj::heapArray<kj::byte>(blob.begin(), blob.size())).isOk());
+    }
+    return folder;
+  };
+  StoreBatch reused;
+  ASSERT_TRUE(folderOf(1, 60)->finishInto(&reused).isOk());
+  const size_t capacity = reused.reservations.capacity();
+  ASSERT_GE(capacity, 60u);
+  const std::unique_ptr<BatchFolder> second = folderOf(61, 63);
+  ASSERT_TRUE(second->finishInto(&reused).isOk());
+  Result<StoreBatch> fresh = second->finish();
+  ASSERT_TRUE(fresh.isOk()) << fresh.status().toString();
+  EXPECT_EQ(reused.reservations.size(), fresh.value().reservations.size());
+  EXPECT_TRUE(reused == fresh.value());
+  EXPECT_EQ(reused.reservations.capacity(), capacity);
+}
+
 TEST_F(StoreTest, CorruptLogBodyIsReportedWithItsSeq) {
   const std::vector<uint8_t> garbage(4096, 0xff);
   // Record 4's own body, whose segment table claims more words than the record holds.
