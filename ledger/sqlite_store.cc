@@ -73,12 +73,8 @@ void trimFoldBuffers(std::vector<std::vector<uint64_t>>* buffers) {
 
 // What `batch`'s lists hold allocated (their elements' own heap memory aside).
 size_t listBytes(const StoreBatch& batch) {
-  return capacityBytes(batch.policies) + capacityBytes(batch.accounts) +
-         capacityBytes(batch.reservations) + capacityBytes(batch.deleted_reservations) +
-         capacityBytes(batch.gateways) + capacityBytes(batch.shards) + capacityBytes(batch.fences) +
-         capacityBytes(batch.deleted_shards) + capacityBytes(batch.period_snapshots) +
-         capacityBytes(batch.deleted_period_snapshots) + capacityBytes(batch.operators) +
-         capacityBytes(batch.audit_log);
+  return std::apply([](const auto&... list) { return (capacityBytes(list) + ...); },
+                    StoreBatch::listsOf(batch));
 }
 
 // Both files' own pragmas (sqlite::FilePragmas::extra).

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core/account.h"
@@ -71,32 +73,47 @@ struct StoreBatch {
   uint64_t audit_log_kept_from = 0;
 
   bool operator==(const StoreBatch&) const = default;
+
+  // Every list above, for the members below that treat them alike. A field added to the batch
+  // goes here if it is a list, or is counted in kScalarBytes: the static_assert after the struct
+  // fails to compile until it is.
+  template <typename Batch>
+  static auto listsOf(Batch& batch) {
+    return std::tie(batch.policies, batch.accounts, batch.reservations, batch.deleted_reservations,
+                    batch.gateways, batch.shards, batch.fences, batch.deleted_shards,
+                    batch.period_snapshots, batch.deleted_period_snapshots, batch.operators,
+                    batch.audit_log);
+  }
+  static constexpr size_t kScalarBytes =
+      sizeof(ledger_clock_ms) + sizeof(shard_sequence) + sizeof(audit_log_kept_from);
+
   // Empties every list and zeroes the rest, keeping the lists' capacity: a batch reused across
   // folds allocates its megabytes of rows once (ledger/sqlite_store.h, fold_net_).
   void clear() {
-    policies.clear();
-    accounts.clear();
-    reservations.clear();
-    deleted_reservations.clear();
+    std::apply([](auto&... list) { (list.clear(), ...); }, listsOf(*this));
     ledger_clock_ms = 0;
-    gateways.clear();
-    shards.clear();
-    fences.clear();
     shard_sequence = 0;
-    deleted_shards.clear();
-    period_snapshots.clear();
-    deleted_period_snapshots.clear();
-    operators.clear();
-    audit_log.clear();
     audit_log_kept_from = 0;
   }
+  // No rows and no audit-log trim (ledger_clock_ms and shard_sequence alone do not count).
   bool empty() const {
-    return policies.empty() && accounts.empty() && reservations.empty() &&
-           deleted_reservations.empty() && gateways.empty() && shards.empty() && fences.empty() &&
-           deleted_shards.empty() && period_snapshots.empty() && deleted_period_snapshots.empty() &&
-           operators.empty() && audit_log.empty() && audit_log_kept_from == 0;
+    return std::apply([](const auto&... list) { return (list.empty() && ...); }, listsOf(*this)) &&
+           audit_log_kept_from == 0;
   }
 };
+
+namespace store_batch_detail {
+template <typename... List>
+constexpr size_t bytesOf(const std::tuple<List&...>*) {
+  return (sizeof(List) + ... + 0);
+}
+}  // namespace store_batch_detail
+static_assert(
+    sizeof(StoreBatch) ==
+        store_batch_detail::bytesOf(
+            static_cast<decltype(StoreBatch::listsOf(std::declval<StoreBatch&>()))*>(nullptr)) +
+            StoreBatch::kScalarBytes,
+    "a field of StoreBatch is in neither StoreBatch::listsOf nor kScalarBytes");
 
 struct StoreContents {
   std::vector<PolicyRecord> policies;  // ascending generation

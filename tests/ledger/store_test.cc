@@ -1356,6 +1356,31 @@ TEST_F(StoreTest, FinishingIntoAReusedBatchGivesWhatAFreshFinishGives) {
   EXPECT_EQ(reused.reservations.capacity(), capacity);
 }
 
+// Every field, whatever crashBatch sets: the static_assert beside StoreBatch keeps listsOf whole.
+TEST(StoreBatchTest, ClearEmptiesEveryListKeepingItsCapacityAndZeroesTheRest) {
+  StoreBatch batch;
+  std::apply([](auto&... list) { (list.emplace_back(), ...); }, StoreBatch::listsOf(batch));
+  batch.ledger_clock_ms = 1;
+  batch.shard_sequence = 2;
+  batch.audit_log_kept_from = 3;
+  ASSERT_FALSE(batch.empty());
+  batch.clear();
+  EXPECT_TRUE(batch == StoreBatch{});
+  EXPECT_TRUE(batch.empty());
+  const bool every_capacity_kept =
+      std::apply([](const auto&... list) { return ((list.capacity() >= 1) && ...); },
+                 StoreBatch::listsOf(batch));
+  EXPECT_TRUE(every_capacity_kept);
+  // Each list alone makes a batch non-empty.
+  for (size_t index = 0; index < std::tuple_size_v<decltype(StoreBatch::listsOf(batch))>; ++index) {
+    StoreBatch one;
+    size_t at = 0;
+    std::apply([&](auto&... list) { ((at++ == index ? (list.emplace_back(), 0) : 0), ...); },
+               StoreBatch::listsOf(one));
+    EXPECT_FALSE(one.empty()) << "list " << index;
+  }
+}
+
 TEST_F(StoreTest, CorruptLogBodyIsReportedWithItsSeq) {
   const std::vector<uint8_t> garbage(4096, 0xff);
   // Record 4's own body, whose segment table claims more words than the record holds.
